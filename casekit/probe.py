@@ -1,0 +1,836 @@
+"""casekit probe: observes torch.compile runs of a script inside a target environment.
+
+This file stands alone (standard library + torch, no casekit imports) because it
+is copied into arbitrary venvs and container images. It imports torch once, then
+forks one child per run of each script, so a replay of N scripts pays the import
+once while every run starts from the same clean interpreter state.
+
+Usage:  python probe.py REQUEST.json
+The request names the scripts and an output folder; the probe writes
+``env.json`` once and ``<job>.json`` per script, each atomically. Nothing is
+ever parsed from stdout: the scripts under observation print whatever they like.
+
+The probe observes and reports raw facts (log records, calls, exceptions,
+timings). Interpreting them - which break is which, across releases - is done by
+casekit on the host, where it can be tested and improved without touching the
+environments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import sys
+import tempfile
+import time
+import traceback
+
+PROBE_SCHEMA = "casekit.probe/1"
+REQUEST_SCHEMA = "casekit.probe-request/1"
+MAX_TEXT = 20000  # a log record or output tail is cut here: bundles stay reviewable
+RUN_MODES = ("eager", "compiled", "fullgraph")
+
+
+# --------------------------------------------------------------------------- io
+
+
+def write_json_atomic(path, data):
+    """Write JSON so a reader never sees half a file (rename is atomic)."""
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(data, handle, indent=1, default=repr)
+    os.replace(tmp, path)
+
+
+def clip(text, limit=MAX_TEXT):
+    text = text if isinstance(text, str) else repr(text)
+    return text if len(text) <= limit else text[: limit // 2] + "\n[...cut...]\n" + text[-limit // 2 :]
+
+
+def read_tail(path, limit=4000):
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - limit))
+            return handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+# ------------------------------------------------------------------ environment
+
+
+def _version_of(module_name):
+    try:
+        module = __import__(module_name)
+        return getattr(module, "__version__", None)
+    except Exception:
+        return None
+
+
+def collect_environment(torch):
+    """What `collect_env` would tell, cheaply: versions, CUDA, devices."""
+    env = {
+        "torch": torch.__version__,
+        "torch_git": getattr(torch.version, "git_version", None),
+        "torch_cuda": getattr(torch.version, "cuda", None),
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "os": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "numpy": _version_of("numpy"),
+        "triton": None,
+        "cudnn": None,
+        "cuda_available": False,
+        "gpus": [],
+        "driver": None,
+    }
+    try:
+        import importlib.metadata as md
+
+        env["triton"] = md.version("triton")
+    except Exception:
+        pass
+    try:
+        env["cudnn"] = torch.backends.cudnn.version()
+    except Exception:
+        pass
+    try:
+        # Asking CUDA in the parent would initialise it and break fork(); the
+        # device list comes from nvidia-smi-free sources instead.
+        env["cuda_available"] = bool(torch.cuda.is_available())
+        if env["cuda_available"]:
+            env["gpus"] = _gpu_names_without_cuda_init()
+            env["driver"] = _driver_version()
+    except Exception:
+        pass
+    return env
+
+
+def _gpu_names_without_cuda_init():
+    names = []
+    base = "/proc/driver/nvidia/gpus"
+    try:
+        for entry in sorted(os.listdir(base)):
+            with open(os.path.join(base, entry, "information")) as handle:
+                for line in handle:
+                    if line.startswith("Model:"):
+                        names.append(line.split(":", 1)[1].strip())
+    except OSError:
+        pass
+    return names
+
+
+def _driver_version():
+    try:
+        with open("/proc/driver/nvidia/version") as handle:
+            first = handle.readline()
+        for token in first.split():
+            if token.count(".") >= 1 and token.replace(".", "").isdigit():
+                return token
+    except OSError:
+        pass
+    return None
+
+
+def imported_package_versions(module_names):
+    """Map the top-level modules a script imported to installed distributions."""
+    try:
+        import importlib.metadata as md
+
+        owners = md.packages_distributions()
+    except Exception:
+        return {}
+    versions = {}
+    for name in sorted(module_names):
+        for dist in owners.get(name, []):
+            try:
+                versions[dist] = md.version(dist)
+            except Exception:
+                pass
+    return versions
+
+
+# ---------------------------------------------------------------- observation
+
+
+class Observation:
+    """Everything one run of one script records, as plain data."""
+
+    def __init__(self, mode):
+        self.data = {
+            "mode": mode,
+            "status": "running",
+            "exception": None,
+            "exit_code": None,
+            "calls": [],
+            "entries": {},
+            "records": [],
+            "trace_events": [],
+            "graphs": [],
+            "counters": {},
+            "compilation_metrics": [],
+            "imported_packages": {},
+            "started": time.time(),
+            "wall_s": None,
+        }
+
+    def add_record(self, kind, record):
+        exc = record.exc_info[1] if record.exc_info else None
+        try:
+            message = record.getMessage()
+        except Exception as error:  # a broken %-format must not lose the run
+            message = "<unformattable log record: %r>" % (error,)
+        entry = {
+            "kind": kind,
+            "logger": record.name,
+            "level": record.levelname,
+            "message": clip(message),
+        }
+        if exc is not None:
+            entry["exc_type"] = type(exc).__name__
+            entry["exc_message"] = clip(str(exc), 8000)
+            for attribute in ("gb_type", "case_name"):
+                value = getattr(exc, attribute, None)
+                if isinstance(value, str):
+                    entry["exc_" + attribute] = value
+        self.data["records"].append(entry)
+
+
+def describe_value(value, torch, depth=0):
+    if isinstance(value, torch.Tensor):
+        return {
+            "kind": "tensor",
+            "shape": list(value.shape),
+            "dtype": str(value.dtype).replace("torch.", ""),
+            "device": str(value.device),
+            "requires_grad": bool(value.requires_grad),
+        }
+    if depth < 2 and isinstance(value, (list, tuple)):
+        return {"kind": type(value).__name__, "items": [describe_value(v, torch, depth + 1) for v in value[:16]]}
+    if depth < 2 and isinstance(value, dict):
+        return {
+            "kind": "dict",
+            "items": {str(k): describe_value(v, torch, depth + 1) for k, v in list(value.items())[:16]},
+        }
+    if isinstance(value, (bool, int, float)) or value is None:
+        return {"kind": type(value).__name__, "value": value}
+    if isinstance(value, str):
+        return {"kind": "str", "value": value[:80]}
+    return {"kind": type(value).__name__}
+
+
+def flatten_tensors(value, torch, out):
+    """Tensors of an output, in a stable order, detached onto the CPU."""
+    if isinstance(value, torch.Tensor):
+        out.append(value.detach().to("cpu"))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            flatten_tensors(item, torch, out)
+    elif isinstance(value, dict):
+        for key in sorted(value, key=repr):
+            flatten_tensors(value[key], torch, out)
+    elif hasattr(value, "__dataclass_fields__") or hasattr(value, "to_tuple"):
+        # model outputs (transformers' ModelOutput) carry tensors as fields
+        try:
+            flatten_tensors(tuple(value.to_tuple()) if hasattr(value, "to_tuple") else vars(value), torch, out)
+        except Exception:
+            pass
+    return out
+
+
+def compare_outputs(eager, compiled, torch, rtol, atol):
+    if len(eager) != len(compiled):
+        return {"allclose": False, "max_abs": None, "max_rel": None, "detail": "different number of output tensors"}
+    max_abs = 0.0
+    max_rel = 0.0
+    close = True
+    for a, b in zip(eager, compiled):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return {"allclose": False, "max_abs": None, "max_rel": None, "detail": "shape or dtype differs"}
+        if a.numel() == 0:
+            continue
+        if not (a.is_floating_point() or a.is_complex()):
+            same = bool(torch.equal(a, b))
+            close = close and same
+            max_abs = max(max_abs, 0.0 if same else float("inf"))
+            continue
+        diff = (a.double() - b.double()).abs()
+        diff = torch.nan_to_num(diff, nan=0.0)
+        max_abs = max(max_abs, float(diff.max()))
+        denominator = a.double().abs().clamp_min(1e-12)
+        max_rel = max(max_rel, float((diff / denominator).max()))
+        close = close and bool(torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
+    return {"allclose": close, "max_abs": max_abs, "max_rel": max_rel, "detail": ""}
+
+
+class CompileInterceptor:
+    """Replaces torch.compile so every compiled entry point is observed.
+
+    Works for `@torch.compile`, `@torch.compile(...)`, `torch.compile(fn)` and
+    `module.compile()` (which calls torch.compile on `_call_impl`). In eager mode
+    Dynamo is disabled globally, so the very same objects run uncompiled.
+    """
+
+    def __init__(self, torch, observation, mode, backend, eager_outputs, tolerances):
+        self.torch = torch
+        self.original = torch.compile
+        self.observation = observation
+        self.mode = mode
+        self.backend = backend
+        self.eager_outputs = eager_outputs
+        self.tolerances = tolerances
+        self.outputs = {}
+        self.call_index = 0
+
+    def install(self):
+        interceptor = self
+
+        def compile(model=None, **kwargs):
+            if model is None:
+                return lambda fn: compile(fn, **kwargs)
+            return interceptor.wrap(model, kwargs)
+
+        compile.__doc__ = self.original.__doc__
+        self.torch.compile = compile
+
+    def counting_backend(self, inner):
+        graphs = self.observation.data["graphs"]
+
+        def backend(gm, example_inputs, **kwargs):
+            nodes = list(gm.graph.nodes)
+            graphs.append(
+                {
+                    "code": _graph_code_name(gm),
+                    "ops": sum(1 for n in nodes if n.op in ("call_function", "call_method", "call_module")),
+                    "inputs": sum(1 for n in nodes if n.op == "placeholder"),
+                }
+            )
+            return inner(gm, example_inputs, **kwargs) if kwargs else inner(gm, example_inputs)
+
+        return backend
+
+    def wrap(self, model, kwargs):
+        torch = self.torch
+        kwargs = dict(kwargs)
+        requested_backend = kwargs.get("backend", "inductor")
+        backend_name = self.backend or (requested_backend if isinstance(requested_backend, str) else "custom")
+        if self.backend:
+            kwargs["backend"] = self.backend
+        backend = kwargs.get("backend", "inductor")
+        if isinstance(backend, str):
+            backend = torch._dynamo.lookup_backend(backend)
+        kwargs["backend"] = self.counting_backend(backend)
+        if self.mode == "fullgraph":
+            kwargs["fullgraph"] = True
+        compiled = self.original(model, **kwargs)
+        name = _entry_name(model)
+        entry = self.observation.data["entries"].setdefault(
+            name,
+            {
+                "name": name,
+                "file": _entry_file(model),
+                "line": _entry_line(model),
+                "fullgraph_requested": bool(kwargs.get("fullgraph", False)) and self.mode != "fullgraph",
+                "backend": backend_name,
+                "dynamic": kwargs.get("dynamic"),
+                "calls": 0,
+            },
+        )
+        if isinstance(compiled, torch.nn.Module):
+            return self._hook_module(compiled, entry)
+        return self._wrap_callable(compiled, entry)
+
+    def _record_call(self, entry, args, kwargs, started, output, error):
+        elapsed = time.perf_counter() - started
+        index = self.call_index
+        self.call_index += 1
+        entry["calls"] += 1
+        call = {
+            "entry": entry["name"],
+            "index": index,
+            "args": [describe_value(a, self.torch) for a in args],
+            "kwargs": {k: describe_value(v, self.torch) for k, v in kwargs.items()},
+            "seconds": elapsed,
+            "raised": None,
+            "comparison": None,
+        }
+        if error is not None:
+            call["raised"] = {"type": type(error).__name__, "message": clip(str(error), 8000)}
+        else:
+            tensors = flatten_tensors(output, self.torch, [])
+            if self.mode == "eager":
+                self.outputs[index] = tensors
+            elif self.eager_outputs is not None and index in self.eager_outputs:
+                call["comparison"] = compare_outputs(
+                    self.eager_outputs[index], tensors, self.torch, *self.tolerances
+                )
+        self.observation.data["calls"].append(call)
+
+    def _wrap_callable(self, compiled, entry):
+        interceptor = self
+
+        def observed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                output = compiled(*args, **kwargs)
+            except BaseException as error:
+                if not isinstance(error, (KeyboardInterrupt, SystemExit)):
+                    interceptor._record_call(entry, args, kwargs, started, None, error)
+                raise
+            interceptor._record_call(entry, args, kwargs, started, output, None)
+            return output
+
+        for attribute in ("__name__", "__qualname__", "__doc__", "__module__", "__wrapped__"):
+            try:
+                setattr(observed, attribute, getattr(compiled, attribute))
+            except (AttributeError, TypeError):
+                pass
+        return observed
+
+    def _hook_module(self, module, entry):
+        interceptor = self
+        starts = []
+
+        def before(_module, args, kwargs):
+            starts.append(time.perf_counter())
+
+        def after(_module, args, kwargs, output):
+            interceptor._record_call(entry, args, kwargs, starts.pop() if starts else time.perf_counter(), output, None)
+
+        module.register_forward_pre_hook(before, with_kwargs=True)
+        module.register_forward_hook(after, with_kwargs=True)
+        return module
+
+
+def _graph_code_name(gm):
+    try:
+        return gm._code_name  # not always present; purely informative
+    except Exception:
+        return type(gm).__name__
+
+
+def _entry_name(model):
+    target = getattr(model, "__func__", model)
+    if hasattr(model, "__self__") and getattr(target, "__name__", "") == "_call_impl":
+        return type(model.__self__).__name__  # module.compile() hands over _call_impl
+    qualname = getattr(target, "__qualname__", None) or getattr(type(target), "__qualname__", None)
+    return str(qualname or repr(target)[:60])
+
+
+def _entry_code(model):
+    target = getattr(model, "__func__", model)
+    if hasattr(model, "__self__") and getattr(target, "__name__", "") == "_call_impl":
+        target = type(model.__self__).forward
+    if hasattr(target, "forward") and not hasattr(target, "__code__"):
+        target = type(target).forward
+    return getattr(target, "__code__", None)
+
+
+def _entry_file(model):
+    code = _entry_code(model)
+    return code.co_filename if code else None
+
+
+def _entry_line(model):
+    code = _entry_code(model)
+    return code.co_firstlineno if code else None
+
+
+# --------------------------------------------------------------- log capture
+
+
+class RecordCollector:
+    """A logging handler that keeps the records Dynamo emits for one run."""
+
+    def __init__(self, observation, kind):
+        import logging
+
+        class Handler(logging.Handler):
+            def emit(self, record):
+                observation.add_record(kind, record)
+
+        self.handler = Handler(level=logging.DEBUG)
+
+
+def attach_log_collectors(torch, observation):
+    """Collect graph_breaks, recompiles and frame-skip records from every release.
+
+    Loggers are attached directly: their parents differ by release (2.5 has
+    `torch._dynamo` with propagate=False, later ones only `torch`).
+    """
+    import logging
+
+    try:
+        torch._logging.set_logs(graph_breaks=True, recompiles=True)
+    except Exception:
+        pass
+    for kind in ("graph_breaks", "recompiles"):
+        handler = RecordCollector(observation, kind).handler
+        for name, logger in list(logging.root.manager.loggerDict.items()):
+            if isinstance(logger, logging.Logger) and name.endswith(".__" + kind):
+                logger.addHandler(handler)
+                logger.setLevel(logging.DEBUG)
+    # "WON'T CONVERT" (a whole frame falling back to eager) goes to convert_frame at INFO.
+    skip_handler = RecordCollector(observation, "convert_frame").handler
+    skip_handler.addFilter(lambda record: "WON'T CONVERT" in _safe_message(record))
+    convert_logger = logging.getLogger("torch._dynamo.convert_frame")
+    convert_logger.addHandler(skip_handler)
+    if convert_logger.getEffectiveLevel() > logging.INFO:
+        convert_logger.setLevel(logging.INFO)
+    attach_trace_collector(observation)
+
+
+def _safe_message(record):
+    try:
+        return record.getMessage()
+    except Exception:
+        return ""
+
+
+TRACE_KEEP = ("dynamo_graph_break_reason", "recompile_reasons", "compilation_metrics", "describe_tensor", "dynamo_start")
+
+
+def attach_trace_collector(observation):
+    """The structured trace (what tlparse reads), kept in memory, where the release has it."""
+    import logging
+
+    events = observation.data["trace_events"]
+
+    class TraceHandler(logging.Handler):
+        def emit(self, record):
+            metadata = getattr(record, "metadata", None)
+            if not isinstance(metadata, dict):
+                return
+            kind = next((key for key in metadata if key in TRACE_KEEP or key == "artifact"), None)
+            if kind is None:
+                return
+            if kind == "artifact":
+                name = (metadata.get("artifact") or {}).get("name")
+                if name not in TRACE_KEEP:
+                    return
+                kind = name
+            event = {"kind": kind, "frame_id": metadata.get("frame_id"), "frame_compile_id": metadata.get("frame_compile_id")}
+            if kind in ("compilation_metrics", "dynamo_start"):
+                event["data"] = _jsonable(metadata.get(kind), 3)
+            elif kind == "describe_tensor":
+                tensor = metadata.get(kind) or {}
+                event["data"] = {k: tensor.get(k) for k in ("id", "ndim", "dtype", "device", "size", "requires_grad") if k in tensor}
+            payload = getattr(record, "payload", None)
+            if payload:
+                event["payload"] = clip(payload, 8000)
+            events.append(event)
+
+    trace_logger = logging.getLogger("torch.__trace")
+    trace_logger.addHandler(TraceHandler(level=logging.DEBUG))
+    trace_logger.setLevel(logging.DEBUG)
+    trace_logger.propagate = False
+
+
+def _jsonable(value, depth):
+    if depth <= 0:
+        return repr(value)[:200]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v, depth - 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v, depth - 1) for v in value[:50]]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value if not isinstance(value, str) else value[:2000]
+    return repr(value)[:200]
+
+
+def collect_counters(torch):
+    try:
+        from torch._dynamo.utils import counters
+    except Exception:
+        return {}
+    return {group: {str(k): int(v) for k, v in values.items()} for group, values in counters.items() if values}
+
+
+def collect_compilation_metrics(torch):
+    try:
+        metrics = torch._dynamo.utils.get_compilation_metrics()
+    except Exception:
+        return []
+    kept = []
+    for metric in metrics:
+        row = metric if isinstance(metric, dict) else getattr(metric, "__dict__", {})
+        kept.append(
+            {
+                key: _jsonable(row.get(key), 2)
+                for key in (
+                    "co_name",
+                    "co_filename",
+                    "co_firstlineno",
+                    "fail_type",
+                    "fail_reason",
+                    "fail_user_frame_filename",
+                    "fail_user_frame_lineno",
+                    "restart_reasons",
+                    "entire_frame_compile_time_s",
+                    "graph_op_count",
+                    "recompile_reason",
+                )
+                if key in row
+            }
+        )
+    return kept
+
+
+# ------------------------------------------------------------------- one run
+
+
+def block_network():
+    """Repro scripts must not reach out: refuse every non-loopback connection."""
+    import socket
+
+    original_connect = socket.socket.connect
+    original_connect_ex = socket.socket.connect_ex
+
+    def allowed(address):
+        host = address[0] if isinstance(address, tuple) and address else address
+        return isinstance(host, str) and (host.startswith("127.") or host in ("localhost", "::1"))
+
+    def connect(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6) and not allowed(address):
+            raise PermissionError("casekit: network access is disabled for repro scripts (address %r)" % (address,))
+        return original_connect(self, address)
+
+    def connect_ex(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6) and not allowed(address):
+            raise PermissionError("casekit: network access is disabled for repro scripts (address %r)" % (address,))
+        return original_connect_ex(self, address)
+
+    socket.socket.connect = connect
+    socket.socket.connect_ex = connect_ex
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def seed_everything(torch, seed):
+    import random
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed)
+    except Exception:
+        pass
+
+
+def run_script_in_child(torch, job, mode, result_path, eager_outputs_path):
+    """Body of the forked child: run the script once in `mode`, write the observation."""
+    import runpy
+
+    os.setsid()  # own process group: a timeout kills whatever the script forked
+    observation = Observation(mode)
+    log_dir = os.path.dirname(result_path)
+    out_fd = os.open(os.path.join(log_dir, "%s.%s.stdout" % (job["id"], mode)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    err_fd = os.open(os.path.join(log_dir, "%s.%s.stderr" % (job["id"], mode)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+
+    written = []
+
+    def finish(status, exit_code=None):
+        if written:
+            return
+        written.append(True)
+        data = observation.data
+        data["status"] = status
+        data["exit_code"] = exit_code
+        data["wall_s"] = time.time() - data["started"]
+        if mode != "eager":
+            data["counters"] = collect_counters(torch)
+            data["compilation_metrics"] = collect_compilation_metrics(torch)
+        data["imported_packages"] = imported_package_versions(
+            {name.split(".")[0] for name in sys.modules} - baseline_modules
+        )
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+        if mode == "eager" and interceptor.outputs:
+            try:
+                torch.save(interceptor.outputs, eager_outputs_path)
+            except Exception as error:
+                data["exception"] = data["exception"] or {"type": "OutputSaveError", "message": str(error)}
+        write_json_atomic(result_path, data)
+
+    # os._exit skips every finally block: write what was observed first.
+    real_exit = os._exit
+
+    def observed_exit(code=0):
+        finish("exited" if code else "ok", code)
+        real_exit(code)
+
+    baseline_modules = {name.split(".")[0] for name in sys.modules}
+    eager_outputs = None
+    if mode != "eager" and eager_outputs_path and os.path.exists(eager_outputs_path):
+        try:
+            eager_outputs = torch.load(eager_outputs_path, weights_only=False)
+        except TypeError:  # releases before weights_only existed
+            eager_outputs = torch.load(eager_outputs_path)
+    interceptor = CompileInterceptor(
+        torch,
+        observation,
+        mode,
+        job.get("backend", "eager"),
+        eager_outputs,
+        (job.get("rtol", 1e-4), job.get("atol", 1e-5)),
+    )
+    interceptor.install()
+    if mode == "eager":
+        torch._dynamo.config.disable = True
+    else:
+        torch._dynamo.reset()
+        attach_log_collectors(torch, observation)
+    if not job.get("allow_network", False):
+        block_network()
+    os._exit = observed_exit
+    script = job["script"]
+    sys.argv = [script] + list(job.get("argv", []))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    os.chdir(job.get("workdir") or os.path.dirname(os.path.abspath(script)))
+    seed_everything(torch, job.get("seed", 0))
+    status, code = "ok", 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        status = "ok" if code == 0 else "exited"
+    except BaseException as error:
+        status, code = "raised", 1
+        observation.data["exception"] = describe_exception(error, script)
+    finish(status, code)
+    real_exit(0)
+
+
+def describe_exception(error, script):
+    frames = traceback.extract_tb(error.__traceback__)
+    script_path = os.path.abspath(script)
+    user = [f for f in frames if os.path.abspath(f.filename) == script_path]
+    location = user[-1] if user else None
+    return {
+        "type": type(error).__name__,
+        "module": type(error).__module__,
+        "message": clip(str(error), 12000),
+        "script_line": location.lineno if location else None,
+        "script_function": location.name if location else None,
+        "script_source": (location.line or "") if location else None,
+        "frames": [
+            {"file": f.filename, "line": f.lineno, "function": f.name, "source": f.line or ""} for f in frames[-12:]
+        ],
+        "gb_type": getattr(error, "gb_type", None) if isinstance(getattr(error, "gb_type", None), str) else None,
+    }
+
+
+def run_one(torch, job, mode, work_dir, timeout):
+    """Fork a child for one run; turn every way it can end into a status."""
+    result_path = os.path.join(work_dir, "%s.%s.json" % (job["id"], mode))
+    eager_outputs_path = os.path.join(work_dir, "%s.eager.pt" % job["id"])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            run_script_in_child(torch, job, mode, result_path, eager_outputs_path)
+        except BaseException:
+            try:
+                traceback.print_exc()
+            finally:
+                os._exit(70)
+        os._exit(0)
+    deadline = time.monotonic() + timeout
+    status = None
+    while True:
+        done, wait_status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            _kill_group(pid)
+            os.waitpid(pid, 0)
+            status = "timeout"
+            break
+        time.sleep(0.01)
+    _kill_group(pid)  # orphans the script forked must not outlive its run
+    observation = None
+    if os.path.exists(result_path):
+        with open(result_path) as handle:
+            observation = json.load(handle)
+    if observation is None:
+        observation = Observation(mode).data
+        observation["status"] = status or "crashed"
+    if status == "timeout":
+        observation["status"] = "timeout"
+        observation["timeout_s"] = timeout
+    elif status is None and os.WIFSIGNALED(wait_status) and observation["status"] == "running":
+        observation["status"] = "killed"
+        observation["signal"] = os.WTERMSIG(wait_status)
+    elif status is None and observation["status"] == "running":
+        observation["status"] = "crashed"
+        observation["exit_code"] = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else None
+    observation["stdout_tail"] = read_tail(os.path.join(work_dir, "%s.%s.stdout" % (job["id"], mode)))
+    observation["stderr_tail"] = read_tail(os.path.join(work_dir, "%s.%s.stderr" % (job["id"], mode)))
+    return observation
+
+
+def _kill_group(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_job(torch, job, work_dir):
+    timeout = float(job.get("timeout", 300))
+    runs = {}
+    modes = [m for m in job.get("modes", ["eager", "compiled"]) if m in RUN_MODES]
+    for mode in modes:
+        runs[mode] = run_one(torch, job, mode, work_dir, timeout)
+    return {"schema": PROBE_SCHEMA, "job": job["id"], "script": job["script"], "runs": runs}
+
+
+def main(argv):
+    if len(argv) != 2:
+        sys.stderr.write("usage: probe.py REQUEST.json\n")
+        return 2
+    with open(argv[1]) as handle:
+        request = json.load(handle)
+    if request.get("schema") != REQUEST_SCHEMA:
+        sys.stderr.write("probe: unsupported request schema %r\n" % request.get("schema"))
+        return 2
+    out_dir = request["out_dir"]
+    os.makedirs(out_dir, exist_ok=True)
+    started = time.time()
+    try:
+        import torch
+        import torch._dynamo  # noqa: F401  (the expensive part, paid once)
+    except BaseException as error:
+        write_json_atomic(
+            os.path.join(out_dir, "env.json"),
+            {"schema": PROBE_SCHEMA, "ok": False, "error": "%s: %s" % (type(error).__name__, error)},
+        )
+        return 3
+    env = collect_environment(torch)
+    env_record = {"schema": PROBE_SCHEMA, "ok": True, "environment": env, "import_s": time.time() - started}
+    write_json_atomic(os.path.join(out_dir, "env.json"), env_record)
+    for job in request["jobs"]:
+        result = run_job(torch, job, out_dir)
+        write_json_atomic(os.path.join(out_dir, "%s.result.json" % job["id"]), result)
+    write_json_atomic(os.path.join(out_dir, "done.json"), {"schema": PROBE_SCHEMA, "wall_s": time.time() - started})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
