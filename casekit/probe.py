@@ -18,19 +18,25 @@ environments.
 
 from __future__ import annotations
 
-import json
 import os
-import platform
-import signal
 import sys
-import tempfile
-import time
-import traceback
+
+# Run as `python probe.py`, this file's folder is sys.path[0]; a folder there
+# named like a stdlib module (a user's `bisect/`, `copy.py`) would shadow it.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+
+import json  # noqa: E402
+import platform  # noqa: E402
+import signal  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
 
 PROBE_SCHEMA = "casekit.probe/1"
 REQUEST_SCHEMA = "casekit.probe-request/1"
 MAX_TEXT = 20000  # a log record or output tail is cut here: bundles stay reviewable
-RUN_MODES = ("eager", "compiled", "fullgraph")
+RUN_MODES = ("eager", "compiled", "fullgraph", "rollback")  # rollback: compiled with fullgraph=False forced
 
 
 # --------------------------------------------------------------------------- io
@@ -328,6 +334,8 @@ class CompileInterceptor:
         kwargs["backend"] = self.counting_backend(backend)
         if self.mode == "fullgraph":
             kwargs["fullgraph"] = True
+        elif self.mode == "rollback":
+            kwargs["fullgraph"] = False
         compiled = self.original(model, **kwargs)
         name = _entry_name(model)
         entry = self.observation.data["entries"].setdefault(
@@ -552,6 +560,30 @@ def collect_counters(torch):
     return {group: {str(k): int(v) for k, v in values.items()} for group, values in counters.items() if values}
 
 
+def collect_compile_reasons(torch):
+    """Dynamo's own list of graph-break reasons with user stacks.
+
+    Before 2.6 a data-dependent branch was never written to the graph_breaks log;
+    this list is the only place that break shows up with a location.
+    """
+    try:
+        from torch._dynamo import output_graph
+    except Exception:
+        return []
+    reasons = []
+    for reason in getattr(output_graph, "graph_break_reasons", []) or []:
+        if not getattr(reason, "graph_break", True):
+            continue
+        stack = []
+        for frame in getattr(reason, "user_stack", None) or []:
+            try:
+                stack.append({"file": frame.filename, "line": frame.lineno, "function": frame.name, "source": frame.line or ""})
+            except Exception:
+                pass
+        reasons.append({"reason": clip(str(getattr(reason, "reason", "")), 4000), "stack": stack})
+    return reasons
+
+
 def collect_compilation_metrics(torch):
     try:
         metrics = torch._dynamo.utils.get_compilation_metrics()
@@ -652,6 +684,7 @@ def run_script_in_child(torch, job, mode, result_path, eager_outputs_path):
         if mode != "eager":
             data["counters"] = collect_counters(torch)
             data["compilation_metrics"] = collect_compilation_metrics(torch)
+            data["compile_reasons"] = collect_compile_reasons(torch)
         data["imported_packages"] = imported_package_versions(
             {name.split(".")[0] for name in sys.modules} - baseline_modules
         )

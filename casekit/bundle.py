@@ -1,0 +1,216 @@
+"""The bundle: one case as one self-contained TOML file (scripts embedded).
+
+Writing renders the `Case` dataclasses; reading checks every field against the
+same dataclasses, so a malformed bundle is one clear error naming the file and
+the field (`cases/x.toml: field 'observations.pre.sites[0].line': expected an
+integer, got 'six'`), never a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import os
+import re
+import tempfile
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from casekit.errors import BundleError, CaseIdError
+from casekit.model import Case, to_plain
+
+SCHEMA_VERSION = 1
+CASE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,79}$")
+FIELD_ORDER = [
+    "schema_version",
+    "id",
+    "title",
+    "tags",
+    "created",
+    "backend",
+    "notes",
+    "fix_summary",
+    "rollback_notes",
+    "provenance",
+    "environment",
+    "scripts",
+    "observations",
+    "replays",
+]
+
+
+def check_case_id(case_id: str) -> str:
+    """Case ids are slugs: lower-case letters, digits, '.', '_', '-'; nothing that could leave the archive."""
+    if not CASE_ID.match(case_id) or ".." in case_id:
+        raise CaseIdError(
+            f"invalid case id {case_id!r}: use a slug of lower-case letters, digits, '.', '_' and '-' "
+            "(at most 80 characters, starting with a letter or digit)"
+        )
+    return case_id
+
+
+def slugify(text: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return slug[:60].strip("-") or "case"
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def case_to_toml(case: Case) -> str:
+    plain = to_plain(case)
+    plain["scripts"] = {"pre": plain.pop("pre")}
+    if "post" in plain:
+        plain["scripts"]["post"] = plain.pop("post")
+    ordered = {key: plain[key] for key in FIELD_ORDER if key in plain and plain[key] not in ({}, [])}
+    ordered.update({k: v for k, v in plain.items() if k not in ordered and v not in ({}, [])})
+    return tomli_w.dumps(ordered, multiline_strings=True)
+
+
+def content_hash(case: Case) -> str:
+    """What defines a case's behaviour (its scripts and backend): the key of bisection caches."""
+    post = case.post.sha256 if case.post else ""
+    return sha256_text(f"{case.pre.sha256}:{post}:{case.backend}")[:16]
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write then rename: readers and interrupted runs see the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def save_case(case: Case, path: Path) -> None:
+    write_atomic(path, case_to_toml(case))
+
+
+def load_case(path: Path) -> Case:
+    """Read and validate one bundle."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BundleError(path, None, "no such file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise BundleError(path, None, f"cannot read: {error}") from None
+    return parse_case(text, path)
+
+
+def parse_case(text: str, path: Path | str = "<bundle>") -> Case:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise BundleError(path, None, f"not valid TOML: {error}") from None
+    version = data.get("schema_version")
+    if version is None:
+        raise BundleError(path, "schema_version", "missing (is this a casekit bundle?)")
+    if version != SCHEMA_VERSION:
+        raise BundleError(path, "schema_version", f"unsupported version {version!r} (this casekit reads {SCHEMA_VERSION})")
+    scripts = data.pop("scripts", None)
+    if not isinstance(scripts, dict) or "pre" not in scripts:
+        raise BundleError(path, "scripts.pre", "missing: a bundle embeds at least the pre-fix script")
+    data["pre"] = scripts["pre"]
+    if "post" in scripts:
+        data["post"] = scripts["post"]
+    unknown = set(scripts) - {"pre", "post"}
+    if unknown:
+        raise BundleError(path, f"scripts.{sorted(unknown)[0]}", "unknown script (expected 'pre' and 'post')")
+    case = _build(Case, data, path, "")
+    check_id_field(case, path)
+    for which in ("pre", "post"):
+        script = case.script(which)
+        if script and sha256_text(script.source) != script.sha256:
+            raise BundleError(path, f"scripts.{which}.sha256", "does not match the embedded source (edited by hand?)")
+    return case
+
+
+def check_id_field(case: Case, path: Path | str) -> None:
+    try:
+        check_case_id(case.id)
+    except CaseIdError as error:
+        raise BundleError(path, "id", str(error)) from None
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) < 40 else text[:37] + "..."
+
+
+def _build(tp: Any, value: Any, path: Path | str, where: str) -> Any:
+    """Build `tp` from TOML data, checking types; errors name the field path."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        return _build(options[0], value, path, where)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise BundleError(path, where or None, f"expected a table, got {_describe(value)}")
+        hints = typing.get_type_hints(tp)
+        kwargs = {}
+        names = {f.name for f in dataclasses.fields(tp)}
+        for key in value:
+            if key not in names:
+                raise BundleError(path, _join(where, key), "unknown field")
+        for fld in dataclasses.fields(tp):
+            if fld.name in value:
+                kwargs[fld.name] = _build(hints[fld.name], value[fld.name], path, _join(where, fld.name))
+            elif fld.default is dataclasses.MISSING and fld.default_factory is dataclasses.MISSING:
+                raise BundleError(path, _join(where, fld.name), "missing")
+        return tp(**kwargs)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            allowed = ", ".join(m.value for m in tp)
+            raise BundleError(path, where, f"{_describe(value)} is not one of: {allowed}") from None
+    if origin is list:
+        if not isinstance(value, list):
+            raise BundleError(path, where, f"expected a list, got {_describe(value)}")
+        return [_build(args[0], item, path, f"{where}[{i}]") for i, item in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise BundleError(path, where, f"expected a table, got {_describe(value)}")
+        return {str(k): _build(args[1], v, path, _join(where, str(k))) for k, v in value.items()}
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise BundleError(path, where, f"expected a number, got {_describe(value)}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise BundleError(path, where, f"expected an integer, got {_describe(value)}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise BundleError(path, where, f"expected true or false, got {_describe(value)}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise BundleError(path, where, f"expected a string, got {_describe(value)}")
+        return value
+    return value
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key

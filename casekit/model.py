@@ -1,0 +1,262 @@
+"""The plain data casekit passes along capture -> bundle -> replay -> classify -> report.
+
+Everything here is a dataclass of plain values, so the core stays pure and the
+bundle is a direct TOML rendering of these types (see `bundle.py`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class ScriptStatus(str, enum.Enum):
+    """How one script ended, above its sites."""
+
+    OK = "ok"
+    EAGER_FAILED = "eager_failed"  # the script fails without compile: not a compiler problem
+    COMPILE_ERROR = "compile_error"  # eager runs, compiled run crashes
+    MISMATCH = "mismatch"  # compiled outputs differ from eager
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"  # killed by a signal, os._exit(non-zero), probe failure
+    ENV_FAILED = "env_failed"  # the target environment could not run it at all
+
+
+class SiteClass(str, enum.Enum):
+    """What happened to one graph break between the record and a replay."""
+
+    PERSISTS = "persists"
+    MOVED = "moved"
+    GONE = "gone"
+    REAPPEARED = "reappeared"
+    NEW = "new"
+
+
+class Severity(str, enum.Enum):
+    """error = functional, warn = performance, info = nothing to act on."""
+
+    INFO = "info"
+    WARN = "warn"
+    ERROR = "error"
+
+    @property
+    def rank(self) -> int:
+        return {"info": 0, "warn": 1, "error": 2}[self.value]
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One user frame: file (script name or package-relative path), line, function, source text."""
+
+    file: str
+    line: int
+    function: str
+    source: str = ""
+
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass
+class Site:
+    """One graph break: where it happens and what it is, normalized across releases."""
+
+    file: str
+    line: int
+    function: str
+    source: str
+    category: str  # release-independent identity of the reason (a GB id, or a legacy key)
+    reason: str  # the release's own wording (gb_type or legacy reason)
+    gb_id: str | None = None
+    explanation: str = ""
+    hints: list[str] = field(default_factory=list)
+    call_site: Frame | None = None  # innermost frame in the script that led here
+    stack: list[Frame] = field(default_factory=list)
+    kind: str = "break"  # "break" | "skip" (the break made Dynamo skip the whole frame)
+    count: int = 1
+    excerpt: str = ""
+    sources: list[str] = field(default_factory=list)  # which observations saw it: log, trace, reasons
+
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    @property
+    def anchor(self) -> Frame:
+        """The script line this break belongs to (itself when it is in the script)."""
+        return self.call_site or Frame(self.file, self.line, self.function, self.source)
+
+
+@dataclass
+class Recompile:
+    """A guard failure that made Dynamo compile a frame again (kept apart from breaks)."""
+
+    function: str
+    file: str
+    line: int
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FallbackFrame:
+    """A function Dynamo gave up on entirely: it runs eager with no graph at all."""
+
+    function: str
+    file: str
+    line: int
+    reason: str = ""
+
+
+@dataclass
+class CallInfo:
+    """One call of a compiled entry point: what went in, how long it took."""
+
+    entry: str
+    index: int
+    inputs: list[str]  # "f32[8, 8] cpu", "int", ...
+    seconds: float
+    eager_seconds: float | None = None
+
+
+@dataclass
+class EntryPoint:
+    """A function or module handed to torch.compile, with its timings."""
+
+    name: str
+    file: str
+    line: int
+    calls: int
+    first_call_s: float | None = None  # includes Dynamo tracing (compile time)
+    steady_s: float | None = None  # median of later calls
+    eager_first_s: float | None = None
+    eager_steady_s: float | None = None
+    fullgraph_requested: bool = False
+
+
+@dataclass
+class OutputCheck:
+    """Compiled outputs against eager outputs, over every call."""
+
+    compared: int = 0
+    allclose: bool | None = None
+    max_abs: float | None = None
+    max_rel: float | None = None
+    detail: str = ""
+
+
+@dataclass
+class ErrorInfo:
+    """An exception that ended a run, with the user location that matters."""
+
+    type: str
+    message: str
+    location: Frame | None = None
+
+
+@dataclass
+class ScriptObservation:
+    """Everything observed for one script on one environment."""
+
+    status: ScriptStatus
+    detail: str = ""
+    graphs: int = 0
+    sites: list[Site] = field(default_factory=list)
+    fallback_frames: list[FallbackFrame] = field(default_factory=list)
+    recompiles: list[Recompile] = field(default_factory=list)
+    entries: list[EntryPoint] = field(default_factory=list)
+    calls: list[CallInfo] = field(default_factory=list)
+    check: OutputCheck = field(default_factory=OutputCheck)
+    error: ErrorInfo | None = None  # compile_error / eager_failed / crashed details
+    fullgraph: ErrorInfo | None = None  # the first break as an error under fullgraph=True
+    fullgraph_status: str | None = None  # "ok" | "error" | None (not run)
+    eager_wall_s: float | None = None
+    compiled_wall_s: float | None = None
+    packages: dict[str, str] = field(default_factory=dict)
+    log_excerpt: str = ""
+    stdout_tail: str = ""
+
+    @property
+    def break_count(self) -> int:
+        return len(self.sites)
+
+
+@dataclass
+class ScriptSource:
+    """A script embedded in a bundle."""
+
+    name: str
+    sha256: str
+    source: str
+
+
+@dataclass
+class Provenance:
+    """Where a repro came from when captured inside a git checkout."""
+
+    repo: str | None = None
+    remote: str | None = None
+    commit: str | None = None
+    dirty: bool | None = None
+    path: str | None = None
+
+
+@dataclass
+class SiteVerdict:
+    """One site's class in one replay (the compact form kept in a bundle's history)."""
+
+    script: str  # "pre" | "post"
+    site_class: SiteClass
+    where: str  # "repro.py:6"
+    category: str
+
+
+@dataclass
+class ReplayRecord:
+    """One replay of a case on one target, appended to the bundle's history."""
+
+    at: str  # ISO timestamp
+    target: str
+    torch: str
+    runner: str
+    verdict: str
+    severity: Severity
+    statuses: dict[str, str]  # script -> status
+    sites: list[SiteVerdict] = field(default_factory=list)
+    observed: dict[str, list[str]] = field(default_factory=dict)  # script -> "file:line|category" keys seen
+
+
+@dataclass
+class Case:
+    """One triaged graph-break problem: the unit the archive holds."""
+
+    id: str
+    title: str
+    pre: ScriptSource
+    post: ScriptSource | None = None
+    tags: list[str] = field(default_factory=list)
+    notes: str = ""
+    fix_summary: str = ""
+    rollback_notes: str = ""
+    created: str = ""
+    backend: str = "eager"
+    environment: dict[str, Any] = field(default_factory=dict)
+    observations: dict[str, ScriptObservation] = field(default_factory=dict)  # "pre" / "post"
+    provenance: Provenance | None = None
+    replays: list[ReplayRecord] = field(default_factory=list)
+    schema_version: int = 1
+
+    def script(self, which: str) -> ScriptSource | None:
+        return self.pre if which == "pre" else self.post
+
+
+def to_plain(value: Any) -> Any:
+    """Dataclasses/enums -> dicts/strings, dropping None (TOML has no null)."""
+    if hasattr(value, "__dataclass_fields__"):
+        return {k: to_plain(v) for k, v in asdict(value).items() if v is not None}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    return value

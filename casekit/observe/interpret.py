@@ -1,0 +1,353 @@
+"""Turning one raw probe result into a `ScriptObservation`.
+
+Sources are combined and de-duplicated, because none is complete on its own:
+the graph_breaks log (not written for data-dependent branches before 2.6), Dynamo's
+list of compile reasons (misses breaks before an empty graph), the structured
+trace (2.6+ break artifacts), the graph count from the counting backend (one
+case compiles to two graphs with no break logged at all), WON'T CONVERT records.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import statistics
+from typing import Any
+
+from casekit.model import (
+    CallInfo,
+    EntryPoint,
+    ErrorInfo,
+    FallbackFrame,
+    Frame,
+    OutputCheck,
+    Recompile,
+    ScriptObservation,
+    ScriptStatus,
+    Site,
+)
+from casekit.observe.logs import RawBreak, parse_frames, parse_graph_break, parse_recompile, parse_wont_convert
+from casekit.observe.reasons import categorize, gb_id_from_text, normalize_function, registry
+
+HARNESS_FILES = ("<frozen runpy>", "runpy.py", "probe.py")
+SITE_PACKAGES = re.compile(r"(?:site|dist)-packages/(?P<rel>.+)$")
+STDLIB = re.compile(r"/lib/python\d+\.\d+/(?P<rel>.+)$")
+FROM_USER_CODE = "from user code:"
+
+
+class PathNamer:
+    """Names files the way a bundle stores them: the script by its name, libraries
+    relative to their package root, never by an absolute path (it differs per machine)."""
+
+    def __init__(self, script_path: str, script_name: str) -> None:
+        self.script_path = script_path
+        self.script_name = script_name
+        self.script_dir = script_path.rsplit("/", 1)[0] if "/" in script_path else ""
+
+    def is_script(self, file: str) -> bool:
+        return file == self.script_path or file == self.script_name or (
+            bool(self.script_dir) and file.startswith(self.script_dir + "/") and file.endswith("/" + self.script_name)
+        )
+
+    def is_harness(self, file: str) -> bool:
+        return file.endswith(HARNESS_FILES) and not self.is_script(file)
+
+    def name(self, file: str) -> str:
+        if self.is_script(file):
+            return self.script_name
+        if self.script_dir and file.startswith(self.script_dir + "/"):
+            return file[len(self.script_dir) + 1 :]  # a helper module beside the script
+        for pattern in (SITE_PACKAGES, STDLIB):
+            match = pattern.search(file)
+            if match:
+                return match["rel"]
+        return file.rsplit("/", 1)[-1]
+
+
+def _normalize_frames(frames: list[Frame], namer: PathNamer) -> list[Frame]:
+    kept = [f for f in frames if not namer.is_harness(f.file)]
+    return [Frame(namer.name(f.file), f.line, normalize_function(f.function), f.source) for f in kept]
+
+
+def _site_from_raw(raw: RawBreak, namer: PathNamer, source: str) -> Site | None:
+    frames = _normalize_frames(raw.frames, namer)
+    if not frames:
+        return None
+    inner = frames[-1]
+    script_frames = [f for f in frames if f.file == namer.script_name]
+    call_site = script_frames[-1] if script_frames else None
+    category, gb_id = categorize(raw.reason, gb_id=gb_id_from_text(raw.gb_id_text), gb_type=raw.gb_type)
+    info = registry().get(gb_id or category)
+    explanation = raw.explanation or (info.explanation if info and not raw.gb_type else raw.explanation)
+    return Site(
+        file=inner.file,
+        line=inner.line,
+        function=inner.function,
+        source=inner.source,
+        category=category,
+        reason=raw.reason.strip().splitlines()[0] if raw.reason.strip() else category,
+        gb_id=gb_id,
+        explanation=explanation,
+        hints=list(raw.hints),
+        call_site=call_site if call_site and call_site != inner else None,
+        stack=frames,
+        kind="skip" if raw.skip else "break",
+        excerpt=raw.excerpt,
+        sources=[source],
+    )
+
+
+def _merge_site(sites: list[Site], new: Site) -> None:
+    """Same place and category: one site, counted; same place from a weaker source: ignored."""
+    for site in sites:
+        same_place = site.file == new.file and site.line == new.line
+        if same_place and (site.category == new.category or "log" not in new.sources):
+            if new.sources[0] not in site.sources:
+                site.sources.append(new.sources[0])
+            if "log" in new.sources:
+                site.count += 1
+            if site.function == "?" and new.function != "?":
+                site.function, site.source, site.stack = new.function, new.source, new.stack
+            return
+    sites.append(new)
+
+
+def collect_sites(run: dict[str, Any], namer: PathNamer) -> list[Site]:
+    sites: list[Site] = []
+    for record in run.get("records", []):
+        if record.get("kind") != "graph_breaks":
+            continue
+        raw = parse_graph_break(record["message"], record.get("exc_type"), record.get("exc_message"))
+        if record.get("exc_gb_type") and not raw.gb_type:
+            raw.gb_type = record["exc_gb_type"]
+        site = _site_from_raw(raw, namer, "log")
+        if site:
+            _merge_site(sites, site)
+    for event in run.get("trace_events", []):
+        if event.get("kind") == "dynamo_graph_break_reason" and event.get("payload"):
+            site = _site_from_raw(parse_graph_break(event["payload"]), namer, "trace")
+            if site:
+                _merge_site(sites, site)
+    for reason in run.get("compile_reasons", []):
+        frames = [Frame(f["file"], int(f["line"]), f["function"], f.get("source", "")) for f in reason["stack"]]
+        raw = parse_graph_break("", None, reason["reason"])
+        raw.frames = frames
+        site = _site_from_raw(raw, namer, "reasons")
+        if site:
+            _merge_site(sites, site)
+    return sites
+
+
+def collect_fallbacks(run: dict[str, Any], namer: PathNamer, sites: list[Site]) -> list[FallbackFrame]:
+    fallbacks: list[FallbackFrame] = []
+    seen: set[tuple[str, int]] = set()
+    for record in run.get("records", []):
+        if record.get("kind") != "convert_frame":
+            continue
+        raw = parse_wont_convert(record["message"], record.get("exc_message"))
+        if raw and not namer.is_harness(raw.file):
+            key = (namer.name(raw.file), raw.line)
+            if key not in seen:
+                seen.add(key)
+                fallbacks.append(FallbackFrame(normalize_function(raw.function), key[0], raw.line, raw.reason))
+    for site in sites:
+        if site.kind == "skip":
+            frame = site.anchor
+            key = (frame.file, frame.line)
+            if not any(f.function == frame.function and f.file == frame.file for f in fallbacks):
+                seen.add(key)
+                fallbacks.append(FallbackFrame(frame.function, frame.file, frame.line, site.reason))
+    return fallbacks
+
+
+def collect_recompiles(run: dict[str, Any], namer: PathNamer) -> list[Recompile]:
+    recompiles = []
+    for record in run.get("records", []):
+        if record.get("kind") == "recompiles":
+            raw = parse_recompile(record["message"])
+            if raw and not namer.is_harness(raw.file):
+                recompiles.append(
+                    Recompile(normalize_function(raw.function), namer.name(raw.file), raw.line, raw.reasons)
+                )
+    return recompiles
+
+
+def describe_input(value: dict[str, Any]) -> str:
+    kind = value.get("kind")
+    if kind == "tensor":
+        dtype = value.get("dtype", "?")
+        short = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int64": "i64", "int32": "i32", "bool": "b8"}.get(dtype, dtype)
+        return f"{short}{value.get('shape')} {value.get('device')}"
+    if kind in ("list", "tuple"):
+        return f"{kind}[" + ", ".join(describe_input(v) for v in value.get("items", [])) + "]"
+    if kind == "dict":
+        return "dict{" + ", ".join(f"{k}: {describe_input(v)}" for k, v in value.get("items", {}).items()) + "}"
+    if "value" in value and kind in ("int", "float", "bool", "str"):
+        return f"{kind}={value['value']!r}"
+    return str(kind)
+
+
+def _entry_points(compiled: dict[str, Any], eager: dict[str, Any] | None, namer: PathNamer) -> list[EntryPoint]:
+    entries = []
+    for name, entry in compiled.get("entries", {}).items():
+        times = [c["seconds"] for c in compiled.get("calls", []) if c["entry"] == name]
+        eager_times = [c["seconds"] for c in (eager or {}).get("calls", []) if c["entry"] == name]
+        entries.append(
+            EntryPoint(
+                name=name,
+                file=namer.name(entry.get("file") or "?"),
+                line=int(entry.get("line") or 0),
+                calls=int(entry.get("calls", 0)),
+                first_call_s=times[0] if times else None,
+                steady_s=statistics.median(times[1:]) if len(times) > 1 else None,
+                eager_first_s=eager_times[0] if eager_times else None,
+                eager_steady_s=statistics.median(eager_times[1:]) if len(eager_times) > 1 else None,
+                fullgraph_requested=bool(entry.get("fullgraph_requested")),
+            )
+        )
+    return entries
+
+
+def _output_check(compiled: dict[str, Any]) -> OutputCheck:
+    comparisons = [c["comparison"] for c in compiled.get("calls", []) if c.get("comparison")]
+    if not comparisons:
+        return OutputCheck()
+    max_abs = max((c["max_abs"] for c in comparisons if c.get("max_abs") is not None), default=None)
+    max_rel = max((c["max_rel"] for c in comparisons if c.get("max_rel") is not None), default=None)
+    details = sorted({c["detail"] for c in comparisons if c.get("detail")})
+    return OutputCheck(
+        compared=len(comparisons),
+        allclose=all(c["allclose"] for c in comparisons),
+        max_abs=max_abs,
+        max_rel=max_rel,
+        detail="; ".join(details),
+    )
+
+
+def _error_info(run: dict[str, Any], namer: PathNamer) -> ErrorInfo | None:
+    exception = run.get("exception")
+    if not exception:
+        return None
+    message = exception.get("message", "")
+    location = None
+    head, _, user_part = message.partition(FROM_USER_CODE)
+    user_frames = _normalize_frames(parse_frames(user_part), namer) if user_part else []
+    if user_frames:
+        location = user_frames[-1]
+    elif exception.get("script_line"):
+        location = Frame(
+            namer.script_name,
+            int(exception["script_line"]),
+            normalize_function(exception.get("script_function") or "?"),
+            exception.get("script_source") or "",
+        )
+    first = head.strip().splitlines()
+    summary = "\n".join(first[:6]) if first else exception.get("type", "")
+    return ErrorInfo(type=exception.get("type", "Exception"), message=summary, location=location)
+
+
+def _run_failure(run: dict[str, Any]) -> str | None:
+    """None when the run finished normally; else a short why."""
+    status = run.get("status")
+    if status == "ok":
+        return None
+    if status == "exited":
+        return f"exited with code {run.get('exit_code')}"
+    if status == "raised":
+        exception = run.get("exception") or {}
+        return f"{exception.get('type', 'Exception')}: {(exception.get('message') or '').strip().splitlines()[0] if (exception.get('message') or '').strip() else ''}"
+    if status == "timeout":
+        return f"timed out after {run.get('timeout_s')} s"
+    if status == "killed":
+        return f"killed by signal {run.get('signal')}"
+    return f"crashed ({status}, exit code {run.get('exit_code')})"
+
+
+def script_imports(source: str) -> set[str]:
+    """Top-level module names a script imports (its own imports, not torch's)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _packages(runs: dict[str, Any], imports: set[str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for run in runs.values():
+        found.update(run.get("imported_packages") or {})
+    wanted = {name.lower().replace("_", "-") for name in imports}
+    return {dist: version for dist, version in sorted(found.items()) if dist.lower().replace("_", "-") in wanted}
+
+
+def _log_excerpt(sites: list[Site], recompiles: list[Recompile]) -> str:
+    parts = [site.excerpt for site in sites if site.excerpt]
+    parts += [f"Recompiling function {r.function} in {r.file}:{r.line}: " + "; ".join(r.reasons) for r in recompiles]
+    return "\n\n".join(parts)[:12000]
+
+
+def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_source: str = "") -> ScriptObservation:
+    """One probe result (eager + compiled [+ fullgraph] runs) -> one ScriptObservation."""
+    namer = PathNamer(script_path, script_name)
+    runs: dict[str, Any] = raw.get("runs", {})
+    eager = runs.get("eager")
+    compiled = runs.get("compiled") or {}
+    sites = collect_sites(compiled, namer)
+    recompiles = collect_recompiles(compiled, namer)
+    fallbacks = collect_fallbacks(compiled, namer, sites)
+    check = _output_check(compiled)
+    observation = ScriptObservation(
+        status=ScriptStatus.OK,
+        graphs=len(compiled.get("graphs", [])),
+        sites=sites,
+        fallback_frames=fallbacks,
+        recompiles=recompiles,
+        entries=_entry_points(compiled, eager, namer),
+        calls=[
+            CallInfo(c["entry"], c["index"], [describe_input(a) for a in c.get("args", [])], c["seconds"])
+            for c in compiled.get("calls", [])[:50]
+        ],
+        check=check,
+        eager_wall_s=(eager or {}).get("wall_s"),
+        compiled_wall_s=compiled.get("wall_s"),
+        packages=_packages(runs, script_imports(script_source)),
+        log_excerpt=_log_excerpt(sites, recompiles),
+        stdout_tail=(compiled.get("stdout_tail") or (eager or {}).get("stdout_tail") or "")[-2000:],
+    )
+    eager_failure = _run_failure(eager) if eager else None
+    compiled_failure = _run_failure(compiled) if compiled else "no compiled run"
+    if eager_failure:
+        observation.status = ScriptStatus.TIMEOUT if eager.get("status") == "timeout" else ScriptStatus.EAGER_FAILED  # type: ignore[union-attr]
+        observation.detail = "eager baseline: " + eager_failure
+        observation.error = _error_info(eager or {}, namer)
+    elif compiled_failure:
+        status = compiled.get("status")
+        if status == "timeout":
+            observation.status = ScriptStatus.TIMEOUT
+        elif status in ("raised", "exited"):
+            observation.status = ScriptStatus.COMPILE_ERROR
+        else:
+            observation.status = ScriptStatus.CRASHED
+        observation.detail = "compiled run: " + compiled_failure
+        observation.error = _error_info(compiled, namer)
+    elif check.allclose is False:
+        observation.status = ScriptStatus.MISMATCH
+        observation.detail = f"compiled output differs from eager (max abs {check.max_abs}, max rel {check.max_rel})"
+    fullgraph = runs.get("fullgraph")
+    if fullgraph:
+        observation.fullgraph_status = "ok" if fullgraph.get("status") == "ok" else "error"
+        observation.fullgraph = _error_info(fullgraph, namer) if fullgraph.get("status") != "ok" else None
+        if observation.fullgraph_status == "error" and observation.fullgraph is None:
+            observation.fullgraph = ErrorInfo(type=str(fullgraph.get("status")), message=_run_failure(fullgraph) or "")
+    return observation
+
+
+def failed_observation(why: str) -> ScriptObservation:
+    """The script could not be observed at all: the environment failed."""
+    return ScriptObservation(status=ScriptStatus.ENV_FAILED, detail=why)

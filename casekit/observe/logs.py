@@ -1,0 +1,185 @@
+"""Parsing Dynamo's graph_breaks / recompiles / frame-skip messages from every release.
+
+The shapes differ (see BRIEF "Measured here"):
+- 2.3-2.5: `Graph break: from user code at:` + frames; the reason is the exception
+  attached to the record (`Unsupported: Tensor.item`).
+- 2.4-2.9: `Graph break: skip: from user code at:` when the whole frame is skipped.
+- 2.6: `Graph break in user code at F:L` / `Reason: ...` / `User code traceback:`.
+- 2.7+: `Graph Break Reason:` with a registry message (gb_type, Explanation, Hint,
+  Developer debug context), ids in a link from 2.9, an "Encountered graph break
+  when attempting to trace ..." prefix from 2.10.
+- 2.10+: `torch.compile cannot properly resume from this graph break, which results
+  in a skip.`
+- Repeats: `(user stack suppressed due to duplicate graph break)` / `(details
+  suppressed)` / `Unsupported break in user code at F:L (details suppressed)`.
+Every parser here is pure: text in, plain data out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from casekit.model import Frame
+
+FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+?)\s*$')
+USER_CODE_AT = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\b")
+REASON_PREFIX = re.compile(r"^Encountered graph break when attempting to trace [^\n]*?:\s*$", re.MULTILINE)
+SKIP_MARKERS = ("Graph break: skip:", "which results in a skip", "will skip tracing the frame")
+RECOMPILING = re.compile(r"Recompiling function (?P<function>\S+) in (?P<file>.+?):(?P<line>\d+)")
+WONT_CONVERT = re.compile(r"WON'T CONVERT (?P<function>\S+) (?P<file>.+?) line (?P<line>\d+)")
+NESTED_BREAK = "*** While handling this graph break, another graph break occurred: ***"
+
+
+@dataclass
+class RawBreak:
+    """One graph-break event as a release printed it, before normalization."""
+
+    frames: list[Frame]  # outermost first, raw file paths
+    reason: str  # the reason text (gb_type + details, or legacy text)
+    gb_type: str | None = None
+    explanation: str = ""
+    hints: list[str] = field(default_factory=list)
+    gb_id_text: str = ""  # text in which a gb link may appear
+    excerpt: str = ""
+    skip: bool = False
+    suppressed: bool = False  # a repeat: location only, no stack
+
+
+def parse_frames(text: str) -> list[Frame]:
+    """Traceback-style frames (`File "x", line N, in f` + optional source line)."""
+    frames: list[Frame] = []
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        match = FRAME_LINE.match(line)
+        if not match:
+            continue
+        source = ""
+        if index + 1 < len(lines):
+            following = lines[index + 1]
+            stripped = following.strip()
+            if stripped and not FRAME_LINE.match(following) and not set(stripped) <= set("^~ "):
+                if following.startswith("    ") or following.startswith("\t"):
+                    source = stripped
+        frames.append(Frame(match["file"], int(match["line"]), match["function"], source))
+    return frames
+
+
+def _split_registry_message(block: str) -> tuple[str | None, str, list[str]]:
+    """gb_type, explanation and hints of a registry-style reason block (2.7+)."""
+    block = REASON_PREFIX.sub("", block).strip("\n")
+    block = block.split(NESTED_BREAK)[0]
+    lines = [line for line in block.splitlines()]
+    explanation = ""
+    hints: list[str] = []
+    gb_type = None
+    for line in lines:
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("Explanation:"):
+            explanation = stripped.removeprefix("Explanation:").strip()
+        elif stripped.startswith("Hint:"):
+            hints.append(stripped.removeprefix("Hint:").strip())
+        elif gb_type is None and not line.startswith(" "):
+            gb_type = stripped
+    if not explanation:  # 2.6 and legacy: a plain reason, no registry fields
+        return None, "", []
+    return gb_type, explanation, hints
+
+
+def clean_excerpt(message: str) -> str:
+    """The log text without PyTorch-internal tracebacks (they churn with every release)."""
+    kept: list[str] = []
+    skipping = False
+    for line in message.splitlines():
+        if line.startswith("Traceback (most recent call last):"):
+            skipping = True
+            continue
+        if skipping:
+            if line.startswith(" ") or not line.strip():
+                continue
+            skipping = False
+        kept.append(line.rstrip())
+    return "\n".join(kept).strip()
+
+
+def _without_internal_traceback(message: str) -> str:
+    """Drop a `Traceback (most recent call last):` block: its frames are PyTorch's, not the user's."""
+    if "Traceback (most recent call last):" not in message:
+        return message
+    return clean_excerpt(message)
+
+
+def parse_graph_break(message: str, exc_type: str | None = None, exc_message: str | None = None) -> RawBreak:
+    """One graph_breaks record of any release."""
+    skip = any(marker in message for marker in SKIP_MARKERS)
+    suppressed = "suppressed" in message and "User code traceback" not in message
+    message = _without_internal_traceback(message)
+    head, _, traceback_part = message.partition("User code traceback:")
+    frames = parse_frames(traceback_part if traceback_part else message)
+    if not frames:
+        match = USER_CODE_AT.search(message)
+        if match:
+            frames = [Frame(match["file"], int(match["line"]), "?", "")]
+    reason = ""
+    for marker in ("Graph Break Reason:", "Reason:"):
+        if marker in head:
+            reason = head.split(marker, 1)[1]
+            break
+    if not reason and exc_message:
+        reason = exc_message
+    if not reason:
+        reason = message.splitlines()[0] if message else ""
+    gb_type, explanation, hints = _split_registry_message(reason)
+    if gb_type is None and exc_message and "Explanation:" in exc_message:
+        gb_type, explanation, hints = _split_registry_message(exc_message)
+    reason_text = gb_type or REASON_PREFIX.sub("", reason).strip().split(NESTED_BREAK)[0].strip()
+    if reason_text.startswith("Unsupported: "):
+        reason_text = reason_text.removeprefix("Unsupported: ")
+    excerpt = clean_excerpt(message)
+    if exc_message and exc_message.strip() and exc_message.strip() not in excerpt:
+        excerpt += f"\n{exc_type or 'Exception'}: {clean_excerpt(exc_message)}"
+    return RawBreak(
+        frames=frames,
+        reason=reason_text,
+        gb_type=gb_type,
+        explanation=explanation,
+        hints=hints,
+        gb_id_text=message + "\n" + (exc_message or ""),
+        excerpt=excerpt.strip(),
+        skip=skip,
+        suppressed=suppressed,
+    )
+
+
+@dataclass
+class RawRecompile:
+    function: str
+    file: str
+    line: int
+    reasons: list[str]
+
+
+def parse_recompile(message: str) -> RawRecompile | None:
+    match = RECOMPILING.search(message)
+    if not match:
+        return None
+    reasons = [line.strip()[2:].strip() for line in message.splitlines() if line.strip().startswith("- ")]
+    return RawRecompile(match["function"], match["file"], int(match["line"]), reasons)
+
+
+@dataclass
+class RawFallback:
+    function: str
+    file: str
+    line: int
+    reason: str
+
+
+def parse_wont_convert(message: str, exc_message: str | None) -> RawFallback | None:
+    match = WONT_CONVERT.search(message)
+    if not match:
+        return None
+    reason = (exc_message or "").strip().splitlines()
+    return RawFallback(match["function"], match["file"], int(match["line"]), reason[0] if reason else "")

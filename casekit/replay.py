@@ -1,0 +1,405 @@
+"""Replay: rerun the archive on one or more targets and classify every break.
+
+One probe process per target runs every script of every case (torch imported
+once per target); targets run side by side where cores allow. A case's history
+is appended only once its target has finished, atomically, so an interrupted
+replay leaves each bundle untouched or complete.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from casekit.archive import Archive
+from casekit.capture import observe_batch
+from casekit.classify import CaseResult, Rollback, classify_case, site_key
+from casekit.errors import CasekitError
+from casekit.model import (
+    Case,
+    ReplayRecord,
+    ScriptObservation,
+    ScriptStatus,
+    Severity,
+    SiteClass,
+    SiteVerdict,
+)
+from casekit.observe import failed_observation, interpret
+from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
+
+REPLAY_SCHEMA = "casekit.replay/1"
+
+
+@dataclass
+class ReplayOptions:
+    """How to replay: the backend (None = each case's recorded one), limits, what to record."""
+
+    backend: str | None = None
+    timeout: float = 300.0
+    record: bool = True
+    pin_packages: bool = True
+    parallel: int | None = None  # targets at once; None = as many as cores allow
+    verify_rollback: bool = True
+
+
+@dataclass
+class TargetRun:
+    """One target's outcome: its environment, every case result, warnings."""
+
+    spec: TargetSpec
+    label: str
+    environment: dict[str, Any] = field(default_factory=dict)
+    results: list[CaseResult] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+    import_s: float | None = None
+
+
+@dataclass
+class ReplayReport:
+    targets: list[TargetRun]
+
+    @property
+    def results(self) -> list[CaseResult]:
+        return [result for target in self.targets for result in target.results]
+
+    def worst(self) -> Severity:
+        return max((r.severity for r in self.results), key=lambda s: s.rank, default=Severity.INFO)
+
+
+RunnerFactory = Callable[[TargetSpec], Runner]
+
+
+def case_pins(cases: list[Case]) -> tuple[tuple[str, ...], list[str]]:
+    """Library versions the cases recorded (transformers, timm...), to install beside torch.
+
+    Without them, a library upgrade masquerades as a torch change. Conflicting
+    records are reported and the newest capture wins.
+    """
+    pins: dict[str, tuple[str, str]] = {}
+    warnings = []
+    for case in sorted(cases, key=lambda c: c.created):
+        for dist, version in (case.environment.get("packages") or {}).items():
+            if dist.lower() in ("torch", "numpy", "triton") or dist.lower().startswith("nvidia"):
+                continue
+            if dist in pins and pins[dist][0] != version:
+                warnings.append(f"{dist}: {pins[dist][1]} recorded {pins[dist][0]}, {case.id} recorded {version}; using {version}")
+            pins[dist] = (version, case.id)
+    return tuple(f"{dist}=={version}" for dist, (version, _) in sorted(pins.items())), warnings
+
+
+def _write_scripts(cases: list[Case], folder: Path) -> dict[tuple[str, str], Path]:
+    paths = {}
+    for case in cases:
+        for which in ("pre", "post"):
+            script = case.script(which)
+            if script is None:
+                continue
+            path = folder / case.id / which / script.name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(script.source, encoding="utf-8")
+            paths[(case.id, which)] = path
+    return paths
+
+
+def _jobs(cases: list[Case], paths: dict[tuple[str, str], Path], options: ReplayOptions, modes: tuple[str, ...]) -> list[ProbeJob]:
+    return [
+        ProbeJob(
+            id=f"{case_id}.{which}",
+            script=path,
+            modes=modes,
+            backend=options.backend or next(c.backend for c in cases if c.id == case_id),
+            timeout=options.timeout,
+        )
+        for (case_id, which), path in paths.items()
+    ]
+
+
+def _package_warnings(cases: list[Case], observations: dict[tuple[str, str], ScriptObservation], label: str) -> list[str]:
+    warnings = []
+    for case in cases:
+        recorded = case.environment.get("packages") or {}
+        for (case_id, _), observation in observations.items():
+            if case_id != case.id:
+                continue
+            for dist, version in observation.packages.items():
+                if dist in recorded and recorded[dist] != version and dist.lower() != "torch":
+                    warnings.append(
+                        f"{case.id}: {dist} {version} on {label}, but the case recorded {recorded[dist]}: "
+                        "a change may come from the library, not torch"
+                    )
+    return sorted(set(warnings))
+
+
+def _verify_rollbacks(
+    runner: Runner,
+    cases: dict[str, Case],
+    results: list[CaseResult],
+    paths: dict[tuple[str, str], Path],
+    options: ReplayOptions,
+    progress: ProgressFn,
+) -> None:
+    """Prove a way back for each broken fix: post-fix with fullgraph=False, else pre-fix the same way."""
+    needing = [r for r in results if r.rollback and r.rollback.needed]
+    if not needing:
+        return
+    jobs = []
+    for result in needing:
+        for which in ("post", "pre"):
+            if (result.case_id, which) in paths:
+                jobs.append(
+                    ProbeJob(
+                        id=f"{result.case_id}.{which}.rollback",
+                        script=paths[(result.case_id, which)],
+                        modes=("eager", "rollback"),
+                        backend=options.backend or cases[result.case_id].backend,
+                        timeout=options.timeout,
+                    )
+                )
+    progress(f"verifying rollback for {len(needing)} case(s) with fullgraph=False")
+    batch = runner.run_probe(jobs, progress)
+    for result in needing:
+        rollback = result.rollback
+        assert rollback is not None
+        attempts = []
+        for which in ("post", "pre"):
+            job_id = f"{result.case_id}.{which}.rollback"
+            raw = batch.results.get(job_id)
+            case = cases[result.case_id]
+            script = case.script(which)
+            if raw is None or script is None:
+                attempts.append(f"{which}-fix: not run ({batch.failed.get(job_id, 'no result')})")
+                continue
+            runs = raw.get("runs", {})
+            as_compiled = {**raw, "runs": {"eager": runs.get("eager"), "compiled": runs.get("rollback")}}
+            observation = interpret(as_compiled, str(raw.get("script")), script.name, script.source)
+            matches = observation.check.allclose is not False
+            if observation.status is ScriptStatus.OK and matches:
+                rollback.verified = True
+                rollback.path = f"{which}-fix with fullgraph=False"
+                attempts.append(
+                    f"{which}-fix with fullgraph=False runs and matches eager "
+                    f"({observation.check.compared} call(s) compared, {len(observation.sites)} break(s), {observation.graphs} graph(s))"
+                )
+                break
+            attempts.append(f"{which}-fix with fullgraph=False: {observation.status.value} {observation.detail}".strip())
+        else:
+            rollback.verified = False
+        rollback.detail = rollback.detail + "; " + "; ".join(attempts)
+
+
+def run_target(
+    spec: TargetSpec,
+    cases: list[Case],
+    options: ReplayOptions,
+    make_runner: RunnerFactory,
+    progress: ProgressFn,
+) -> TargetRun:
+    """Replay every case on one target (one probe process, one torch import)."""
+    started = time.monotonic()
+    pins, pin_warnings = case_pins(cases) if options.pin_packages and spec.runner != "python" else ((), [])
+    if pins:
+        spec = replace(spec, extra_packages=tuple(spec.extra_packages) + pins)
+    run = TargetRun(spec=spec, label=spec.label, warnings=list(pin_warnings))
+    say: ProgressFn = lambda message: progress(f"[{spec.label}] {message}")  # noqa: E731
+    folder = Path(tempfile.mkdtemp(prefix="casekit-replay-"))
+    try:
+        paths = _write_scripts(cases, folder)
+        jobs = _jobs(cases, paths, options, ("eager", "compiled"))
+        runner = make_runner(spec)
+        observations: dict[tuple[str, str], ScriptObservation] = {}
+        try:
+            runner.prepare(say)
+            say(f"running {len(jobs)} script(s) of {len(cases)} case(s)")
+            batch = runner.run_probe(jobs, say)
+        except CasekitError as error:
+            run.error = str(error)
+            batch = ProbeBatchResult(environment={}, results={}, failed={job.id: str(error) for job in jobs})
+        run.environment = {**batch.environment, **runner.describe()}
+        run.import_s = batch.import_s
+        by_id = {case.id: case for case in cases}
+        for job in jobs:
+            case_id, which = job.id.rsplit(".", 1)
+            script = by_id[case_id].script(which)
+            assert script is not None
+            observations[(case_id, which)] = observe_batch(batch, job, script)
+        run.warnings += _package_warnings(cases, observations, spec.label)
+        for case in cases:
+            observed = {which: obs for (case_id, which), obs in observations.items() if case_id == case.id}
+            run.results.append(classify_case(case, spec.label, observed))
+        if options.verify_rollback and run.error is None:
+            try:
+                _verify_rollbacks(runner, by_id, run.results, paths, options, say)
+            except CasekitError as error:
+                run.warnings.append(f"rollback verification could not run: {error}")
+    finally:
+        if not os.environ.get("CASEKIT_KEEP_BATCH"):
+            shutil.rmtree(folder, ignore_errors=True)
+    run.seconds = time.monotonic() - started
+    return run
+
+
+def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
+    """The compact history entry a bundle keeps (so later replays can tell 'reappeared')."""
+    sites = []
+    observed: dict[str, list[str]] = {}
+    for which, script in result.scripts.items():
+        observed[which] = sorted({site_key(site) for site in script.observation.sites})
+        for pairing in script.sites:
+            site = pairing.observed if pairing.site_class is not SiteClass.GONE else pairing.recorded
+            assert site is not None
+            sites.append(SiteVerdict(which, pairing.site_class, site.anchor.where(), site.category))
+    return ReplayRecord(
+        at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+        target=run.label,
+        torch=str(run.environment.get("torch", "?")),
+        runner=run.spec.runner,
+        verdict=result.verdict,
+        severity=result.severity,
+        statuses={which: script.status.value for which, script in result.scripts.items()},
+        sites=sites,
+        observed=observed,
+    )
+
+
+def record_history(archive: Archive, run: TargetRun) -> None:
+    """Append this target's results to each bundle: reload under the lock, write atomically."""
+    if run.error:
+        return  # an environment that never ran says nothing about the cases
+    with archive.locked():
+        for result in run.results:
+            case = archive.load(result.case_id)
+            case.replays.append(replay_record(result, run))
+            archive.save(case)
+
+
+def replay(
+    cases: list[Case],
+    specs: list[TargetSpec],
+    options: ReplayOptions,
+    archive: Archive | None,
+    make_runner: RunnerFactory,
+    progress: ProgressFn,
+) -> ReplayReport:
+    """Replay all cases on all targets; record each target's history as it completes."""
+    if not cases:
+        raise CasekitError("the archive holds no cases to replay")
+    workers = max(1, min(len(specs), options.parallel or (os.cpu_count() or 1)))
+    lock = threading.Lock()
+    runs: list[TargetRun | None] = [None] * len(specs)
+
+    def locked_progress(message: str) -> None:
+        with lock:
+            progress(message)
+
+    def one(index: int) -> None:
+        run = run_target(specs[index], cases, options, make_runner, locked_progress)
+        if options.record and archive is not None:
+            with lock:
+                record_history(archive, run)
+        runs[index] = run
+
+    if workers == 1:
+        for index in range(len(specs)):
+            one(index)
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for future in [pool.submit(one, i) for i in range(len(specs))]:
+                future.result()
+    return ReplayReport([run for run in runs if run is not None])
+
+
+# ----------------------------------------------------------------------- JSON
+
+
+def _site_json(site: Any) -> dict[str, Any] | None:
+    if site is None:
+        return None
+    return {
+        "file": site.file,
+        "line": site.line,
+        "function": site.function,
+        "source": site.source,
+        "gb_id": site.gb_id,
+        "reason": site.reason,
+        "category": site.category,
+        "call_site": site.call_site.where() if site.call_site else None,
+    }
+
+
+def result_json(result: CaseResult) -> dict[str, Any]:
+    scripts: dict[str, Any] = {"pre": None, "post": None}
+    for which, script in result.scripts.items():
+        observation = script.observation
+        scripts[which] = {
+            "status": script.status.value,
+            "recorded_status": script.recorded_status.value if script.recorded_status else None,
+            "detail": observation.detail,
+            "graphs": observation.graphs,
+            "fallback_frames": [f"{f.function} ({f.file}:{f.line})" for f in observation.fallback_frames],
+            "recompiles": len(observation.recompiles),
+            "recompiles_recorded": script.recompiles_before,
+            "sites": [
+                {
+                    "class": p.site_class.value,
+                    "observed": _site_json(p.observed),
+                    "recorded": _site_json(p.recorded),
+                    "note": p.note,
+                }
+                for p in script.sites
+            ],
+            "notes": script.notes,
+        }
+    rollback = result.rollback
+    return {
+        "case": result.case_id,
+        "target": result.target,
+        "verdict": result.verdict,
+        "severity": result.severity.value,
+        "reasons": result.reasons,
+        "scripts": scripts,
+        "rollback": None
+        if rollback is None
+        else {
+            "needed": rollback.needed,
+            "verified": rollback.verified,
+            "detail": rollback.detail,
+            "notes": rollback.notes,
+            "path": rollback.path,
+        },
+    }
+
+
+def report_json(report: ReplayReport) -> dict[str, Any]:
+    return {
+        "schema": REPLAY_SCHEMA,
+        "targets": [
+            {
+                "label": run.label,
+                "torch": run.environment.get("torch"),
+                "cuda": run.environment.get("torch_cuda"),
+                "python": run.environment.get("python"),
+                "runner": run.spec.runner,
+                "error": run.error,
+                "warnings": run.warnings,
+                "seconds": round(run.seconds, 2),
+                "import_s": run.import_s,
+            }
+            for run in report.targets
+        ],
+        "results": [result_json(result) for result in report.results],
+    }
+
+
+def rollback_for(result: CaseResult) -> Rollback | None:
+    return result.rollback

@@ -1,0 +1,308 @@
+"""Commit bisection over a real generated git history, with a real test command.
+
+Every bisection test also checks that the user's repository is left exactly as
+it was: status, index, HEAD, refs, worktree list, and the dirty files themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from casekit.bisect.commits import (
+    BAD,
+    GOOD,
+    bisect_commits,
+    command_evaluator,
+    commit_summary,
+    list_first_parent_commits,
+    run_command_outcome,
+    temporary_worktree,
+)
+from casekit.bisect.search import UNKNOWN, ResultCache
+from casekit.errors import BisectError, GitError
+
+GIT_ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "Casekit Test",
+    "GIT_AUTHOR_EMAIL": "test@example.invalid",
+    "GIT_COMMITTER_NAME": "Casekit Test",
+    "GIT_COMMITTER_EMAIL": "test@example.invalid",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+# Imports the repo's app.py; 125 when the commit is marked unbuildable, 1 when f() prints.
+CHECK_SCRIPT = textwrap.dedent(
+    """
+    import contextlib, io, sys
+    sys.path.insert(0, ".")
+    import app
+    if app.UNBUILDABLE:
+        sys.exit(125)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        app.f()
+    sys.exit(1 if printed.getvalue() else 0)
+    """
+)
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=repo, env=GIT_ENV, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def make_history(repo: Path, count: int, print_from: int, unbuildable: range) -> list[str]:
+    """`count` commits of app.py; f() prints from commit `print_from` on. Returns SHAs, oldest first."""
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    shas = []
+    for i in range(count):
+        body = f'    print("debug {i}")\n' if i >= print_from else ""
+        (repo / "app.py").write_text(f"UNBUILDABLE = {i in unbuildable}\n\n\ndef f():\n{body}    return {i}\n")
+        git(repo, "add", "app.py")
+        git(repo, "commit", "-q", "-m", f"change {i}")
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    return shas
+
+
+def make_dirty(repo: Path) -> None:
+    """A user in the middle of work: an unstaged edit, a staged file, an untracked file."""
+    with (repo / "app.py").open("a") as handle:
+        handle.write("# work in progress\n")
+    (repo / "staged.txt").write_text("staged\n")
+    git(repo, "add", "staged.txt")
+    (repo / "notes.txt").write_text("untracked\n")
+
+
+def snapshot(repo: Path) -> dict[str, object]:
+    """Everything a bisection must not change."""
+    return {
+        "status": git(repo, "status", "--porcelain", "--untracked-files=all", "--ignored"),
+        "staged": git(repo, "diff", "--cached"),
+        "unstaged": git(repo, "diff"),
+        "head": git(repo, "rev-parse", "HEAD"),
+        "symbolic_head": git(repo, "symbolic-ref", "-q", "HEAD"),
+        "refs": git(repo, "for-each-ref"),
+        "worktrees": git(repo, "worktree", "list", "--porcelain"),
+        "files": {p.name: p.read_bytes() for p in repo.iterdir() if p.is_file()},
+        "admin": sorted(p.name for p in (repo / ".git").iterdir()),
+    }
+
+
+@pytest.fixture
+def check_command(tmp_path: Path) -> list[str]:
+    script = tmp_path / "check.py"
+    script.write_text(CHECK_SCRIPT)
+    return [sys.executable, str(script)]
+
+
+def test_finds_the_commit_that_added_a_print(tmp_path: Path, check_command: list[str]) -> None:
+    repo = tmp_path / "repo"
+    shas = make_history(repo, 20, print_from=13, unbuildable=range(5, 10))
+    make_dirty(repo)
+    before = snapshot(repo)
+    seen: list[Path] = []
+    evaluate = command_evaluator(check_command, timeout=60)
+
+    def evaluate_at(worktree: Path, sha: str) -> object:
+        seen.append(worktree)
+        # The worktree holds exactly that commit, not the user's dirty files.
+        assert (worktree / "app.py").read_text().strip() == git(repo, "show", f"{sha}:app.py")
+        assert not (worktree / "notes.txt").exists()
+        return evaluate(worktree, sha)
+
+    result = bisect_commits(repo, shas[0], "main", evaluate_at)
+
+    assert (result.last_good, result.first_bad, result.ambiguous) == (shas[12], shas[13], [])
+    assert result.good_outcome == GOOD and result.bad_outcome == BAD
+    assert commit_summary(repo, result.first_bad).endswith("change 13")
+    assert snapshot(repo) == before
+    assert seen and not any(path.exists() for path in seen), "a temporary worktree was left behind"
+
+
+def test_unbuildable_commits_around_the_culprit_give_an_ambiguous_range(
+    tmp_path: Path, check_command: list[str]
+) -> None:
+    repo = tmp_path / "repo"
+    shas = make_history(repo, 20, print_from=12, unbuildable=range(11, 14))
+    before = snapshot(repo)
+
+    result = bisect_commits(repo, shas[0], shas[-1], command_evaluator(check_command, timeout=60))
+
+    assert (result.last_good, result.first_bad) == (shas[10], shas[14])
+    assert result.ambiguous == shas[11:14]
+    assert [outcome for sha, outcome in result.steps if sha in shas[11:14]] == [UNKNOWN] * 3
+    assert snapshot(repo) == before
+
+
+def test_candidates_are_first_parent_commits_after_good(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shas = make_history(repo, 6, print_from=99, unbuildable=range(0))
+    git(repo, "checkout", "-q", "-b", "side", shas[2])
+    (repo / "side.txt").write_text("side\n")
+    git(repo, "add", "side.txt")
+    git(repo, "commit", "-q", "-m", "side work")
+    side_sha = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--no-ff", "-m", "merge side", "side")
+    merge_sha = git(repo, "rev-parse", "HEAD")
+
+    candidates = list_first_parent_commits(repo, shas[1], "main")
+
+    assert candidates == [*shas[1:], merge_sha]
+    assert side_sha not in candidates
+
+
+def test_interrupt_mid_bisection_leaves_the_repo_untouched(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shas = make_history(repo, 20, print_from=13, unbuildable=range(0))
+    make_dirty(repo)
+    before = snapshot(repo)
+    seen: list[Path] = []
+
+    def evaluate_at(worktree: Path, sha: str) -> object:
+        seen.append(worktree)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+        return GOOD if sha in shas[:13] else BAD
+
+    with pytest.raises(KeyboardInterrupt):
+        bisect_commits(repo, shas[0], shas[-1], evaluate_at)
+    assert snapshot(repo) == before
+    assert not any(path.exists() for path in seen)
+
+
+def test_an_error_in_the_evaluator_leaves_the_repo_untouched(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shas = make_history(repo, 5, print_from=3, unbuildable=range(0))
+    before = snapshot(repo)
+
+    def evaluate_at(worktree: Path, sha: str) -> object:
+        (worktree / "build-output.bin").write_bytes(b"\0" * 100)  # untracked debris must not block removal
+        (worktree / "app.py").write_text("edited\n")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        bisect_commits(repo, shas[0], shas[-1], evaluate_at)
+    assert snapshot(repo) == before
+
+
+def test_the_users_hooks_do_not_run(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shas = make_history(repo, 3, print_from=1, unbuildable=range(0))
+    marker = tmp_path / "hook-ran"
+    hook = repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    hook.chmod(0o755)
+
+    with temporary_worktree(repo, shas[1]) as worktree:
+        assert (worktree / "app.py").exists()
+    assert not marker.exists()
+    assert not worktree.exists()
+
+
+def test_cached_commit_bisection_skips_checkouts_on_rerun(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shas = make_history(repo, 12, print_from=7, unbuildable=range(0))
+    calls: list[str] = []
+
+    def evaluate_at(worktree: Path, sha: str) -> object:
+        calls.append(sha)
+        return GOOD if sha in shas[:7] else BAD
+
+    cache = ResultCache(tmp_path / "cache.json")
+    first = bisect_commits(repo, shas[0], shas[-1], evaluate_at, cache=cache, case_hash="cmd-hash")
+    calls.clear()
+    second = bisect_commits(
+        repo, shas[0], shas[-1], evaluate_at, cache=ResultCache(tmp_path / "cache.json"), case_hash="cmd-hash"
+    )
+    assert calls == [] and second == first and first.first_bad == shas[7]
+    with pytest.raises(BisectError, match="case_hash"):
+        bisect_commits(repo, shas[0], shas[-1], evaluate_at, cache=cache)
+
+
+def test_command_sees_the_commit_it_tests(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shas = make_history(repo, 2, print_from=9, unbuildable=range(0))
+    script = f"import os, sys; sys.exit(0 if os.environ['CASEKIT_BISECT_COMMIT'] == {shas[1]!r} else 1)"
+    with temporary_worktree(repo, shas[1]) as worktree:
+        assert command_evaluator([sys.executable, "-c", script])(worktree, shas[1]) == GOOD
+
+
+# --- bad inputs -----------------------------------------------------------------
+
+
+def test_not_a_repository(tmp_path: Path) -> None:
+    with pytest.raises(GitError, match="is not a git repository"):
+        list_first_parent_commits(tmp_path, "HEAD~1", "HEAD")
+
+
+def test_unknown_ref(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    make_history(repo, 3, print_from=9, unbuildable=range(0))
+    with pytest.raises(GitError, match="'v9.9' is not a commit"):
+        list_first_parent_commits(repo, "v9.9", "main")
+
+
+def test_good_must_be_an_ancestor_of_bad(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shas = make_history(repo, 3, print_from=9, unbuildable=range(0))
+    with pytest.raises(BisectError, match="not an ancestor"):
+        list_first_parent_commits(repo, shas[2], shas[0])
+    with pytest.raises(BisectError, match="same commit"):
+        list_first_parent_commits(repo, "main", shas[2])
+
+
+def test_ends_that_agree(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shas = make_history(repo, 4, print_from=9, unbuildable=range(0))
+    before = snapshot(repo)
+    with pytest.raises(BisectError, match="both ends give the same outcome"):
+        bisect_commits(repo, shas[0], shas[-1], lambda worktree, sha: GOOD)
+    assert snapshot(repo) == before
+
+
+# --- the command contract (git bisect run) -------------------------------------------
+
+
+@pytest.mark.parametrize(("code", "outcome"), [(0, GOOD), (1, BAD), (2, BAD), (124, BAD), (125, UNKNOWN), (127, BAD)])
+def test_exit_codes_follow_git_bisect_run(tmp_path: Path, code: int, outcome: object) -> None:
+    assert run_command_outcome([sys.executable, "-c", f"raise SystemExit({code})"], tmp_path, timeout=60) == outcome
+
+
+@pytest.mark.parametrize("code", [128, 200, 255])
+def test_exit_128_and_above_aborts(tmp_path: Path, code: int) -> None:
+    with pytest.raises(BisectError, match=f"exited with {code}.*abort"):
+        run_command_outcome([sys.executable, "-c", f"raise SystemExit({code})"], tmp_path, timeout=60)
+
+
+def test_a_signal_aborts(tmp_path: Path) -> None:
+    with pytest.raises(BisectError, match="killed by signal 15"):
+        run_command_outcome([sys.executable, "-c", "import os; os.kill(os.getpid(), 15)"], tmp_path, timeout=60)
+
+
+def test_a_timeout_aborts_and_kills_what_the_command_started(tmp_path: Path) -> None:
+    late = tmp_path / "late"
+    command = ["sh", "-c", f"(sleep 1 && touch {late}) & sleep 30"]
+    started = time.monotonic()
+    with pytest.raises(BisectError, match=r"did not finish within 0.3s"):
+        run_command_outcome(command, tmp_path, timeout=0.3)
+    assert time.monotonic() - started < 5
+    time.sleep(1.5)
+    assert not late.exists(), "a grandchild survived the timeout"
+
+
+def test_a_missing_command_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(BisectError, match="cannot run 'no-such-casekit-command'"):
+        run_command_outcome(["no-such-casekit-command"], tmp_path)
+    with pytest.raises(BisectError, match="no command"):
+        run_command_outcome([], tmp_path)
