@@ -99,6 +99,17 @@ def _comparable_category(a: Site, b: Site) -> bool:
     return _same_place(a, b) and (a.category.startswith("legacy:") or b.category.startswith("legacy:"))
 
 
+def _moved_below_same_line(a: Site, b: Site) -> bool:
+    """The script line is unchanged, the break went into (or out of) a library frame below it.
+
+    Releases disagree on how deep they trace before breaking (2.5 stops at
+    `copy.deepcopy(state)`, 2.13 inside copy.py), and the reason follows the frame.
+    """
+    if a.anchor.where() != b.anchor.where():
+        return False
+    return a.file != a.anchor.file or b.file != b.anchor.file
+
+
 def _move_distance(a: Site, b: Site) -> tuple[int, int]:
     """Prefer moves that keep the script call site, then the nearest line."""
     same_anchor = a.anchor.where() == b.anchor.where()
@@ -127,7 +138,7 @@ def pair_sites(recorded: list[Site], observed: list[Site], previously_fixed: set
             left_observed.remove(site)
     # 2. same category elsewhere: moved (nearest first, same script call site preferred)
     for site in sorted(left_observed, key=lambda s: (s.anchor.line, s.line)):
-        candidates = [r for r in left_recorded if r.category == site.category]
+        candidates = [r for r in left_recorded if r.category == site.category or _moved_below_same_line(r, site)]
         if not candidates:
             continue
         match = min(candidates, key=lambda r: _move_distance(r, site))
@@ -181,11 +192,12 @@ def classify_script(case: Case, which: str, observed: ScriptObservation) -> Scri
     if observed.status is ScriptStatus.ENV_FAILED:
         return result
     result.sites = pair_sites(recorded_sites, observed.sites, previously_gone(case.replays, which), fixed_categories)
-    recorded_fallbacks = {(f.file, f.function) for f in (recorded.fallback_frames if recorded else [])}
-    observed_fallbacks = {(f.file, f.function) for f in observed.fallback_frames}
-    result.new_fallbacks = [f for f in observed.fallback_frames if (f.file, f.function) not in recorded_fallbacks]
+    # a function is known by where it starts: releases name a module's frame differently (Net / forward)
+    recorded_fallbacks = {(f.file, f.line) for f in (recorded.fallback_frames if recorded else [])}
+    observed_fallbacks = {(f.file, f.line) for f in observed.fallback_frames}
+    result.new_fallbacks = [f for f in observed.fallback_frames if (f.file, f.line) not in recorded_fallbacks]
     result.cleared_fallbacks = [
-        f for f in (recorded.fallback_frames if recorded else []) if (f.file, f.function) not in observed_fallbacks
+        f for f in (recorded.fallback_frames if recorded else []) if (f.file, f.line) not in observed_fallbacks
     ]
     result.recompiles_before = len(recorded.recompiles) if recorded else 0
     result.recompiles_after = len(observed.recompiles)

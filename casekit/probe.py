@@ -325,14 +325,19 @@ class CompileInterceptor:
         torch = self.torch
         kwargs = dict(kwargs)
         requested_backend = kwargs.get("backend", "inductor")
-        backend_name = self.backend or (requested_backend if isinstance(requested_backend, str) else "custom")
-        if self.backend:
+        requested_fullgraph = bool(kwargs.get("fullgraph", False))
+        backend_name = (self.backend if not callable(requested_backend) else None) or (requested_backend if isinstance(requested_backend, str) else "custom")
+        # Force the fast backend over named ones; a callable the script passes is
+        # part of the repro (a custom backend is what is under test), so it stays.
+        if self.backend and not callable(requested_backend):
             kwargs["backend"] = self.backend
         backend = kwargs.get("backend", "inductor")
         if isinstance(backend, str):
             backend = torch._dynamo.lookup_backend(backend)
         kwargs["backend"] = self.counting_backend(backend)
-        if self.mode == "fullgraph":
+        if self.mode == "eager":
+            kwargs["fullgraph"] = False  # Dynamo is off: fullgraph=True would only complain of no frames
+        elif self.mode == "fullgraph":
             kwargs["fullgraph"] = True
         elif self.mode == "rollback":
             kwargs["fullgraph"] = False
@@ -344,7 +349,7 @@ class CompileInterceptor:
                 "name": name,
                 "file": _entry_file(model),
                 "line": _entry_line(model),
-                "fullgraph_requested": bool(kwargs.get("fullgraph", False)) and self.mode != "fullgraph",
+                "fullgraph_requested": requested_fullgraph,
                 "backend": backend_name,
                 "dynamic": kwargs.get("dynamic"),
                 "calls": 0,
@@ -531,7 +536,8 @@ def attach_trace_collector(observation):
                 event["data"] = {k: tensor.get(k) for k in ("id", "ndim", "dtype", "device", "size", "requires_grad") if k in tensor}
             payload = getattr(record, "payload", None)
             if payload:
-                event["payload"] = clip(payload, 8000)
+                # PyTorch's own traceback follows the user stack; it is long and says nothing about the user code
+                event["payload"] = clip(str(payload).split("\nTraceback (most recent call last):")[0], 8000)
             events.append(event)
 
     trace_logger = logging.getLogger("torch.__trace")
@@ -801,9 +807,9 @@ def run_one(torch, job, mode, work_dir, timeout):
     if os.path.exists(result_path):
         with open(result_path) as handle:
             observation = json.load(handle)
-    if observation is None:
+    if observation is None:  # the child died before writing anything
         observation = Observation(mode).data
-        observation["status"] = status or "crashed"
+        observation["status"] = status or "running"
     if status == "timeout":
         observation["status"] = "timeout"
         observation["timeout_s"] = timeout
@@ -831,6 +837,8 @@ def run_job(torch, job, work_dir):
     modes = [m for m in job.get("modes", ["eager", "compiled"]) if m in RUN_MODES]
     for mode in modes:
         runs[mode] = run_one(torch, job, mode, work_dir, timeout)
+        if mode == "eager" and runs[mode]["status"] == "timeout":
+            break  # the script hangs without compile: compiled runs would only hang again
     return {"schema": PROBE_SCHEMA, "job": job["id"], "script": job["script"], "runs": runs}
 
 

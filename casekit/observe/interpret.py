@@ -64,8 +64,12 @@ class PathNamer:
         return file.rsplit("/", 1)[-1]
 
 
+INTERNAL = re.compile(r"/torch/_(dynamo|inductor|functorch|subclasses)/")
+
+
 def _normalize_frames(frames: list[Frame], namer: PathNamer) -> list[Frame]:
-    kept = [f for f in frames if not namer.is_harness(f.file)]
+    # Dynamo's own frames never hold a user's break; they only leak in through clipped tracebacks
+    kept = [f for f in frames if not namer.is_harness(f.file) and not INTERNAL.search(f.file)]
     return [Frame(namer.name(f.file), f.line, normalize_function(f.function), f.source) for f in kept]
 
 
@@ -139,6 +143,8 @@ def collect_sites(run: dict[str, Any], namer: PathNamer) -> list[Site]:
 
 
 def collect_fallbacks(run: dict[str, Any], namer: PathNamer, sites: list[Site]) -> list[FallbackFrame]:
+    """Functions that ran with no graph at all: WON'T CONVERT, skip-type breaks, and
+    entry points called while nothing compiled (graph count 0: count graphs, not log lines)."""
     fallbacks: list[FallbackFrame] = []
     seen: set[tuple[str, int]] = set()
     for record in run.get("records", []):
@@ -157,6 +163,12 @@ def collect_fallbacks(run: dict[str, Any], namer: PathNamer, sites: list[Site]) 
             if not any(f.function == frame.function and f.file == frame.file for f in fallbacks):
                 seen.add(key)
                 fallbacks.append(FallbackFrame(frame.function, frame.file, frame.line, site.reason))
+    if run.get("status") == "ok" and not run.get("graphs"):
+        for entry in run.get("entries", {}).values():
+            key = (namer.name(entry.get("file") or "?"), int(entry.get("line") or 0))
+            if entry.get("calls") and key not in seen:
+                seen.add(key)
+                fallbacks.append(FallbackFrame(entry["name"], key[0], key[1], "called, but no graph was compiled"))
     return fallbacks
 
 

@@ -30,7 +30,7 @@ LEGACY_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^generic_jump|data.dependent (branching|jump)|jump with", re.IGNORECASE), "GB0170"),
     (re.compile(r"builtin: print\b|BuiltinVariable\(print\)|builtin operator `?print"), "GB0059"),
     (re.compile(r"^builtin: |call_function BuiltinVariable"), "GB0059"),
-    (re.compile(r"torch\._dynamo\.graph_break|graph_break\(\)"), "GB0025"),
+    (re.compile(r"torch\._dynamo\.graph_break|graph_break\(\)|skip function graph_break\b"), "GB0025"),
     (re.compile(r"Tensor\.tolist|to_list", re.IGNORECASE), "GB0109"),
     (re.compile(r"Tensor\.numpy|numpy\(\) with trace_numpy", re.IGNORECASE), "GB0105"),
     (re.compile(r"dynamic shape operator.*no meta", re.IGNORECASE), "GB0037"),
@@ -41,6 +41,10 @@ LEGACY_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"marked as skipped|skipfiles|inline in skipfiles", re.IGNORECASE), "GB0007"),
     (re.compile(r"from_numpy", re.IGNORECASE), "GB0231"),
 ]
+
+# Ids that name the same kind of break in different releases (the registry split
+# or renamed them): 2.5's `copy.deepcopy` (GB0179) is 2.13's deepcopy-of-a-tensor.
+CATEGORY_ALIASES = {"GB4198": "GB0179"}
 
 ADDRESS = re.compile(r"0x[0-9a-f]+", re.IGNORECASE)
 NUMBER = re.compile(r"\b\d+\b")
@@ -111,7 +115,7 @@ def categorize(reason: str, *, gb_id: str | None = None, gb_type: str | None = N
             if gb_id:
                 break
     if gb_id:
-        return gb_id, gb_id
+        return CATEGORY_ALIASES.get(gb_id, gb_id), gb_id
     for pattern, legacy_id in LEGACY_PATTERNS:
         if pattern.search(reason):
             return legacy_id, None
