@@ -298,6 +298,11 @@ class CompileInterceptor:
         interceptor = self
 
         def compile(model=None, **kwargs):
+            # PyTorch compiles some of its own operators (torch.cond in eager mode):
+            # those calls are not the script's entry points and pass straight through.
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if caller.startswith("torch.") and caller != "torch.nn.modules.module":
+                return interceptor.original(model, **kwargs) if model is not None else interceptor.original(**kwargs)
             if model is None:
                 return lambda fn: compile(fn, **kwargs)
             return interceptor.wrap(model, kwargs)
@@ -323,6 +328,8 @@ class CompileInterceptor:
 
     def wrap(self, model, kwargs):
         torch = self.torch
+        if self.mode == "eager":
+            return self.wrap_uncompiled(model)
         kwargs = dict(kwargs)
         requested_backend = kwargs.get("backend", "inductor")
         requested_fullgraph = bool(kwargs.get("fullgraph", False))
@@ -335,15 +342,19 @@ class CompileInterceptor:
         if isinstance(backend, str):
             backend = torch._dynamo.lookup_backend(backend)
         kwargs["backend"] = self.counting_backend(backend)
-        if self.mode == "eager":
-            kwargs["fullgraph"] = False  # Dynamo is off: fullgraph=True would only complain of no frames
-        elif self.mode == "fullgraph":
+        if self.mode == "fullgraph":
             kwargs["fullgraph"] = True
         elif self.mode == "rollback":
             kwargs["fullgraph"] = False
         compiled = self.original(model, **kwargs)
+        entry = self._entry(model, backend_name, requested_fullgraph, kwargs.get("dynamic"))
+        if isinstance(compiled, torch.nn.Module):
+            return self._hook_module(compiled, entry)
+        return self._wrap_callable(compiled, entry)
+
+    def _entry(self, model, backend_name, requested_fullgraph, dynamic):
         name = _entry_name(model)
-        entry = self.observation.data["entries"].setdefault(
+        return self.observation.data["entries"].setdefault(
             name,
             {
                 "name": name,
@@ -351,13 +362,17 @@ class CompileInterceptor:
                 "line": _entry_line(model),
                 "fullgraph_requested": requested_fullgraph,
                 "backend": backend_name,
-                "dynamic": kwargs.get("dynamic"),
+                "dynamic": dynamic,
                 "calls": 0,
             },
         )
-        if isinstance(compiled, torch.nn.Module):
-            return self._hook_module(compiled, entry)
-        return self._wrap_callable(compiled, entry)
+
+    def wrap_uncompiled(self, model):
+        """The eager baseline: what the script does with torch.compile taken out."""
+        entry = self._entry(model, "none", False, None)
+        if isinstance(model, self.torch.nn.Module):
+            return self._hook_module(model, entry)
+        return self._wrap_callable(model, entry)
 
     def _record_call(self, entry, args, kwargs, started, output, error):
         elapsed = time.perf_counter() - started
@@ -729,9 +744,7 @@ def run_script_in_child(torch, job, mode, result_path, eager_outputs_path):
         (job.get("rtol", 1e-4), job.get("atol", 1e-5)),
     )
     interceptor.install()
-    if mode == "eager":
-        torch._dynamo.config.disable = True
-    else:
+    if mode != "eager":
         torch._dynamo.reset()
         attach_log_collectors(torch, observation)
     if not job.get("allow_network", False):

@@ -67,7 +67,7 @@ def parse_frames(text: str) -> list[Frame]:
 
 def _split_registry_message(block: str) -> tuple[str | None, str, list[str]]:
     """gb_type, explanation and hints of a registry-style reason block (2.7+)."""
-    block = REASON_PREFIX.sub("", block).strip("\n")
+    block = REASON_PREFIX.sub("", block.lstrip(" ")).strip("\n").lstrip(" ")
     block = block.split(NESTED_BREAK)[0]
     lines = [line for line in block.splitlines()]
     explanation = ""
@@ -125,7 +125,7 @@ def parse_graph_break(message: str, exc_type: str | None = None, exc_message: st
     reason = ""
     for marker in ("Graph Break Reason:", "Reason:"):
         if marker in head:
-            reason = head.split(marker, 1)[1]
+            reason = head.split(marker, 1)[1].lstrip(" ")
             break
     if not reason and exc_message:
         reason = exc_message

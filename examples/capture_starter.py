@@ -1,0 +1,58 @@
+"""Re-capture the starter archive: every examples/starter/<id>/ (repro.py, fixed.py, meta.toml).
+
+Run with `make starter`. Each case is observed for real with the probe on the
+interpreter running this script; the bundles land in --archive (default cases/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from pathlib import Path
+
+from casekit.archive import Archive
+from casekit.capture import CaptureRequest, capture
+from casekit.runners.interface import TargetSpec
+from casekit.runners.registry import make_runner
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--archive", default="cases")
+    parser.add_argument("--source", default=str(HERE / "starter"), help="folder of case folders")
+    parser.add_argument("--python", default=None, help="interpreter to capture with [default: this one]")
+    parser.add_argument("only", nargs="*", help="case ids to capture [default: all]")
+    args = parser.parse_args()
+    archive = Archive(Path(args.archive))
+    runner = make_runner(TargetSpec(runner="python", python=args.python))
+    folders = sorted(p for p in Path(args.source).iterdir() if (p / "meta.toml").exists())
+    for folder in folders:
+        if args.only and folder.name not in args.only:
+            continue
+        meta = tomllib.loads((folder / "meta.toml").read_text())
+        fixed = folder / "fixed.py"
+        request = CaptureRequest(
+            script=folder / "repro.py",
+            fixed=fixed if fixed.exists() else None,
+            case_id=folder.name,
+            title=meta["title"],
+            tags=list(meta.get("tags", [])),
+            notes=meta.get("notes", ""),
+            fix_summary=meta.get("fix_summary", ""),
+            rollback_notes=meta.get("rollback_notes", ""),
+            force=True,
+        )
+        case = capture(request, runner, archive, lambda message: print(f"  ... {message}", file=sys.stderr))
+        pre, post = case.observations["pre"], case.observations.get("post")
+        print(
+            f"{case.id}: pre {pre.status.value} {len(pre.sites)} break(s) {len(pre.recompiles)} recompile(s); "
+            + (f"post {post.status.value} {len(post.sites)} break(s) {len(post.recompiles)} recompile(s)" if post else "no post")
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Bundles: round trip, validation that names file and field, hostile ids, atomic writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from casekit.archive import Archive
+from casekit.bundle import case_to_toml, check_case_id, load_case, parse_case, sha256_text
+from casekit.errors import BundleError, CaseIdError
+from casekit.model import Case, Frame, ScriptObservation, ScriptSource, ScriptStatus, Site
+
+from .conftest import run_casekit
+
+
+def make_case(case_id: str = "demo") -> Case:
+    source = 'import torch\nprint("a \\"quoted\\" line")\n'
+    site = Site(
+        file="repro.py", line=6, function="step", source="if x.item() > 0:", category="GB0124",
+        reason="Unsupported Tensor.item()", gb_id="GB0124", hints=["Set capture_scalar_outputs"],
+        call_site=Frame("repro.py", 12, "<module>", "step(x)"), stack=[Frame("repro.py", 6, "step", "if x.item() > 0:")],
+    )
+    return Case(
+        id=case_id,
+        title="demo",
+        pre=ScriptSource("repro.py", sha256_text(source), source),
+        tags=["item"],
+        rollback_notes="go back to fullgraph=False",
+        observations={"pre": ScriptObservation(status=ScriptStatus.OK, graphs=2, sites=[site])},
+    )
+
+
+def test_round_trip_keeps_every_field():
+    case = make_case()
+    again = parse_case(case_to_toml(case))
+    assert again == case
+
+
+def test_bundle_is_reviewable_toml_with_the_script_embedded():
+    text = case_to_toml(make_case())
+    assert text.startswith("schema_version = 1")
+    assert '[scripts.pre]' in text and 'source = """' in text  # multi-line, diffable
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "problem"),
+    [
+        (lambda t: t.replace("schema_version = 1", "schema_version = 99"), "schema_version", "unsupported version"),
+        (lambda t: t.replace("schema_version = 1\n", ""), "schema_version", "missing"),
+        (lambda t: t.replace("line = 6", 'line = "six"'), "observations.pre.sites[0].line", "expected an integer"),
+        (lambda t: t.replace('status = "ok"', 'status = "fine"'), "observations.pre.status", "is not one of"),
+        (lambda t: t.replace('title = "demo"', 'title = "demo"\ncolour = "red"'), "colour", "unknown field"),
+        (lambda t: t.replace('id = "demo"', 'id = "../../etc/passwd"'), "id", "invalid case id"),
+        (lambda t: t.replace("import torch", "import os"), "scripts.pre.sha256", "does not match"),
+    ],
+)
+def test_bad_bundles_name_the_field(mutate, field, problem):
+    text = mutate(case_to_toml(make_case()))
+    with pytest.raises(BundleError) as error:
+        parse_case(text, "cases/demo.toml")
+    assert f"field '{field}'" in str(error.value)
+    assert problem in str(error.value)
+    assert str(error.value).startswith("cases/demo.toml")
+
+
+def test_not_toml_is_one_clear_error():
+    with pytest.raises(BundleError, match="not valid TOML"):
+        parse_case("this is = = not toml", "x.toml")
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", "", "UPPER", ".hidden", "x" * 81, "a..b", "/abs"])
+def test_hostile_ids_are_refused(bad):
+    with pytest.raises(CaseIdError):
+        check_case_id(bad)
+
+
+def test_archive_refuses_paths_outside(tmp_path: Path):
+    with pytest.raises(CaseIdError):
+        Archive(tmp_path).path_for("../outside")
+
+
+def test_atomic_save_leaves_old_bundle_when_interrupted(tmp_path: Path, monkeypatch):
+    archive = Archive(tmp_path)
+    archive.save(make_case())
+    before = (tmp_path / "demo.toml").read_text()
+
+    def explode(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    import casekit.bundle
+
+    monkeypatch.setattr(casekit.bundle.os, "replace", explode)
+    changed = make_case()
+    changed.title = "changed"
+    with pytest.raises(KeyboardInterrupt):
+        archive.save(changed)
+    assert (tmp_path / "demo.toml").read_text() == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_cli_validate_reports_bad_bundle_in_one_line(tmp_path: Path):
+    archive = Archive(tmp_path)
+    archive.save(make_case("good"))
+    (tmp_path / "broken.toml").write_text(case_to_toml(make_case("broken")).replace("line = 6", "line = -"))
+    result = run_casekit("validate", "--archive", str(tmp_path))
+    assert result.returncode == 1
+    assert "ok      " in result.stdout and "good.toml" in result.stdout
+    assert "broken.toml" in result.stdout and "Traceback" not in result.stdout + result.stderr
+
+
+def test_cli_show_bad_bundle_is_one_line_exit_2(tmp_path: Path):
+    (tmp_path / "bad.toml").write_text("schema_version = 1\nid = 'bad'\n")
+    result = run_casekit("show", "bad", "--archive", str(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "bad.toml: field 'scripts.pre': missing" in result.stderr
+
+
+def test_cli_hostile_id_one_line(tmp_path: Path):
+    result = run_casekit("show", "../../etc/passwd", "--archive", str(tmp_path))
+    assert result.returncode == 2
+    assert "invalid case id" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_show_json_is_the_whole_case(tmp_path: Path):
+    Archive(tmp_path).save(make_case())
+    result = run_casekit("show", "demo", "--json", "--archive", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["observations"]["pre"]["sites"][0]["gb_id"] == "GB0124"
+    assert load_case(tmp_path / "demo.toml").id == "demo"

@@ -1,0 +1,159 @@
+"""Reading Dynamo's output from real runs of two releases far apart (recorded fixtures).
+
+The fixtures are raw probe results recorded with tests/fixtures/record_probe_fixtures.py
+on torch 2.13.0 and 2.5.1; test_probe_live.py runs the same scripts live.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from casekit.observe import interpret
+from casekit.observe.logs import parse_frames, parse_graph_break, parse_recompile, parse_wont_convert
+from casekit.observe.reasons import categorize, normalize_function
+
+from .conftest import FIXTURES
+
+RELEASES = ["2.5.1", "2.13.0"]
+
+
+def observe(release: str, name: str):
+    raw = json.loads((FIXTURES / "probe" / release / f"{name}.json").read_text())
+    source = (FIXTURES / "scripts" / f"{name}.py").read_text()
+    return interpret(raw, raw["script"], f"{name}.py", source)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_item_and_print_breaks_have_the_same_identity_in_both_releases(release):
+    observation = observe(release, "breaks")
+    sites = {(s.file, s.line, s.function, s.category) for s in observation.sites}
+    assert sites == {("breaks.py", 6, "step", "GB0124"), ("breaks.py", 8, "step", "GB0059")}
+    assert observation.graphs == 6
+    # recompiles are kept apart from breaks, resume functions named after the user's function
+    assert [(r.function, r.line) for r in observation.recompiles] == [("step", 3), ("step", 6), ("step", 8)]
+    assert observation.check.allclose is True and observation.check.compared == 4
+
+
+def test_wording_differs_but_category_does_not():
+    old, new = observe("2.5.1", "breaks").sites[0], observe("2.13.0", "breaks").sites[0]
+    assert old.reason == "Tensor.item"
+    assert new.reason.startswith("Unsupported Tensor.item() call with capture_scalar_outputs=False")
+    assert new.gb_id == "GB0124" and old.gb_id is None
+    assert old.category == new.category == "GB0124"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_data_dependent_branch_is_found_even_when_not_logged(release):
+    # 2.5.1 never wrote data-dependent jumps to the graph_breaks log: only Dynamo's reasons list has it
+    observation = observe(release, "data_branch")
+    [site] = observation.sites
+    assert (site.file, site.line, site.category) == ("data_branch.py", 7, "GB0170")
+    assert ("log" in site.sources) == (release != "2.5.1")
+
+
+def test_deepcopy_break_moves_into_the_standard_library_below_the_same_line():
+    old = observe("2.5.1", "deepcopy_state").sites[0]
+    new = observe("2.13.0", "deepcopy_state").sites[0]
+    assert old.where() == "deepcopy_state.py:8" and old.call_site is None
+    assert new.file == "copy.py" and new.function == "deepcopy"  # relative to the stdlib, never absolute
+    assert new.call_site is not None and new.call_site.where() == "deepcopy_state.py:8"
+    assert new.anchor.where() == old.anchor.where()
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_module_that_falls_back_to_eager_entirely(release):
+    observation = observe(release, "module_skip")
+    assert observation.graphs == 0
+    assert [(f.file, f.line) for f in observation.fallback_frames] == [("module_skip.py", 9)]
+    assert [s.category for s in observation.sites] == ["GB0025"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_fullgraph_run_records_the_first_break_as_error_with_its_location(release):
+    observation = observe(release, "breaks")
+    assert observation.fullgraph_status == "error"
+    assert observation.fullgraph is not None and observation.fullgraph.location is not None
+    assert observation.fullgraph.location.where() == "breaks.py:6"
+
+
+def test_log_excerpt_has_no_pytorch_internal_traceback():
+    for release in RELEASES:
+        for site in observe(release, "breaks").sites:
+            assert "Traceback (most recent call last)" not in site.excerpt
+            assert "symbolic_convert.py" not in site.excerpt
+
+
+def test_parse_2_6_format_and_suppressed_repeats():
+    message = (
+        "Graph break in user code at /w/repro.py:6\nReason: Unsupported: Tensor.item\n"
+        "User code traceback:\n  File \"/w/repro.py\", line 6, in step\n    if x.item():\n"
+    )
+    raw = parse_graph_break(message)
+    assert raw.reason == "Tensor.item" and [f.line for f in raw.frames] == [6]
+    repeat = parse_graph_break(
+        "Graph break (user stack suppressed due to duplicate graph break) in user code at /w/repro.py:6\n"
+        "Graph Break Reason: Data-dependent branching\n  Explanation: x\n"
+    )
+    assert repeat.suppressed and repeat.frames[0].line == 6 and repeat.gb_type == "Data-dependent branching"
+
+
+def test_parse_2_10_skip_and_wont_convert():
+    message = (
+        "Graph break: torch.compile cannot properly resume from this graph break, which results in a skip.\n"
+        "torch.compile will skip tracing the frame f (/w/r.py line 3) and fall back to eager.\n"
+        "The graph break occurred in the following user code:\n"
+        '  File "/w/r.py", line 5, in f\n    torch._dynamo.graph_break()\n'
+    )
+    raw = parse_graph_break(message, "Unsupported", "Call to `torch._dynamo.graph_break()`\n  Explanation: User-inserted graph break.")
+    assert raw.skip and raw.frames[-1].line == 5 and raw.gb_type == "Call to `torch._dynamo.graph_break()`"
+    fallback = parse_wont_convert("WON'T CONVERT forward /w/r.py line 9 \ndue to: \nTraceback", "Unsupported: x")
+    assert fallback is not None and (fallback.function, fallback.line) == ("forward", 9)
+
+
+def test_recompile_and_frames():
+    recompile = parse_recompile(
+        "Recompiling function step in /w/r.py:3\n    triggered by the following guard failure(s):\n"
+        "    - 0/0: tensor 'x' size mismatch at index 0. expected 16, actual 8"
+    )
+    assert recompile is not None and recompile.reasons == ["0/0: tensor 'x' size mismatch at index 0. expected 16, actual 8"]
+    frames = parse_frames('  File "a.py", line 3, in f\n    y = g(x)\n        ^^^^\n  File "b.py", line 9, in g\n')
+    assert [(f.file, f.line, f.source) for f in frames] == [("a.py", 3, "y = g(x)"), ("b.py", 9, "")]
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("torch_dynamo_resume_in_step_at_6", "step"),
+        ("torch_dynamo_resume_in_torch_dynamo_resume_in_step_at_6_at_8", "step"),
+        ("resume_in_forward", "forward"),
+        ("<resume in f>", "f"),
+        ("forward", "forward"),
+    ],
+)
+def test_resume_names_are_normalized_for_every_release(name, expected):
+    assert normalize_function(name) == expected
+
+
+@pytest.mark.parametrize(
+    ("reason", "category"),
+    [
+        ("Tensor.item", "GB0124"),
+        ("generic_jump TensorVariable()", "GB0170"),
+        ("Data-dependent branching", "GB0170"),
+        ("builtin: print [<class 'ConstantVariable'>] False", "GB0059"),
+        ("call_function BuiltinVariable(print) [ConstantVariable(str)] {}", "GB0059"),
+        ("Unsupported Tensor.item() call with capture_scalar_outputs=False", "GB0124"),
+        ("Dynamo recompile limit exceeded", "GB0039"),  # a gb_type reworded across releases (was 'cache limit')
+        ("Dynamo cache limit exceeded", "GB0039"),
+    ],
+)
+def test_categories_survive_rewording(reason, category):
+    assert categorize(reason)[0] == category
+
+
+def test_unknown_legacy_reasons_get_a_stable_normalized_key():
+    a = categorize("some new thing at 0x7f00 with 'x' 3")[0]
+    b = categorize("some new thing at 0x7faa with 'y' 4")[0]
+    assert a == b and a.startswith("legacy:")

@@ -1,0 +1,98 @@
+"""The probe on real torch (2.13.0, the local install): hostile scripts become statuses, never probe crashes."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from casekit.observe import interpret
+from casekit.runners.interface import ProbeJob, TargetSpec
+from casekit.runners.registry import make_runner
+
+from .conftest import FIXTURES, SCRIPTS
+
+HOSTILE = {
+    "prints": ("ok", None),
+    "raises": ("eager_failed", "ValueError: the repro itself is broken"),
+    "hangs": ("timeout", "timed out after"),
+    "os_exit": ("eager_failed", "exited with code 3"),
+    "os_exit_zero": ("ok", None),
+    "kills_itself": ("eager_failed", "killed by signal 9"),
+    "forks": ("ok", None),
+    "network": ("eager_failed", "network access is disabled"),
+    "compile_crash": ("compile_error", "Failed to trace builtin operator"),
+    "mismatch": ("mismatch", "compiled output differs from eager"),
+}
+TOKEN = uuid.uuid4().hex
+
+
+@pytest.fixture(scope="module")
+def hostile_batch():
+    os.environ["CASEKIT_TEST_TOKEN"] = TOKEN
+    runner = make_runner(TargetSpec(runner="python"))
+    jobs = [ProbeJob(id=name, script=SCRIPTS / f"{name}.py", timeout=10) for name in HOSTILE]
+    return runner.run_probe(jobs, lambda message: None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_script_becomes_a_status(hostile_batch, name):
+    status, detail = HOSTILE[name]
+    raw = hostile_batch.results[name]
+    observation = interpret(raw, raw["script"], f"{name}.py", (SCRIPTS / f"{name}.py").read_text())
+    assert observation.status.value == status, observation.detail
+    if detail:
+        assert detail in observation.detail
+
+
+@pytest.mark.slow
+def test_script_stdout_is_kept_apart_from_results(hostile_batch):
+    raw = hostile_batch.results["prints"]
+    assert "this script prints to stdout" in raw["runs"]["compiled"]["stdout_tail"]
+    observation = interpret(raw, raw["script"], "prints.py", "")
+    assert [s.line for s in observation.sites] == [8]
+
+
+@pytest.mark.slow
+def test_compile_only_crash_records_the_user_location(hostile_batch):
+    raw = hostile_batch.results["compile_crash"]
+    observation = interpret(raw, raw["script"], "compile_crash.py", "")
+    assert observation.error is not None and observation.error.location is not None
+    assert observation.error.location.where() == "compile_crash.py:7"
+
+
+@pytest.mark.slow
+def test_forked_orphans_do_not_outlive_the_run(hostile_batch):
+    record = Path(tempfile.gettempdir()) / f"casekit-orphan-{TOKEN}"
+    pids = [int(p) for p in record.read_text().split()]
+    record.unlink()
+    assert pids, "the forking script ran"
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+@pytest.mark.slow
+def test_one_torch_import_for_the_whole_batch(hostile_batch):
+    # every script ran from one probe process: the environment was written once, with one import time
+    assert hostile_batch.import_s is not None and hostile_batch.import_s < 60
+    assert set(hostile_batch.results) == set(HOSTILE)
+
+
+@pytest.mark.slow
+def test_live_2_13_run_agrees_with_the_recorded_fixtures():
+    runner = make_runner(TargetSpec(runner="python"))
+    scripts = sorted((FIXTURES / "scripts").glob("*.py"))
+    batch = runner.run_probe([ProbeJob(id=s.stem, script=s, timeout=60) for s in scripts], lambda m: None)
+    if not batch.environment["torch"].startswith("2.13.0"):
+        pytest.skip(f"fixtures were recorded on 2.13.0; this interpreter has torch {batch.environment['torch']}")
+    for script in scripts:
+        live = interpret(batch.results[script.stem], batch.results[script.stem]["script"], script.name, script.read_text())
+        recorded_raw = json.loads((FIXTURES / "probe" / "2.13.0" / f"{script.stem}.json").read_text())
+        recorded = interpret(recorded_raw, recorded_raw["script"], script.name, script.read_text())
+        assert [(s.where(), s.category) for s in live.sites] == [(s.where(), s.category) for s in recorded.sites]
+        assert live.graphs == recorded.graphs
