@@ -89,6 +89,7 @@ def write_atomic(path: Path, text: str) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a bundle is a shared, reviewed file
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -96,6 +97,12 @@ def write_atomic(path: Path, text: str) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def save_case(case: Case, path: Path) -> None:

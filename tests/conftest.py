@@ -36,4 +36,5 @@ def torch251_python() -> str:
 
     runner = VenvRunner(TargetSpec(runner="venv", torch="2.5.1"))
     runner.prepare(lambda message: print(f"  ... {message}", file=sys.stderr))
-    return str(runner.python)
+    assert runner.env is not None
+    return str(runner.env.python_executable)

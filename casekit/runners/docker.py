@@ -1,0 +1,290 @@
+"""The docker runner: replays a batch inside a sandboxed container of a replay image.
+
+One container per batch (one torch import for every script). The sandbox is
+the default and every relaxation is an explicit spec option:
+
+    network    "none" (default) | "bridge" | any docker network name
+    read_only  "true" (default) | "false"     root filesystem; /tmp is a tmpfs either way
+    memory     "4g" (default)                 memory limit, no swap beyond it
+    pids       "512" (default)                process/thread limit (stops fork bombs)
+    cpus       the engine's CPU count (default)
+    tmpfs      "2g" (default)                 size of /tmp (HOME, torch caches)
+    timeout    seconds for the whole container; default: import allowance + the jobs' timeouts
+    gpus       "all" | "N" | "none"           default "all" when spec.cuda names a CUDA tag
+    python                                    interpreter inside a foreign spec.image (default python3)
+    base_image, ca_bundle, build_network      image build inputs (casekit.images)
+
+The batch folder is bind-mounted at /casekit/work read-only; only its out/
+is writable, and results come back through it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from casekit import images
+from casekit.errors import DockerUnavailable, RunnerError
+from casekit.runners.batch import lay_out_batch, read_batch
+from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.containers import Container
+    from docker.models.images import Image
+
+ROOT_IN_CONTAINER = "/casekit/work"
+SANDBOX_UID = 10001
+RUN_LABEL = "casekit.run"
+IMPORT_ALLOWANCE_S = 180.0  # torch import + environment collection on a slow machine
+DEFAULTS = {"network": "none", "read_only": "true", "memory": "4g", "pids": "512", "tmpfs": "2g"}
+KNOWN_OPTIONS = set(DEFAULTS) | {"cpus", "timeout", "gpus", "python"} | set(images.BUILD_OPTIONS)
+
+
+class DockerRunner(Runner):
+    """Runs the probe in a container of a casekit replay image (or spec.image)."""
+
+    name = "docker"
+
+    def __init__(self, spec: TargetSpec, client: docker.DockerClient | None = None) -> None:
+        super().__init__(spec)
+        unknown = {key for key, _ in spec.options} - KNOWN_OPTIONS
+        if unknown:
+            raise RunnerError(f"unknown docker option(s): {', '.join(sorted(unknown))}")
+        self.options = {**DEFAULTS, **dict(spec.options)}
+        self._client = client
+        self.image: Image | None = None
+        self.last_run_id: str | None = None  # the casekit.run label of the latest container
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            self._client = images.connect()
+        return self._client
+
+    def prepare(self, progress: ProgressFn) -> None:
+        """Find or build the image (spec.image when given)."""
+        if self.image is None:
+            self.image = images.ensure_image(self.spec, progress, self.client)
+
+    def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
+        """Run every job in one sandboxed container; the container is removed whatever happens."""
+        self.prepare(progress)
+        assert self.image is not None
+        # ignore_cleanup_errors: a script may leave files in out/ that only uid 10001 could delete.
+        with tempfile.TemporaryDirectory(prefix="casekit-docker-", ignore_cleanup_errors=True) as folder:
+            batch_dir = Path(folder)
+            lay_out_batch(batch_dir, jobs, ROOT_IN_CONTAINER)
+            _open_to_sandbox_user(batch_dir)
+            timeout = self._wall_timeout(jobs)
+            progress(f"docker: {len(jobs)} script(s) in {self._image_name()} (sandbox: {self._sandbox_summary()})")
+            log = self._run_container(batch_dir, timeout, progress)
+            return read_batch(batch_dir, jobs, log)
+
+    def describe(self) -> dict[str, object]:
+        facts = super().describe()
+        if self.image is not None:
+            facts["image"] = self._image_name()
+            facts["image_id"] = self.image.id
+            facts["image_tags"] = list(self.image.tags)
+            facts["image_labels"] = {k: v for k, v in (self.image.labels or {}).items() if k.startswith("casekit.")}
+        facts["sandbox"] = self._sandbox_summary()
+        return facts
+
+    # ------------------------------------------------------------ internals
+
+    def _run_container(self, batch_dir: Path, timeout: float, progress: ProgressFn) -> str:
+        """Start the probe, wait at most `timeout` s, return its log; the container never outlives this."""
+        import requests
+        from docker.errors import APIError, DockerException
+
+        run_id = uuid.uuid4().hex
+        self.last_run_id = run_id
+        container: Container | None = None
+        note = ""
+        try:
+            try:
+                container = self.client.containers.create(**self._container_args(batch_dir, run_id))
+                container.start()
+            except APIError as error:
+                raise RunnerError(self._start_failure(error)) from None
+            except (DockerException, requests.exceptions.ConnectionError) as error:
+                raise DockerUnavailable(f"cannot reach the Docker engine: {images._first_line(error)}") from None
+            try:
+                outcome = container.wait(timeout=timeout)
+                code = int(outcome.get("StatusCode", -1))
+                if code == 137 and container.attrs.get("State", {}).get("OOMKilled"):
+                    note = f"casekit: the container ran out of memory (limit {self.options['memory']}) and was killed"
+                elif code not in (0,):
+                    note = f"casekit: the probe exited with status {code}"
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                _kill(container)
+                note = f"casekit: the container exceeded its {timeout:.0f} s wall-clock limit and was killed"
+            if note:
+                container.reload()
+                if container.attrs.get("State", {}).get("OOMKilled"):
+                    note = f"casekit: the container ran out of memory (limit {self.options['memory']}) and was killed"
+                progress(note)
+            log = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+            return log + ("\n" + note if note else "")
+        finally:
+            _remove(container, self._client, run_id)
+
+    def _container_args(self, batch_dir: Path, run_id: str) -> dict[str, Any]:
+        import docker
+
+        options = self.options
+        assert self.image is not None
+        out_dir = batch_dir / "out"
+        args: dict[str, Any] = {
+            "image": self.image.id,
+            "command": [self._python(), f"{ROOT_IN_CONTAINER}/probe.py", f"{ROOT_IN_CONTAINER}/request.json"],
+            "name": f"casekit-probe-{run_id[:12]}",
+            "labels": {RUN_LABEL: run_id, "casekit.role": "probe"},
+            "working_dir": ROOT_IN_CONTAINER,
+            "user": f"{SANDBOX_UID}:{SANDBOX_UID}",
+            "environment": {
+                "HOME": "/tmp",
+                "TMPDIR": "/tmp",
+                "USER": "casekit",
+                "LOGNAME": "casekit",
+                "XDG_CACHE_HOME": "/tmp/.cache",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONUNBUFFERED": "1",
+            },
+            # Scripts and probe read-only; out/ (mounted over it) is the only writable host path.
+            "mounts": [
+                docker.types.Mount(ROOT_IN_CONTAINER, str(batch_dir), type="bind", read_only=True),
+                docker.types.Mount(f"{ROOT_IN_CONTAINER}/out", str(out_dir), type="bind", read_only=False),
+            ],
+            "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={options['tmpfs']},mode=1777"},
+            "read_only": _truthy(options["read_only"]),
+            "network_mode": options["network"],
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "mem_limit": options["memory"],
+            "memswap_limit": options["memory"],
+            "pids_limit": _positive_int(options["pids"], "pids"),
+            "nano_cpus": int(self._cpus() * 1e9),
+            # An init as PID 1 reaps what a script orphans; zombies would hold the pids limit.
+            "init": True,
+            "detach": True,
+        }
+        gpus = self._gpu_count()
+        if gpus:
+            args["device_requests"] = [docker.types.DeviceRequest(count=gpus, capabilities=[["gpu"]])]
+        return args
+
+    def _python(self) -> str:
+        """Our images have the venv; a foreign image (spec.image) gets `python` option or python3."""
+        if self.options.get("python"):
+            return self.options["python"]
+        if self.image is not None and "casekit.torch" in (self.image.labels or {}):
+            return images.VENV_PYTHON
+        if self.spec.python and self.spec.python.startswith("/"):
+            return self.spec.python
+        return "python3"
+
+    def _gpu_count(self) -> int:
+        """0 = no GPU request; -1 = all."""
+        value = self.options.get("gpus")
+        if value is None:
+            return -1 if self.spec.cuda and self.spec.cuda != "cpu" else 0
+        if value in ("all", "-1"):
+            return -1
+        if value in ("none", "0", ""):
+            return 0
+        return _positive_int(value, "gpus")
+
+    def _cpus(self) -> float:
+        available = float(self.client.info().get("NCPU") or os.cpu_count() or 1)
+        if "cpus" not in self.options:
+            return available
+        try:
+            wanted = float(self.options["cpus"])
+        except ValueError:
+            raise RunnerError(f"docker option cpus={self.options['cpus']!r} is not a number") from None
+        return max(0.01, min(wanted, available))
+
+    def _wall_timeout(self, jobs: list[ProbeJob]) -> float:
+        if "timeout" in self.options:
+            try:
+                return float(self.options["timeout"])
+            except ValueError:
+                raise RunnerError(f"docker option timeout={self.options['timeout']!r} is not a number") from None
+        return IMPORT_ALLOWANCE_S + sum(job.timeout * max(1, len(job.modes)) for job in jobs)
+
+    def _start_failure(self, error: Exception) -> str:
+        text = images._first_line(getattr(error, "explanation", None) or error)
+        if "device driver" in text or ("capabilities" in text and "gpu" in text):
+            return (
+                "the Docker engine has no GPU runtime (install nvidia-container-toolkit), "
+                f"so this CUDA target cannot get a GPU; pass the option gpus=none to run it on CPU ({text})"
+            )
+        return f"the replay container could not start: {text}"
+
+    def _image_name(self) -> str:
+        assert self.image is not None
+        return self.spec.image or (self.image.tags[0] if self.image.tags else self.image.short_id)
+
+    def _sandbox_summary(self) -> str:
+        options = self.options
+        parts = [
+            f"network={options['network']}",
+            f"read_only={options['read_only']}",
+            f"memory={options['memory']}",
+            f"pids={options['pids']}",
+            f"user={SANDBOX_UID}",
+        ]
+        if self._gpu_count():
+            parts.append(f"gpus={options.get('gpus', 'all')}")
+        return " ".join(parts)
+
+
+def _open_to_sandbox_user(batch_dir: Path) -> None:
+    """The container runs as uid 10001: it must read the batch and write out/ (chmod, no chown)."""
+    for root, dirs, files in os.walk(batch_dir):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o755)
+        for name in files:
+            path = os.path.join(root, name)
+            os.chmod(path, os.stat(path).st_mode | stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    os.chmod(batch_dir, 0o755)
+    os.chmod(batch_dir / "out", 0o777)
+
+
+def _kill(container: Container) -> None:
+    try:
+        container.kill()
+    except Exception:  # noqa: BLE001 - it may have exited on its own meanwhile
+        pass
+
+
+def _remove(container: Container | None, client: docker.DockerClient | None, run_id: str) -> None:
+    """Force-remove, even after Ctrl-C or a timeout; a failure here must not hide the real error."""
+    try:
+        if container is not None:
+            container.remove(force=True)
+        elif client is not None:  # interrupted between create and our handle on it
+            for leftover in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}):
+                leftover.remove(force=True)
+    except Exception:  # noqa: BLE001 - best effort; the casekit.run label lets `docker rm` find leftovers
+        pass
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().lower() not in ("false", "0", "no", "off")
+
+
+def _positive_int(value: str, option: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise RunnerError(f"docker option {option}={value!r} is not a whole number") from None
+    if number <= 0:
+        raise RunnerError(f"docker option {option}={value!r} must be positive")
+    return number

@@ -1,0 +1,226 @@
+"""The python runner and the probe subprocess, with real interpreters and real torch.
+
+One probe batch (one torch import) serves the graph-break and per-job timeout
+checks; the overall-timeout and Ctrl-C checks start probes of their own.
+"""
+
+from __future__ import annotations
+
+import _thread
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from casekit.errors import EnvironmentFailed, RunnerError
+from casekit.runners import process
+from casekit.runners.interface import ProbeBatchResult, ProbeJob, TargetSpec
+from casekit.runners.process import overall_timeout, run_probe_subprocess
+from casekit.runners.python import PythonRunner, version_matches
+
+pytestmark = pytest.mark.slow
+
+ITEM_BREAK = """\
+import torch
+
+@torch.compile
+def scale_by_total(x):
+    total = x.sum().item()  # graph break: Tensor.item
+    return x * total
+
+print(scale_by_total(torch.ones(3)))
+"""
+
+HANGS = """\
+import time
+time.sleep(600)
+"""
+
+# Writes its pid where argv[1] says, then hangs: the test can check it was killed.
+HANGS_WITH_PIDFILE = """\
+import os, sys, time
+with open(sys.argv[1] + ".tmp", "w") as handle:
+    handle.write(str(os.getpid()))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(600)
+"""
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie waiting for a parent that is gone."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_dead(pid: int, within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def probe_pid(lines: list[str]) -> int:
+    started = next(line for line in lines if line.startswith("probe started"))
+    return int(started.split("(pid ", 1)[1].split(",", 1)[0])
+
+
+@pytest.fixture
+def batch_dirs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The batch folders run_probe_subprocess makes, to check they are cleaned up."""
+    made: list[Path] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def recording_mkdtemp(*args: str, **kwargs: str) -> str:
+        path = real_mkdtemp(*args, **kwargs)
+        made.append(Path(path))
+        return path
+
+    monkeypatch.setattr(process.tempfile, "mkdtemp", recording_mkdtemp)
+    monkeypatch.delenv(process.KEEP_BATCH_ENV, raising=False)
+    return made
+
+
+@pytest.fixture(scope="module")
+def current(tmp_path_factory: pytest.TempPathFactory) -> tuple[PythonRunner, ProbeBatchResult, list[str]]:
+    """The current interpreter over a graph-break script and a script that hangs (2 s limit)."""
+    folder = tmp_path_factory.mktemp("scripts")
+    jobs = [
+        ProbeJob("item-break:pre", write(folder / "item_break.py", ITEM_BREAK)),
+        ProbeJob("hang:pre", write(folder / "hangs.py", HANGS), modes=("eager",), timeout=2.0),
+    ]
+    lines: list[str] = []
+    runner = PythonRunner(TargetSpec("python"))
+    result = runner.run_probe(jobs, lines.append)
+    return runner, result, lines
+
+
+def test_current_interpreter_observes_the_graph_break(
+    current: tuple[PythonRunner, ProbeBatchResult, list[str]],
+) -> None:
+    runner, result, _ = current
+    assert result.failed == {}
+    compiled = result.results["item-break:pre"]["runs"]["compiled"]  # type: ignore[index]
+    assert compiled["status"] == "ok"
+    assert any(record["kind"] == "graph_breaks" for record in compiled["records"])
+    assert len(compiled["graphs"]) == 2  # the break splits the function in two
+    assert result.environment["torch"] == runner.torch_version
+    assert result.environment["python_executable"] == sys.executable
+    assert result.import_s is not None and result.import_s > 0
+
+
+def test_prepare_tells_the_versions(current: tuple[PythonRunner, ProbeBatchResult, list[str]]) -> None:
+    runner, _, _ = current
+    facts = runner.describe()
+    assert facts["runner"] == "python"
+    assert facts["python_executable"] == sys.executable
+    assert facts["torch"] == runner.torch_version and runner.torch_version
+    assert facts["python"] == sys.version.split()[0]
+
+
+def test_progress_reports_each_finished_job(current: tuple[PythonRunner, ProbeBatchResult, list[str]]) -> None:
+    _, _, lines = current
+    assert any(line.startswith("torch ") and " imported in " in line for line in lines)
+    assert "1/2 item-break:pre done (eager ok, compiled ok)" in lines
+    assert "2/2 hang:pre done (eager timeout)" in lines
+
+
+def test_hanging_script_is_stopped_by_its_job_timeout(
+    current: tuple[PythonRunner, ProbeBatchResult, list[str]],
+) -> None:
+    _, result, _ = current
+    eager = result.results["hang:pre"]["runs"]["eager"]  # type: ignore[index]
+    assert eager["status"] == "timeout"
+    assert eager["timeout_s"] == 2.0
+
+
+def test_missing_interpreter_is_one_clear_error() -> None:
+    runner = PythonRunner(TargetSpec("python", python="/nonexistent/bin/python"))
+    with pytest.raises(RunnerError, match=r"^python /nonexistent/bin/python: no such interpreter$"):
+        runner.prepare(lambda _line: None)
+    with pytest.raises(EnvironmentFailed, match="no such interpreter"):  # bisection steps around it
+        run_probe_subprocess("/nonexistent/bin/python", [], lambda _line: None)
+
+
+def test_interpreter_without_torch_is_one_clear_error(tmp_path: Path, batch_dirs: list[Path]) -> None:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    bare = str(tmp_path / "bare" / "bin" / "python")
+    pattern = rf"^python {bare}: torch is not importable: ModuleNotFoundError: No module named 'torch'$"
+    with pytest.raises(RunnerError, match=pattern):
+        PythonRunner(TargetSpec("python", python=bare)).prepare(lambda _line: None)
+    script = write(tmp_path / "item_break.py", ITEM_BREAK)
+    with pytest.raises(EnvironmentFailed, match=pattern):
+        run_probe_subprocess(bare, [ProbeJob("item-break:pre", script)], lambda _line: None)
+    assert batch_dirs and not any(path.exists() for path in batch_dirs)
+
+
+def test_torch_version_must_match_what_was_asked() -> None:
+    assert version_matches("2.13.0+cpu", "2.13")
+    assert version_matches("2.13.0+cpu", "2.13.0")
+    assert version_matches("2.13.0+cpu", "2.13.0+cpu")
+    assert not version_matches("2.13.0+cpu", "2.13.0+cu124")
+    assert not version_matches("2.13.0", "2.1")
+    assert not version_matches("2.13.0", "2.13.1")
+
+
+def test_overall_timeout_is_every_run_plus_the_import() -> None:
+    jobs = [ProbeJob("a", Path("a.py"), timeout=10), ProbeJob("b", Path("b.py"), modes=("eager",), timeout=5)]
+    assert overall_timeout(jobs) == 10 * 2 + 5 + process.IMPORT_MARGIN_S
+
+
+def test_overall_timeout_kills_the_probe_and_reports_unfinished_jobs(tmp_path: Path, batch_dirs: list[Path]) -> None:
+    script = write(tmp_path / "item_break.py", ITEM_BREAK)
+    lines: list[str] = []
+    result = run_probe_subprocess(sys.executable, [ProbeJob("item-break:pre", script)], lines.append, timeout=1.0)
+    assert result.results == {}
+    assert result.failed == {"item-break:pre": "the probe was stopped after its overall limit of 1 s"}
+    assert "probe exceeded its overall limit of 1 s; stopping it" in lines
+    assert wait_dead(probe_pid(lines))
+    assert not any(path.exists() for path in batch_dirs)
+
+
+def test_ctrl_c_kills_the_probe_and_the_running_script(tmp_path: Path, batch_dirs: list[Path]) -> None:
+    pidfile = tmp_path / "script.pid"
+    script = write(tmp_path / "hangs.py", HANGS_WITH_PIDFILE)
+    job = ProbeJob("hang:pre", script, modes=("eager",), timeout=600, argv=(str(pidfile),))
+
+    def interrupt_once_the_script_runs() -> None:
+        deadline = time.monotonic() + 120
+        while not pidfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _thread.interrupt_main()  # what Ctrl-C does to the main thread
+
+    threading.Thread(target=interrupt_once_the_script_runs, daemon=True).start()
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_probe_subprocess(sys.executable, [job], lines.append)
+    # the script runs in a session of its own, apart from the probe: both must be gone
+    assert wait_dead(int(pidfile.read_text()))
+    assert wait_dead(probe_pid(lines))
+    assert not any(path.exists() for path in batch_dirs)
+
+
+def test_keep_batch_leaves_the_folder_for_inspection(
+    tmp_path: Path, batch_dirs: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(process.KEEP_BATCH_ENV, "1")
+    script = write(tmp_path / "item_break.py", ITEM_BREAK)
+    lines: list[str] = []
+    run_probe_subprocess(sys.executable, [ProbeJob("item-break:pre", script)], lines.append, timeout=0.5)
+    assert batch_dirs and (batch_dirs[0] / "request.json").exists()
+    assert f"batch kept at {batch_dirs[0]} ({process.KEEP_BATCH_ENV}=1)" in lines
+    shutil.rmtree(batch_dirs[0])
