@@ -139,7 +139,7 @@ def parse_case(text: str, path: Path | str = "<bundle>") -> Case:
     unknown = set(scripts) - {"pre", "post"}
     if unknown:
         raise BundleError(path, f"scripts.{sorted(unknown)[0]}", "unknown script (expected 'pre' and 'post')")
-    case = _build(Case, data, path, "")
+    case = from_plain(Case, data, path, "")
     check_id_field(case, path)
     for which in ("pre", "post"):
         script = case.script(which)
@@ -160,7 +160,7 @@ def _describe(value: Any) -> str:
     return text if len(text) < 40 else text[:37] + "..."
 
 
-def _build(tp: Any, value: Any, path: Path | str, where: str) -> Any:
+def from_plain(tp: Any, value: Any, path: Path | str, where: str) -> Any:
     """Build `tp` from TOML data, checking types; errors name the field path."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -170,7 +170,7 @@ def _build(tp: Any, value: Any, path: Path | str, where: str) -> Any:
         if value is None and type(None) in args:
             return None
         options = [a for a in args if a is not type(None)]
-        return _build(options[0], value, path, where)
+        return from_plain(options[0], value, path, where)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise BundleError(path, where or None, f"expected a table, got {_describe(value)}")
@@ -182,10 +182,10 @@ def _build(tp: Any, value: Any, path: Path | str, where: str) -> Any:
                 raise BundleError(path, _join(where, key), "unknown field")
         for fld in dataclasses.fields(tp):
             if fld.name in value:
-                kwargs[fld.name] = _build(hints[fld.name], value[fld.name], path, _join(where, fld.name))
+                kwargs[fld.name] = from_plain(hints[fld.name], value[fld.name], path, _join(where, fld.name))
             elif fld.default is dataclasses.MISSING and fld.default_factory is dataclasses.MISSING:
                 raise BundleError(path, _join(where, fld.name), "missing")
-        return tp(**kwargs)
+        return tp(**kwargs)  # type: ignore[operator]
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         try:
             return tp(value)
@@ -195,11 +195,11 @@ def _build(tp: Any, value: Any, path: Path | str, where: str) -> Any:
     if origin is list:
         if not isinstance(value, list):
             raise BundleError(path, where, f"expected a list, got {_describe(value)}")
-        return [_build(args[0], item, path, f"{where}[{i}]") for i, item in enumerate(value)]
+        return [from_plain(args[0], item, path, f"{where}[{i}]") for i, item in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise BundleError(path, where, f"expected a table, got {_describe(value)}")
-        return {str(k): _build(args[1], v, path, _join(where, str(k))) for k, v in value.items()}
+        return {str(k): from_plain(args[1], v, path, _join(where, str(k))) for k, v in value.items()}
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise BundleError(path, where, f"expected a number, got {_describe(value)}")

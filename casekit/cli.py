@@ -207,6 +207,7 @@ def replay(
     record: Annotated[bool, typer.Option("--record/--no-record", help="Append this replay to each bundle's history.")] = True,
     pin_packages: Annotated[bool, typer.Option("--pin-packages/--no-pin-packages", help="Install the library versions the cases recorded beside torch (managed targets).")] = True,
     shard: Annotated[str | None, typer.Option("--shard", help="K/N: run a stable slice of the case x target matrix.")] = None,
+    base_image: Annotated[str | None, typer.Option("--base-image", help="Docker: base image for the replay image (casekit-base:bookworm on hosts without a registry).")] = None,
     allow: Annotated[list[str] | None, typer.Option("--allow", help="Docker sandbox relaxation KEY=VALUE (network=bridge, memory=8g, pids=1024, read_only=false, gpus=all).")] = None,
     commit: Annotated[bool, typer.Option("--commit", help="Commit the updated bundles with a message saying what changed.")] = False,
 ) -> None:
@@ -223,6 +224,8 @@ def replay(
         if not sep:
             fail(f"--allow takes KEY=VALUE, not {item!r}")
         options_kv.append((key, value))
+    if base_image:
+        options_kv.append(("base_image", base_image))
     store = open_archive(archive)
     cases = store.load_all(case)
     specs = build_specs(python or [], torch or [], runner, cuda, index_url, find_links, image, options_kv)
@@ -272,6 +275,52 @@ def replay(
     worst = report.worst()
     if fail_on != "never" and worst.rank >= Severity(fail_on).rank:
         raise typer.Exit(1)
+
+
+images_app = typer.Typer(help="Replay images for the docker runner: list, build, prune.", no_args_is_help=True)
+app.add_typer(images_app, name="images")
+
+
+@images_app.command("list")
+def images_list() -> None:
+    """The casekit replay images on the Docker engine (DOCKER_HOST is honoured)."""
+    from casekit.images import list_images
+    from casekit.report.text import table
+
+    rows = [
+        [", ".join(r.tags) or r.id[:19], r.torch, r.cuda, r.python, r.base, f"{r.size_bytes / 1e9:.2f} GB", r.created[:19]]
+        for r in list_images()
+    ]
+    typer.echo(table(["image", "torch", "cuda", "python", "base", "size", "created"], rows) if rows else "no casekit images")
+
+
+@images_app.command("build")
+def images_build(
+    torch: Annotated[str, typer.Option("--torch", help="torch version to install in the image.")],
+    cuda: Annotated[str | None, typer.Option("--cuda", help="CUDA tag (cu124...); default CPU / the index default.")] = None,
+    index_url: Annotated[str | None, typer.Option("--index-url", help="Package index for torch.")] = None,
+    base_image: Annotated[str | None, typer.Option("--base-image", help="Base image [default: python:3.11-slim, or the CUDA base for --cuda]; casekit-base:bookworm on hosts without a registry (see containers/make-base-image.sh).")] = None,
+) -> None:
+    """Build (or reuse) the replay image for a torch version."""
+    from casekit.images import ensure_image
+
+    options = (("base_image", base_image),) if base_image else ()
+    image = ensure_image(TargetSpec(runner="docker", torch=torch, cuda=cuda, index_url=index_url, options=options), progress)
+    typer.echo(f"ready: {', '.join(image.tags) or image.id}")
+
+
+@images_app.command("prune")
+def images_prune() -> None:
+    """Remove every casekit replay image."""
+    from casekit.images import prune_images
+
+    removed = prune_images(progress)
+    typer.echo(f"removed {len(removed)} image(s)")
+
+
+from casekit.cli_bisect import register as register_bisect  # noqa: E402
+
+register_bisect(app)
 
 
 def main() -> None:

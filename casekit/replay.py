@@ -128,7 +128,7 @@ def _jobs(cases: list[Case], paths: dict[tuple[str, str], Path], options: Replay
 def _package_warnings(cases: list[Case], observations: dict[tuple[str, str], ScriptObservation], label: str) -> list[str]:
     warnings = []
     for case in cases:
-        recorded = case.environment.get("packages") or {}
+        recorded: dict[str, str] = case.environment.get("packages") or {}
         for (case_id, _), observation in observations.items():
             if case_id != case.id:
                 continue
@@ -180,7 +180,7 @@ def _verify_rollbacks(
             if raw is None or script is None:
                 attempts.append(f"{which}-fix: not run ({batch.failed.get(job_id, 'no result')})")
                 continue
-            runs = raw.get("runs", {})
+            runs: dict[str, Any] = raw.get("runs", {})  # type: ignore[assignment]
             as_compiled = {**raw, "runs": {"eager": runs.get("eager"), "compiled": runs.get("rollback")}}
             observation = interpret(as_compiled, str(raw.get("script")), script.name, script.source)
             matches = observation.check.allclose is not False

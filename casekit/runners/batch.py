@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from casekit.runners.interface import PROBE_PATH, ProbeBatchResult, ProbeJob
 
@@ -42,7 +43,7 @@ def read_batch(batch_dir: Path, jobs: list[ProbeJob], probe_log: str = "") -> Pr
     env_record: dict[str, object] = {}
     if env_path.exists():
         env_record = json.loads(env_path.read_text())
-    environment = env_record.get("environment") if env_record.get("ok") else None
+    environment: Any = env_record.get("environment") if env_record.get("ok") else None
     results: dict[str, dict[str, object]] = {}
     failed: dict[str, str] = {}
     for job in jobs:

@@ -10,7 +10,14 @@ import sys
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
 from casekit.runners.process import EnvironmentUnusable, check_interpreter, probe_environment, run_probe_subprocess
 
-VERSION_QUERY = "import sys, torch; print('casekit-versions', torch.__version__, sys.version.split()[0])"
+# Read from the package metadata: importing torch here would double the 3-10 s import
+# the probe pays anyway (a broken torch still fails clearly, in the probe).
+VERSION_QUERY = (
+    "import sys, importlib.metadata as m\n"
+    "try:\n    v = m.version('torch')\n"
+    "except m.PackageNotFoundError:\n    raise SystemExit(\"ModuleNotFoundError: No module named 'torch'\")\n"
+    "print('casekit-versions', v, sys.version.split()[0])"
+)
 QUERY_TIMEOUT_S = 300.0
 
 

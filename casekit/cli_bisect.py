@@ -1,0 +1,211 @@
+"""The `bisect` and `bisect-commits` commands: parse, call `casekit.bisect.run`, render.
+
+Registered on the main app by `casekit.cli` (`register(app)`); every error is a
+CasekitError, which the CLI's entry point turns into one line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from casekit.errors import BisectError
+
+if TYPE_CHECKING:  # the bisection core (git, replay) is imported only when a command runs
+    from casekit.bisect.run import BisectReport
+
+
+def _progress(message: str) -> None:
+    typer.echo(f"  ... {message}", err=True)
+
+
+def parse_python_for(items: list[str]) -> dict[str, str]:
+    """['2.5.1=/opt/py/bin/python', ...] -> {'2.5.1': '/opt/py/bin/python'}."""
+    mapping: dict[str, str] = {}
+    for item in items:
+        version, sep, path = item.partition("=")
+        if not sep or not version.strip() or not path.strip():
+            raise BisectError(f"--python-for takes VERSION=PATH (e.g. 2.5.1=/opt/py251/bin/python), not {item!r}")
+        mapping[version.strip()] = path.strip()
+    return mapping
+
+
+def render_report(report: BisectReport) -> str:
+    """The final report, after cargo-bisect-rustc's: range searched, culprit, what changed, how to reproduce."""
+    what = "commits" if report.kind == "commits" else "versions"
+    lines = [
+        f"searched {what} {report.label(report.candidates[0])} … {report.label(report.candidates[-1])} "
+        f"({len(report.candidates)} candidates) by {report.predicate}",
+        f"{report.good_outcome!r} at the good end, {report.bad_outcome!r} at the bad end",
+        "",
+        "steps:",
+    ]
+    for number, step in enumerate(report.steps, 1):
+        how = "cached" if step.cached else (f"{step.seconds:.1f} s" if step.ran else "not run")
+        detail = f"  ({step.detail})" if step.detail and step.outcome == "unknown" else ""
+        lines.append(f"  {number:>2}. {report.label(step.target):<40} {step.outcome:<24} [{how}]{detail}")
+    lines.append("")
+    if report.exact:
+        lines.append(f"regression in {report.label(report.first_bad)}")
+    else:
+        hidden = ", ".join(report.label(c) for c in report.ambiguous)
+        lines.append(
+            f"regression somewhere in {hidden} … {report.label(report.first_bad)}: "
+            f"{len(report.ambiguous)} candidate(s) there could not be built or run"
+        )
+    lines.append(f"last good {report.label(report.last_good)}")
+    lines.append(f"first bad {report.label(report.first_bad)}")
+    if report.compare_url:
+        lines.append(f"upstream changes: {report.compare_url}")
+    lines.append("what changed:")
+    lines += [f"  {change}" for change in report.changes] or [
+        f"  outcome {report.good_outcome!r} -> {report.bad_outcome!r} (no difference in the observed breaks)"
+    ]
+    lines.append(f"reproduce with: {report.reproduce}")
+    lines.append(
+        f"{len(report.steps)} step(s): {report.evaluated} run, {report.from_cache} from the cache"
+        + (f" ({report.cache_path})" if report.cache_path else "")
+    )
+    return "\n".join(lines)
+
+
+def _finish(report: BisectReport, json_out: Path | None) -> None:
+    typer.echo("")
+    typer.echo(render_report(report))
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report.to_json(), indent=2))
+        typer.echo(f"wrote {json_out}")
+
+
+def _interrupted(cache_path: Path | None) -> typer.Exit:
+    where = f" in {cache_path}" if cache_path else ""
+    typer.echo(f"casekit: interrupted; finished steps are cached{where}: run the same command again to resume", err=True)
+    return typer.Exit(130)
+
+
+def bisect(
+    case_id: Annotated[str, typer.Argument(help="Case id in the archive.")],
+    good: Annotated[str, typer.Option("--good", help="A torch version where the case behaves as it should.")],
+    bad: Annotated[str, typer.Option("--bad", help="A later torch version where it does not.")],
+    versions: Annotated[str | None, typer.Option("--versions", help="Candidates: 'a,b,c' or a file with one version per line [default: the package index].")] = None,
+    runner: Annotated[str | None, typer.Option("--runner", help="How each version is provided: venv (default), docker, or python (with --python-for).")] = None,
+    python_for: Annotated[list[str] | None, typer.Option("--python-for", help="VERSION=PATH: an existing interpreter with that torch (repeatable; implies --runner python).")] = None,
+    site: Annotated[str | None, typer.Option("--site", help="Follow one break: its class at FILE:LINE, or 'absent'.")] = None,
+    status: Annotated[str | None, typer.Option("--status", help="Follow a script's status: pre or post.")] = None,
+    post_holds: Annotated[bool, typer.Option("--post-holds", help="Follow whether the post-fix still holds.")] = False,
+    cuda: Annotated[str | None, typer.Option("--cuda", help="CUDA tag for venv/docker targets, e.g. cu124.")] = None,
+    index_url: Annotated[str | None, typer.Option("--index-url", help="Package index for torch (and for listing versions).")] = None,
+    nightlies: Annotated[bool, typer.Option("--nightlies", help="List pre-releases / nightlies from the index too.")] = False,
+    backend: Annotated[str | None, typer.Option("--backend", help="Override the case's recorded backend.")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run of a script may take.")] = 300.0,
+    archive: Annotated[Path | None, typer.Option("--archive", help="Archive folder of case bundles [default: $CASEKIT_ARCHIVE or ./cases]")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the casekit.bisect/1 report here.")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the result cache.")] = False,
+    retry_unknown: Annotated[bool, typer.Option("--retry-unknown", help="Re-run targets the cache knows as unknown.")] = False,
+    cache: Annotated[Path | None, typer.Option("--cache", help="Result cache file [default: $CASEKIT_CACHE/bisect-cache.json].")] = None,
+) -> None:
+    """Find the first torch version between --good and --bad where the case's outcome changes."""
+    from casekit.archive import Archive, archive_dir
+    from casekit.bisect.run import bisect_versions, default_cache_path
+    from casekit.bisect.versions import read_version_list
+
+    chosen = [name for name, given in (("--site", site), ("--status", status), ("--post-holds", post_holds)) if given]
+    if len(chosen) > 1:
+        raise BisectError(f"choose one of --site, --status and --post-holds, not {' and '.join(chosen)}")
+    predicate: str | tuple[str, str] = "verdict"
+    if site:
+        predicate = ("site", site)
+    elif status:
+        predicate = ("status", status)
+    elif post_holds:
+        predicate = "post-holds"
+    pythons = parse_python_for(python_for or [])
+    kind = runner or ("python" if pythons else "venv")
+    if pythons and kind != "python":
+        raise BisectError(f"--python-for maps versions to interpreters for --runner python, not --runner {kind}")
+    case = Archive(archive_dir(archive)).load(case_id)
+    cache_path = None if no_cache else (cache or default_cache_path())
+    typer.echo(f"bisecting case {case_id} between torch {good} (good) and {bad} (bad) with the {kind} runner", err=True)
+    try:
+        report = bisect_versions(
+            case,
+            good,
+            bad,
+            versions=read_version_list(versions) if versions else None,
+            runner=kind,
+            pythons=pythons,
+            predicate=predicate,
+            cuda=cuda,
+            index_url=index_url,
+            nightlies=nightlies,
+            backend=backend,
+            timeout=timeout,
+            cache_path=cache_path,
+            use_cache=not no_cache,
+            retry_unknown=retry_unknown,
+            archive_dir=archive,
+            progress=_progress,
+        )
+    except KeyboardInterrupt:
+        raise _interrupted(cache_path) from None
+    _finish(report, json_out)
+
+
+def bisect_commits(
+    command: Annotated[list[str], typer.Argument(help="After --: the command to run at each commit, e.g. python model.py.")],
+    good: Annotated[str, typer.Option("--good", help="A commit (or ref) where things were as they should be.")],
+    repo: Annotated[Path, typer.Option("--repo", help="The git repository (never modified: each commit is checked out in a temporary worktree).")] = Path("."),
+    bad: Annotated[str, typer.Option("--bad", help="A later commit where they are not.")] = "HEAD",
+    site: Annotated[str | None, typer.Option("--site", help="Judge each commit by whether a graph break happens at FILE:LINE.")] = None,
+    case_id: Annotated[str | None, typer.Option("--case", help="Judge each commit by how many of this case's recorded breaks are observed.")] = None,
+    exit_code: Annotated[bool, typer.Option("--exit-code", help="Judge each commit by the command's exit status (0 good, 125 skip, 1-127 bad), as git bisect run; not under the probe.")] = False,
+    python: Annotated[str | None, typer.Option("--python", help="Interpreter that runs the probe [default: the command's python, else this one].")] = None,
+    backend: Annotated[str, typer.Option("--backend", help="torch.compile backend forced for the runs.")] = "eager",
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run may take.")] = 300.0,
+    archive: Annotated[Path | None, typer.Option("--archive", help="Archive folder for --case.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the casekit.bisect/1 report here.")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the result cache.")] = False,
+    retry_unknown: Annotated[bool, typer.Option("--retry-unknown", help="Re-run commits the cache knows as unknown.")] = False,
+    cache: Annotated[Path | None, typer.Option("--cache", help="Result cache file [default: $CASEKIT_CACHE/bisect-cache.json].")] = None,
+) -> None:
+    """Find the commit of your repository that introduced (or removed) a graph break.
+
+    By default COMMAND is `[python] SCRIPT.py [ARGS]`: the last .py argument is
+    the script the probe observes at each commit, run from the worktree's root.
+    With --exit-code, COMMAND is any command, judged by its exit status.
+    """
+    from casekit.archive import Archive, archive_dir
+    from casekit.bisect.run import bisect_commits_run, default_cache_path
+
+    case = Archive(archive_dir(archive)).load(case_id) if case_id else None
+    cache_path = None if no_cache else (cache or default_cache_path())
+    try:
+        report = bisect_commits_run(
+            repo,
+            good,
+            bad,
+            command,
+            site=site,
+            case=case,
+            exit_code=exit_code,
+            python=python,
+            backend=backend,
+            timeout=timeout,
+            cache_path=cache_path,
+            use_cache=not no_cache,
+            retry_unknown=retry_unknown,
+            progress=_progress,
+        )
+    except KeyboardInterrupt:
+        raise _interrupted(cache_path) from None
+    _finish(report, json_out)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `bisect` and `bisect-commits` to the casekit app."""
+    app.command("bisect")(bisect)
+    app.command("bisect-commits")(bisect_commits)

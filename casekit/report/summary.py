@@ -1,0 +1,193 @@
+"""What every report format renders: the archive as a case x target matrix of latest results.
+
+Pure data built from the bundles (their replay histories give the latest result
+per target) and, optionally, from `casekit.replay/1` documents (a CI run's merged
+shards), which take precedence for the cells they hold.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from casekit.model import Case, ReplayRecord, Severity, SiteClass
+
+VERDICT_ORDER = ["fix_broken", "regressed", "env_failed", "changed", "improved", "unchanged"]
+CLASS_ORDER = [SiteClass.NEW, SiteClass.REAPPEARED, SiteClass.MOVED, SiteClass.GONE, SiteClass.PERSISTS]
+DRAFT_TAG = "draft"
+
+
+@dataclass
+class Cell:
+    """The latest result of one case on one target."""
+
+    case_id: str
+    target: str
+    torch: str
+    verdict: str
+    severity: Severity
+    statuses: dict[str, str] = field(default_factory=dict)  # script -> status
+    classes: dict[str, int] = field(default_factory=dict)  # site class -> count
+    details: list[str] = field(default_factory=list)  # what changed, one line each
+    at: str = ""  # ISO time of the replay ("" for results documents)
+    source: str = "history"  # "history" (the bundle) | a results file name
+
+    def class_summary(self) -> str:
+        """'2 moved, 1 gone' (persisting breaks only when nothing else happened)."""
+        moving = [f"{self.classes[c.value]} {c.value}" for c in CLASS_ORDER if c is not SiteClass.PERSISTS and self.classes.get(c.value)]
+        if moving:
+            return ", ".join(moving)
+        persists = self.classes.get(SiteClass.PERSISTS.value, 0)
+        return f"{persists} persist" if persists else "no breaks"
+
+
+@dataclass
+class TargetInfo:
+    label: str
+    torch: str
+
+
+@dataclass
+class CaseSummary:
+    """One case with its latest result per target."""
+
+    case: Case
+    cells: dict[str, Cell] = field(default_factory=dict)  # target label -> latest
+
+    @property
+    def severity(self) -> Severity | None:
+        """Worst severity over the latest results; None when never replayed."""
+        if not self.cells:
+            return None
+        return max((c.severity for c in self.cells.values()), key=lambda s: s.rank)
+
+    @property
+    def is_draft(self) -> bool:
+        return DRAFT_TAG in self.case.tags
+
+    def breaks(self, which: str) -> int | None:
+        observation = self.case.observations.get(which)
+        return len(observation.sites) if observation else None
+
+
+@dataclass
+class ArchiveSummary:
+    cases: list[CaseSummary]
+    targets: list[TargetInfo]
+    generated: str
+    title: str = "casekit archive"
+    warnings: list[str] = field(default_factory=list)
+
+    def worst(self) -> Severity | None:
+        severities = [c.severity for c in self.cases if c.severity is not None]
+        return max(severities, key=lambda s: s.rank) if severities else None
+
+    def cells(self) -> list[Cell]:
+        return [cell for case in self.cases for cell in case.cells.values()]
+
+    def severity_counts(self) -> Counter[str]:
+        return Counter(cell.severity.value for cell in self.cells())
+
+    def verdict_counts(self) -> Counter[str]:
+        return Counter(cell.verdict for cell in self.cells())
+
+
+def version_key(torch: str) -> tuple[int, ...]:
+    """'2.13.0+cpu' -> (2, 13, 0); unknown versions sort last."""
+    numbers = re.findall(r"\d+", torch.split("+", 1)[0])
+    return tuple(int(n) for n in numbers[:3]) if numbers else (10**6,)
+
+
+def cell_from_record(case_id: str, record: ReplayRecord) -> Cell:
+    classes = Counter(v.site_class.value for v in record.sites)
+    details = [
+        f"{v.script} {v.site_class.value} {v.where} ({v.category})" for v in record.sites if v.site_class is not SiteClass.PERSISTS
+    ]
+    details += [f"{which}: {status}" for which, status in record.statuses.items() if status != "ok"]
+    return Cell(
+        case_id=case_id,
+        target=record.target,
+        torch=record.torch,
+        verdict=record.verdict,
+        severity=record.severity,
+        statuses=dict(record.statuses),
+        classes=dict(classes),
+        details=details,
+        at=record.at,
+    )
+
+
+def cells_from_results(data: dict[str, Any], source: str) -> list[Cell]:
+    """Cells from a `casekit.replay/1` document (`replay --json`, `merge --json`)."""
+    torch_of = {str(t.get("label")): str(t.get("torch") or "?") for t in data.get("targets", [])}
+    cells = []
+    for result in data.get("results", []):
+        classes: Counter[str] = Counter()
+        statuses = {}
+        details = list(result.get("reasons") or [])
+        for which, script in (result.get("scripts") or {}).items():
+            if not script:
+                continue
+            statuses[which] = str(script.get("status"))
+            for site in script.get("sites") or []:
+                classes[str(site.get("class"))] += 1
+                if site.get("class") != SiteClass.PERSISTS.value and site.get("note"):
+                    side = site.get("observed") or site.get("recorded") or {}
+                    details.append(f"{which} {site.get('class')} {side.get('file')}:{side.get('line')}: {site.get('note')}")
+            details += [f"{which}: {note}" for note in script.get("notes") or []]
+        rollback = result.get("rollback")
+        if rollback and rollback.get("needed"):
+            state = {True: "verified", False: "NOT verified"}.get(rollback.get("verified"), "not checked")
+            details.append(f"rollback ({state}): {rollback.get('detail', '')}")
+        cells.append(
+            Cell(
+                case_id=str(result["case"]),
+                target=str(result["target"]),
+                torch=torch_of.get(str(result["target"]), "?"),
+                verdict=str(result.get("verdict")),
+                severity=Severity(result.get("severity", "info")),
+                statuses=statuses,
+                classes=dict(classes),
+                details=details,
+                source=source,
+            )
+        )
+    return cells
+
+
+def summarize(
+    cases: list[Case],
+    results: list[tuple[str, dict[str, Any]]] | None = None,
+    title: str = "casekit archive",
+    now: dt.datetime | None = None,
+) -> ArchiveSummary:
+    """The matrix: per case, the newest history record per target, overlaid by results documents."""
+    summaries = []
+    by_id: dict[str, CaseSummary] = {}
+    for case in sorted(cases, key=lambda c: c.id):
+        summary = CaseSummary(case)
+        for record in sorted(case.replays, key=lambda r: r.at):  # later records win
+            summary.cells[record.target] = cell_from_record(case.id, record)
+        summaries.append(summary)
+        by_id[case.id] = summary
+    warnings = []
+    for source, data in results or []:
+        for cell in cells_from_results(data, source):
+            if cell.case_id not in by_id:
+                warnings.append(f"{source}: case {cell.case_id!r} is not in the archive; its result is left out")
+                continue
+            by_id[cell.case_id].cells[cell.target] = cell
+    torch_of: dict[str, tuple[str, str]] = {}
+    for summary in summaries:
+        for cell in summary.cells.values():
+            if cell.target not in torch_of or cell.at >= torch_of[cell.target][1]:
+                torch_of[cell.target] = (cell.torch, cell.at)
+    targets = sorted(
+        (TargetInfo(label, torch) for label, (torch, _) in torch_of.items()),
+        key=lambda t: (version_key(t.torch), t.label),
+    )
+    moment = (now or dt.datetime.now(dt.timezone.utc)).replace(microsecond=0)
+    return ArchiveSummary(summaries, targets, moment.isoformat(), title, warnings)

@@ -1,0 +1,222 @@
+"""Sharding the case x target matrix over machines, and merging the shards' results.
+
+A shard is a stable slice of the matrix: the same inputs give the same slices on
+every machine, so N CI jobs that each run `replay --shard K/N` cover the matrix
+exactly once. Slices are rectangular (whole targets, or a target's cases split
+round-robin) because every target a shard touches costs a torch import, and for
+managed targets an environment build.
+
+`merge_reports` combines the `casekit.replay/1` JSON documents of the shards into
+one, in a canonical order, so a merged run compares equal to an unsharded one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from casekit.errors import CasekitError
+from casekit.model import Severity
+
+REPLAY_SCHEMA = "casekit.replay/1"  # the same string as casekit.replay.REPLAY_SCHEMA (not imported: it pulls in runners)
+SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+# Per-target fields that differ between a sharded and an unsharded run of the same matrix.
+VOLATILE_TARGET_FIELDS = ("seconds", "import_s")
+
+
+class ShardError(CasekitError):
+    """A --shard value or a set of shard results that cannot be used."""
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'2/4' -> (2, 4): shard K of N, 1-based."""
+    match = SHARD.match(text or "")
+    if not match:
+        raise ShardError(f"--shard takes K/N (e.g. 2/4: the second of four slices), not {text!r}")
+    k, n = int(match.group(1)), int(match.group(2))
+    if n < 1:
+        raise ShardError(f"--shard {text}: N must be at least 1")
+    if not 1 <= k <= n:
+        raise ShardError(f"--shard {text}: K must be between 1 and {n} (shards are numbered from 1)")
+    return k, n
+
+
+def shard_plan(case_ids: list[str], labels: list[str], n: int) -> list[set[tuple[str, str]]]:
+    """All N slices of the matrix (index 0 is shard 1); together they hold each cell once.
+
+    With at least as many targets as shards, whole targets are dealt round-robin.
+    With fewer, each target gets a share of the shards (the first targets one more
+    when it does not divide) and its cases are dealt round-robin over that share.
+    Case ids and labels are sorted first, so the order they arrive in never matters.
+    """
+    if n < 1:
+        raise ShardError("the number of shards must be at least 1")
+    cases = sorted(set(case_ids))
+    targets = sorted(set(labels))
+    plan: list[set[tuple[str, str]]] = [set() for _ in range(n)]
+    if not cases or not targets:
+        return plan
+    if len(targets) >= n:
+        for index, label in enumerate(targets):
+            plan[index % n].update((case_id, label) for case_id in cases)
+        return plan
+    base, extra = divmod(n, len(targets))
+    first = 0
+    for index, label in enumerate(targets):
+        share = base + (1 if index < extra else 0)
+        for position, case_id in enumerate(cases):
+            plan[first + position % share].add((case_id, label))
+        first += share
+    return plan
+
+
+def select_shard(case_ids: list[str], labels: list[str], k: int, n: int) -> set[tuple[str, str]]:
+    """The (case id, target label) cells shard K of N runs."""
+    if not 1 <= k <= n:
+        raise ShardError(f"shard {k}/{n}: K must be between 1 and {n}")
+    return shard_plan(case_ids, labels, n)[k - 1]
+
+
+# ---------------------------------------------------------------------- merge
+
+
+@dataclass
+class MergedReport:
+    """Shard results combined: the replay JSON, its worst severity, what looked wrong."""
+
+    data: dict[str, Any]
+    worst: Severity
+    warnings: list[str] = field(default_factory=list)
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    """One `casekit.replay/1` document; a clear error naming the file otherwise."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ShardError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ShardError(f"{path}: cannot read: {error}") from None
+    except json.JSONDecodeError as error:
+        raise ShardError(f"{path}: not valid JSON: {error}") from None
+    if not isinstance(data, dict) or data.get("schema") != REPLAY_SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ShardError(f"{path}: field 'schema': expected {REPLAY_SCHEMA!r}, got {found!r} (is this `casekit replay --json` output?)")
+    for key in ("targets", "results"):
+        if not isinstance(data.get(key), list):
+            raise ShardError(f"{path}: field '{key}': expected a list")
+    for index, result in enumerate(data["results"]):
+        if not isinstance(result, dict) or not isinstance(result.get("case"), str) or not isinstance(result.get("target"), str):
+            raise ShardError(f"{path}: field 'results[{index}]': expected a table with 'case' and 'target'")
+        try:
+            Severity(result.get("severity"))
+        except ValueError:
+            raise ShardError(f"{path}: field 'results[{index}].severity': {result.get('severity')!r} is not info, warn or error") from None
+    return data
+
+
+def _merge_target(into: dict[str, Any], other: dict[str, Any]) -> None:
+    for key, value in other.items():
+        if key == "warnings":
+            into["warnings"] = list(dict.fromkeys([*(into.get("warnings") or []), *(value or [])]))
+        elif key in VOLATILE_TARGET_FIELDS:
+            if isinstance(value, (int, float)):
+                into[key] = round((into.get(key) or 0) + value, 2) if key == "seconds" else max(into.get(key) or 0, value)
+        elif into.get(key) is None:
+            into[key] = value
+        elif key == "error" and value and value != into[key]:
+            into[key] = f"{into[key]}; {value}"
+
+
+def canonical(data: dict[str, Any]) -> dict[str, Any]:
+    """A replay document in canonical order: targets by label, results by (target, case)."""
+    out = {key: value for key, value in data.items() if key not in ("targets", "results", "shard", "shards")}
+    out["schema"] = REPLAY_SCHEMA
+    out["targets"] = sorted(data.get("targets", []), key=lambda t: str(t.get("label")))
+    out["results"] = sorted(data.get("results", []), key=lambda r: (r["target"], r["case"]))
+    return out
+
+
+def _shard_coverage(documents: list[tuple[Path, dict[str, Any]]]) -> list[str]:
+    """Problems with the set of shards: mixed N, missing or repeated K."""
+    seen: dict[int, list[int]] = {}
+    for path, data in documents:
+        if "shard" not in data:
+            continue
+        try:
+            k, n = parse_shard(str(data["shard"]))
+        except ShardError as error:
+            raise ShardError(f"{path}: field 'shard': {error}") from None
+        seen.setdefault(n, []).append(k)
+    problems = []
+    if len(seen) > 1:
+        problems.append("shards of different sizes were merged: " + ", ".join(f"/{n}" for n in sorted(seen)))
+    for n, ks in sorted(seen.items()):
+        missing = sorted(set(range(1, n + 1)) - set(ks))
+        if missing:
+            problems.append(f"missing shard(s) {', '.join(f'{k}/{n}' for k in missing)}: their results are not in this merge")
+        repeated = sorted({k for k in ks if ks.count(k) > 1})
+        if repeated:
+            problems.append(f"shard(s) {', '.join(f'{k}/{n}' for k in repeated)} given more than once")
+    return problems
+
+
+def merge_reports(paths: list[Path], allow_partial: bool = False) -> MergedReport:
+    """Combine shard results into one replay document and verdict.
+
+    A missing shard is an error (its cells would silently pass) unless
+    allow_partial; the same (case, target) twice is an error, since the
+    results could disagree.
+    """
+    if not paths:
+        raise ShardError("merge needs at least one result file")
+    documents = [(path, load_report(path)) for path in paths]
+    warnings: list[str] = []
+    coverage = _shard_coverage(documents)
+    if coverage and not allow_partial:
+        raise ShardError("; ".join(coverage) + " (use --allow-partial to merge anyway)")
+    warnings += coverage
+    targets: dict[str, dict[str, Any]] = {}
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    origin: dict[tuple[str, str], Path] = {}
+    for path, data in documents:
+        for target in data["targets"]:
+            label = str(target.get("label"))
+            if label in targets:
+                _merge_target(targets[label], target)
+            else:
+                targets[label] = dict(target)
+        for result in data["results"]:
+            key = (result["case"], result["target"])
+            if key in results:
+                raise ShardError(f"{path}: case {key[0]!r} on {key[1]} is also in {origin[key]} (overlapping shards?)")
+            results[key] = result
+            origin[key] = path
+    merged = canonical({"targets": list(targets.values()), "results": list(results.values())})
+    merged["shards"] = [str(data["shard"]) for _, data in documents if "shard" in data]
+    if not merged["shards"]:
+        del merged["shards"]
+    worst = max((Severity(r["severity"]) for r in merged["results"]), key=lambda s: s.rank, default=Severity.INFO)
+    if any(t.get("error") for t in merged["targets"]) and worst.rank < Severity.ERROR.rank:
+        worst = Severity.ERROR  # a target whose environment failed says nothing good about its cases
+    return MergedReport(merged, worst, warnings)
+
+
+def without_volatile(data: dict[str, Any]) -> dict[str, Any]:
+    """The document without timings, for comparing two runs of the same matrix."""
+    out = canonical(data)
+    out["targets"] = [{k: v for k, v in t.items() if k not in VOLATILE_TARGET_FIELDS} for t in out["targets"]]
+    return out
+
+
+def fails(worst: Severity, fail_on: str) -> bool:
+    """The replay exit rule: fail when the worst severity reaches --fail-on (never: never)."""
+    if fail_on == "never":
+        return False
+    try:
+        return worst.rank >= Severity(fail_on).rank
+    except ValueError:
+        raise ShardError(f"--fail-on must be error, warn, info or never, not {fail_on!r}") from None

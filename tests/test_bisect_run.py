@@ -1,0 +1,379 @@
+"""Bisection runs: torch versions for a case, commits of a repository.
+
+The search itself is tested in test_bisect_search.py. Here `run_target` is
+faked at its interface (one canned observation set per torch version, then
+classified for real), so every path of `bisect_versions` runs in
+milliseconds: predicates, unknown targets, the end checks, the disk cache,
+the report. Real torch runs are in test_bisect_cli.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from casekit.bisect.run import (
+    BISECT_SCHEMA,
+    BisectEndsAgree,
+    BisectEndUnknown,
+    InPlaceProbeJob,
+    Predicate,
+    bisect_versions,
+    commit_outcome,
+    describe_changes,
+    observation_from_record,
+    observation_record,
+    parse_location,
+    split_probe_command,
+    version_target_key,
+)
+from casekit.bisect.search import UNKNOWN
+from casekit.bundle import sha256_text
+from casekit.classify import classify_case
+from casekit.errors import BisectError, CasekitError
+from casekit.model import (
+    Case,
+    FallbackFrame,
+    Frame,
+    OutputCheck,
+    Recompile,
+    ScriptObservation,
+    ScriptSource,
+    ScriptStatus,
+    Site,
+)
+from casekit.replay import ReplayOptions, RunnerFactory, TargetRun
+from casekit.runners.interface import ProgressFn, TargetSpec
+
+PRE = "import torch\n\n\ndef f(x):\n    n = x.sum().item()\n    return x * n\n\n\nprint(torch.compile(f)(torch.ones(2)))\n"
+POST = "import torch\n\n\ndef f(x):\n    return x * x.sum()\n\n\nprint(torch.compile(f)(torch.ones(2)))\n"
+ITEM = "legacy:tensor.item"  # any stable category: classification compares categories
+
+
+def item_break(line: int = 5, reason: str = "Tensor.item") -> Site:
+    return Site("repro.py", line, "f", "    n = x.sum().item()", ITEM, reason)
+
+
+def observed(*sites: Site, status: ScriptStatus = ScriptStatus.OK, graphs: int = 2, detail: str = "") -> ScriptObservation:
+    return ScriptObservation(status=status, graphs=graphs, sites=list(sites), detail=detail)
+
+
+def make_case() -> Case:
+    """Captured with one `.item()` break in the pre-fix and a post-fix that compiles to one graph."""
+    return Case(
+        id="item-case",
+        title="item breaks",
+        pre=ScriptSource("repro.py", sha256_text(PRE), PRE),
+        post=ScriptSource("fixed.py", sha256_text(POST), POST),
+        observations={"pre": observed(item_break()), "post": observed(graphs=1)},
+    )
+
+
+HISTORY: dict[str, dict[str, ScriptObservation]] = {
+    # the break persists (reworded from 2.7 on) ...
+    "2.5.1": {"pre": observed(item_break()), "post": observed(graphs=1)},
+    "2.6.0": {"pre": observed(item_break()), "post": observed(graphs=1)},
+    "2.7.1": {"pre": observed(item_break(reason="Unsupported Tensor.item() call")), "post": observed(graphs=1)},
+    # ... then moves one line down, and the post-fix starts to crash
+    "2.8.0": {
+        "pre": observed(item_break(line=6)),
+        "post": observed(status=ScriptStatus.COMPILE_ERROR, graphs=0, detail="compiled run: RuntimeError: boom"),
+    },
+    "2.9.1": {
+        "pre": observed(item_break(line=6)),
+        "post": observed(status=ScriptStatus.COMPILE_ERROR, graphs=0, detail="compiled run: RuntimeError: boom"),
+    },
+    "2.10.0": {
+        "pre": observed(item_break(line=6)),
+        "post": observed(status=ScriptStatus.COMPILE_ERROR, graphs=0, detail="compiled run: RuntimeError: boom"),
+    },
+}
+VERSIONS = list(HISTORY)
+
+
+class FakeReplay:
+    """`run_target` at its interface: canned observations per torch version, classified for real."""
+
+    def __init__(self, history: dict[str, dict[str, ScriptObservation]], broken: frozenset[str] = frozenset()) -> None:
+        self.history = history
+        self.broken = broken
+        self.specs: list[TargetSpec] = []
+
+    def __call__(
+        self, spec: TargetSpec, cases: list[Case], options: ReplayOptions, make_runner: RunnerFactory, progress: ProgressFn
+    ) -> TargetRun:
+        assert options.record is False and options.verify_rollback is False
+        self.specs.append(spec)
+        version = spec.torch or "?"
+        run = TargetRun(spec=spec, label=spec.label, environment={"torch": version})
+        if version in self.broken:
+            run.error = f"cannot install torch {version}"
+            return run
+        run.results = [classify_case(case, spec.label, self.history[version]) for case in cases]
+        return run
+
+    @property
+    def versions(self) -> list[str]:
+        return [spec.torch or "?" for spec in self.specs]
+
+
+def no_runner(spec: TargetSpec):  # type: ignore[no-untyped-def]
+    raise AssertionError("the fake replay never asks for a runner")
+
+
+def run(case: Case, tmp_path: Path, fake: FakeReplay, **kwargs):  # type: ignore[no-untyped-def]
+    kwargs.setdefault("versions", VERSIONS)
+    return bisect_versions(
+        case,
+        kwargs.pop("good", "2.5.1"),
+        kwargs.pop("bad", "2.10.0"),
+        cache_path=tmp_path / "cache.json",
+        make_runner=no_runner,
+        run_target_fn=fake,
+        **kwargs,
+    )
+
+
+def test_finds_the_release_where_the_verdict_changes(tmp_path: Path) -> None:
+    fake = FakeReplay(HISTORY)
+    report = run(make_case(), tmp_path, fake)
+    assert (report.last_good, report.first_bad, report.ambiguous) == ("2.7.1", "2.8.0", [])
+    assert report.good_outcome == "unchanged" and report.bad_outcome == "regressed"
+    assert fake.versions[:2] == ["2.5.1", "2.10.0"], "both ends are checked first"
+    assert len(fake.versions) == len(set(fake.versions)) == len(report.steps) == report.evaluated
+    assert [s.target for s in report.steps] == fake.versions
+    assert report.candidates == VERSIONS
+    assert report.reproduce == "casekit replay --case item-case --torch 2.8.0 --no-record"
+    assert report.compare_url == "https://github.com/pytorch/pytorch/compare/v2.7.1...v2.8.0"
+    changes = "\n".join(report.changes)
+    assert "verdict: unchanged on 2.7.1 -> regressed on 2.8.0" in changes
+    assert "pre-fix: break moved from repro.py:5 (f) to repro.py:6" in changes
+    assert "post-fix: ok on 2.7.1 -> compile_error on 2.8.0: compiled run: RuntimeError: boom" in changes
+
+
+def test_second_run_reads_everything_from_the_cache_whatever_the_predicate(tmp_path: Path) -> None:
+    first = run(make_case(), tmp_path, FakeReplay(HISTORY))
+    again = FakeReplay(HISTORY)
+    second = run(make_case(), tmp_path, again)
+    assert again.specs == [] and second.evaluated == 0 and second.from_cache == len(second.steps)
+    assert (second.first_bad, [s.outcome for s in second.steps]) == (first.first_bad, [s.outcome for s in first.steps])
+    # the cache holds observations, not outcomes: another predicate reuses them
+    by_site = run(make_case(), tmp_path, again, predicate=("site", "repro.py:5"))
+    assert again.specs == [] and by_site.first_bad == "2.8.0"
+    assert (by_site.good_outcome, by_site.bad_outcome) == ("persists", "moved")
+    cache = json.loads((tmp_path / "cache.json").read_text())
+    assert cache["schema"] == "casekit.bisect-cache/1"
+    [(subject, targets)] = cache["results"].items()
+    assert subject.startswith("case:") and set(targets) <= {f"venv:{v}" for v in VERSIONS}
+
+
+def test_a_cached_record_that_cannot_be_read_back_is_run_again(tmp_path: Path) -> None:
+    run(make_case(), tmp_path, FakeReplay(HISTORY))
+    path = tmp_path / "cache.json"
+    cache = json.loads(path.read_text())
+    [targets] = cache["results"].values()
+    record = json.loads(targets["venv:2.5.1"]["outcome"])
+    record["observations"]["pre"]["status"] = "from-a-future-casekit"
+    targets["venv:2.5.1"]["outcome"] = json.dumps(record)
+    path.write_text(json.dumps(cache))
+    fake = FakeReplay(HISTORY)
+    report = run(make_case(), tmp_path, fake)
+    assert fake.versions == ["2.5.1"] and report.first_bad == "2.8.0" and report.evaluated == 1
+
+
+def test_editing_the_case_scripts_invalidates_its_cache(tmp_path: Path) -> None:
+    run(make_case(), tmp_path, FakeReplay(HISTORY))
+    edited = make_case()
+    source = PRE + "# edited\n"
+    edited.pre = ScriptSource("repro.py", sha256_text(source), source)
+    fake = FakeReplay(HISTORY)
+    run(edited, tmp_path, fake)
+    assert fake.specs, "new case content, new cache key"
+
+
+@pytest.mark.parametrize(
+    ("predicate", "good", "bad", "first_bad"),
+    [
+        (("status", "post"), "ok", "compile_error", "2.8.0"),
+        ("post-holds", "holds", "broken", "2.8.0"),
+        (("site", "repro.py:6"), "absent", "moved", "2.8.0"),
+        ("verdict", "unchanged", "regressed", "2.8.0"),
+    ],
+)
+def test_predicates(tmp_path: Path, predicate, good: str, bad: str, first_bad: str) -> None:  # type: ignore[no-untyped-def]
+    report = run(make_case(), tmp_path, FakeReplay(HISTORY), predicate=predicate)
+    assert (report.good_outcome, report.bad_outcome, report.first_bad) == (good, bad, first_bad)
+
+
+def test_ends_that_agree_stop_with_a_clear_message(tmp_path: Path) -> None:
+    """2.7.1 rewords the break (same place, same category): still 'unchanged', like 2.5.1."""
+    with pytest.raises(BisectEndsAgree, match=r"both ends give 'unchanged' for the case's replay verdict \(2.5.1 and 2.7.1\): nothing to bisect; compare another aspect with --site"):
+        run(make_case(), tmp_path, FakeReplay(HISTORY), bad="2.7.1")
+
+
+def test_unbuildable_targets_are_stepped_around_and_leave_the_range_ambiguous(tmp_path: Path) -> None:
+    fake = FakeReplay(HISTORY, broken=frozenset({"2.8.0", "2.7.1"}))
+    report = run(make_case(), tmp_path, fake)
+    assert (report.last_good, report.first_bad) == ("2.6.0", "2.9.1")
+    assert report.ambiguous == ["2.7.1", "2.8.0"] and not report.exact
+    unknown = [s for s in report.steps if s.outcome == "unknown"]
+    assert {s.target for s in unknown} == {"2.7.1", "2.8.0"}
+    assert all("cannot install torch" in s.detail for s in unknown)
+    # unknowns are remembered (a failed build usually fails again) unless asked to retry
+    again = FakeReplay(HISTORY)
+    run(make_case(), tmp_path, again)
+    assert again.specs == []
+    retried = FakeReplay(HISTORY)
+    report = run(make_case(), tmp_path, retried, retry_unknown=True)
+    assert sorted(retried.versions) == ["2.7.1", "2.8.0"] and report.first_bad == "2.8.0" and report.exact
+
+
+def test_an_end_that_cannot_be_built_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(BisectEndUnknown, match="the good end 2.5.1 could not be evaluated: environment failed: cannot install torch 2.5.1"):
+        run(make_case(), tmp_path, FakeReplay(HISTORY, broken=frozenset({"2.5.1"})))
+
+
+def test_python_runner_maps_versions_to_interpreters(tmp_path: Path) -> None:
+    pythons = {"2.5.1": "/opt/t251/bin/python", "2.9.1": "/opt/t291/bin/python", "2.10.0": "/opt/t210/bin/python"}
+    fake = FakeReplay(HISTORY)
+    report = run(make_case(), tmp_path, fake, runner="python", pythons=pythons, versions=None)
+    assert report.candidates == ["2.5.1", "2.9.1", "2.10.0"], "without --versions, the mapped versions are the candidates"
+    assert report.first_bad == "2.9.1"
+    assert {(s.runner, s.torch, s.python) for s in fake.specs} == {("python", v, p) for v, p in pythons.items()}
+    assert report.reproduce == "casekit replay --case item-case --python /opt/t291/bin/python --no-record"
+    # a listed version with no interpreter is unknown, never run, and not cached as such
+    fake = FakeReplay(HISTORY)
+    report = run(make_case(), tmp_path, fake, runner="python", pythons=pythons, versions=["2.5.1", "2.8.0", "2.10.0"])
+    assert report.ambiguous == ["2.8.0"] and "2.8.0" not in fake.versions
+    [step] = [s for s in report.steps if s.target == "2.8.0"]
+    assert (step.outcome, step.ran, step.cached) == ("unknown", False, False)
+    assert "--python-for 2.8.0=PATH" in step.detail
+
+
+def test_candidates_come_from_the_index_when_not_given(tmp_path: Path) -> None:
+    asked = {}
+
+    def list_versions(package: str, *, pre: bool = False, index_url: str | None = None) -> list[str]:
+        asked.update(package=package, pre=pre, index_url=index_url)
+        return ["2.4.0", *VERSIONS, "2.11.0"]
+
+    report = run(make_case(), tmp_path, FakeReplay(HISTORY), versions=None, list_versions=list_versions)
+    assert report.candidates == VERSIONS and asked == {"package": "torch", "pre": False, "index_url": None}
+
+
+def test_no_cache_writes_nothing(tmp_path: Path) -> None:
+    report = run(make_case(), tmp_path, FakeReplay(HISTORY), use_cache=False)
+    assert report.cache_path is None and not (tmp_path / "cache.json").exists()
+
+
+def test_predicates_that_need_a_post_fix(tmp_path: Path) -> None:
+    case = make_case()
+    case.post = None
+    with pytest.raises(BisectError, match="has no post-fix script"):
+        run(case, tmp_path, FakeReplay(HISTORY), predicate="post-holds")
+    with pytest.raises(BisectError, match="FILE:LINE"):
+        Predicate.parse(("site", "repro.py"))
+    with pytest.raises(BisectError, match="pre or post"):
+        Predicate.parse(("status", "both"))
+    with pytest.raises(BisectError, match="unknown predicate"):
+        Predicate.parse("flaky")
+
+
+def test_report_json(tmp_path: Path) -> None:
+    data = run(make_case(), tmp_path, FakeReplay(HISTORY)).to_json()
+    assert data["schema"] == BISECT_SCHEMA and data["kind"] == "versions"
+    assert data["searched"] == {"from": "2.5.1", "to": "2.10.0", "candidates": VERSIONS}
+    assert (data["last_good"], data["first_bad"], data["exact"]) == ("2.7.1", "2.8.0", True)
+    assert data["steps"][0]["target"] == "2.5.1" and data["steps"][0]["ran"] is True
+    json.dumps(data)
+
+
+def test_cached_observation_round_trips_everything_classification_reads() -> None:
+    site = Site(
+        "torch/nn/modules/module.py", 1740, "_call_impl", "return f(*a)", "GB0124", "Tensor.item", "GB0124",
+        call_site=Frame("repro.py", 9, "forward", "y = self.m(x)"), stack=[Frame("repro.py", 9, "forward")],
+        kind="skip", excerpt="long log text",
+    )
+    original = ScriptObservation(
+        status=ScriptStatus.MISMATCH, detail="differs", graphs=3, sites=[site],
+        fallback_frames=[FallbackFrame("g", "repro.py", 3, "skip")], recompiles=[Recompile("f", "repro.py", 4, ["size"])],
+        check=OutputCheck(compared=2, allclose=False, max_abs=0.5), log_excerpt="x" * 5000, stdout_tail="out",
+    )
+    record = json.loads(json.dumps(observation_record(original)))
+    back = observation_from_record(record)
+    assert back is not None
+    assert back.sites[0].call_site == site.call_site and back.sites[0].kind == "skip" and back.sites[0].excerpt == ""
+    assert (back.status, back.graphs, back.check, back.fallback_frames, back.recompiles) == (
+        original.status, original.graphs, original.check, original.fallback_frames, original.recompiles,
+    )
+    assert back.log_excerpt == "" and "log_excerpt" not in record
+    assert observation_from_record({"status": "no-such-status"}) is None
+
+
+def test_describe_changes_reports_breaks_statuses_graphs_and_fallbacks() -> None:
+    before = {"script": observed(item_break(), graphs=2)}
+    after = {
+        "script": ScriptObservation(
+            status=ScriptStatus.OK, graphs=0,
+            sites=[Site("repro.py", 9, "g", "print(x)", "legacy:print", "print")],
+            fallback_frames=[FallbackFrame("f", "repro.py", 4)],
+        )
+    }
+    changes = describe_changes(before, after, "a", "b")
+    assert changes == [
+        "script: new break at repro.py:9 in g: print",
+        "script: break at repro.py:5 in f: Tensor.item no longer observed",
+        "script: 2 -> 0 graph(s)",
+        "script: f (repro.py:4) now falls back to eager entirely",
+    ]
+
+
+def test_target_keys() -> None:
+    assert version_target_key("venv", "2.5.1") == "venv:2.5.1"
+    assert version_target_key("docker", "2.13.0", cuda="cu124") == "docker:2.13.0+cu124"
+    assert version_target_key("python", "2.5.1", python="/p/python") == "python:2.5.1@/p/python"
+
+
+# ------------------------------------------------------------------ commit mode, pure parts
+
+
+def test_split_probe_command() -> None:
+    assert split_probe_command(["python", "model.py"]) == ("python", "model.py", [])
+    assert split_probe_command(["/opt/v/bin/python3.11", "src/train.py", "--steps", "2"]) == (
+        "/opt/v/bin/python3.11", "src/train.py", ["--steps", "2"],
+    )
+    assert split_probe_command(["train.py"]) == (None, "train.py", [])
+    assert split_probe_command(["uv", "run", "train.py"]) == (None, "train.py", [])
+    with pytest.raises(BisectError, match="pass --exit-code"):
+        split_probe_command(["make", "test"])
+
+
+def test_commit_outcomes() -> None:
+    broken_eager = observed(status=ScriptStatus.EAGER_FAILED, detail="eager baseline: ImportError")
+    assert commit_outcome(broken_eager, site="model.py:7")[0] is UNKNOWN
+    crash = observed(status=ScriptStatus.COMPILE_ERROR, detail="compiled run: boom")
+    assert commit_outcome(crash, site="model.py:7") == ("compile_error", "compiled run: boom")
+    at_7 = observed(Site("model.py", 7, "step", "print(z)", "legacy:print", "print"))
+    assert commit_outcome(at_7, site="model.py:7")[0] == "break"
+    assert commit_outcome(at_7, site="./model.py:8")[0] == "no-break"
+    assert commit_outcome(at_7, site="src/model.py:7")[0] == "break", "a path suffix names the same file"
+    assert commit_outcome(at_7)[0] == "1 graph break(s)"
+    case = make_case()
+    assert commit_outcome(at_7, case=case)[0] == "0/1 recorded break(s)"
+    assert commit_outcome(observed(item_break(line=30)), case=case)[0] == "1/1 recorded break(s)"
+
+
+def test_parse_location() -> None:
+    assert parse_location("src/model.py:12") == ("src/model.py", 12)
+    for bad in ("model.py", ":3", "model.py:x"):
+        with pytest.raises(CasekitError):
+            parse_location(bad)
+
+
+def test_in_place_job_runs_the_worktree_script(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    job = InPlaceProbeJob(id="commit", script=script, workdir=str(tmp_path), argv=("--n", "1"))
+    request = job.to_request("/batch/scripts/commit/model.py")
+    assert request["script"] == str(script) and request["workdir"] == str(tmp_path) and request["argv"] == ["--n", "1"]

@@ -1,0 +1,39 @@
+"""The docker runner without an engine: one clear line, no traceback (no engine needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from casekit.errors import DockerUnavailable, RunnerError
+from casekit.runners.docker import DockerRunner
+from casekit.runners.interface import ProbeJob, TargetSpec
+
+
+def test_unknown_option_is_refused() -> None:
+    with pytest.raises(RunnerError, match="unknown docker option"):
+        DockerRunner(TargetSpec(runner="docker", options=(("netwrk", "bridge"),)))
+
+
+@pytest.fixture
+def no_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+    address = f"unix://{tmp_path}/no-such-docker.sock"
+    monkeypatch.setenv("DOCKER_HOST", address)
+    yield address
+
+
+@pytest.mark.parametrize("step", ["prepare", "run_probe"])
+def test_engine_down_is_one_line(no_engine: str, step: str, tmp_path: Path) -> None:
+    runner = DockerRunner(TargetSpec(runner="docker", torch="2.13.0"))
+    script = tmp_path / "gb.py"
+    script.write_text("print('never runs')\n")
+    with pytest.raises(DockerUnavailable) as raised:
+        if step == "prepare":
+            runner.prepare(lambda line: None)
+        else:
+            runner.run_probe([ProbeJob(id="gb", script=script)], lambda line: None)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(f"cannot reach the Docker engine at {no_engine}: start dockerd or set DOCKER_HOST")
