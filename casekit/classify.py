@@ -264,6 +264,7 @@ def judge(case: Case, target: str, scripts: dict[str, ScriptResult]) -> CaseResu
     rollback = None
     if broken:
         raise_to(Severity.ERROR, "fix_broken", broken)
+        verdict = "fix_broken"  # the most useful name for it, whatever else regressed
         rollback = Rollback(needed=True, detail=broken, notes=case.rollback_notes)
     return CaseResult(case.id, target, scripts, verdict, severity, reasons, rollback)
 

@@ -144,31 +144,34 @@ def collect_sites(run: dict[str, Any], namer: PathNamer) -> list[Site]:
 
 def collect_fallbacks(run: dict[str, Any], namer: PathNamer, sites: list[Site]) -> list[FallbackFrame]:
     """Functions that ran with no graph at all: WON'T CONVERT, skip-type breaks, and
-    entry points called while nothing compiled (graph count 0: count graphs, not log lines)."""
-    fallbacks: list[FallbackFrame] = []
-    seen: set[tuple[str, int]] = set()
+    entry points called while nothing compiled (graph count 0: count graphs, not log lines).
+
+    One function is reported once, by where it starts when that is known (WON'T
+    CONVERT and entry points know it; a skip-type break only knows its own line).
+    """
+    candidates: list[FallbackFrame] = []
     for record in run.get("records", []):
-        if record.get("kind") != "convert_frame":
-            continue
-        raw = parse_wont_convert(record["message"], record.get("exc_message"))
-        if raw and not namer.is_harness(raw.file):
-            key = (namer.name(raw.file), raw.line)
-            if key not in seen:
-                seen.add(key)
-                fallbacks.append(FallbackFrame(normalize_function(raw.function), key[0], raw.line, raw.reason))
+        if record.get("kind") == "convert_frame":
+            raw = parse_wont_convert(record["message"], record.get("exc_message"))
+            if raw and not namer.is_harness(raw.file):
+                candidates.append(FallbackFrame(normalize_function(raw.function), namer.name(raw.file), raw.line, raw.reason))
+    if run.get("status") == "ok" and not run.get("graphs"):
+        for entry in run.get("entries", {}).values():
+            if entry.get("calls"):
+                file, line = namer.name(entry.get("file") or "?"), int(entry.get("line") or 0)
+                candidates.append(FallbackFrame(entry["name"], file, line, "called, but no graph was compiled"))
     for site in sites:
         if site.kind == "skip":
             frame = site.anchor
-            key = (frame.file, frame.line)
-            if not any(f.function == frame.function and f.file == frame.file for f in fallbacks):
-                seen.add(key)
-                fallbacks.append(FallbackFrame(frame.function, frame.file, frame.line, site.reason))
-    if run.get("status") == "ok" and not run.get("graphs"):
-        for entry in run.get("entries", {}).values():
-            key = (namer.name(entry.get("file") or "?"), int(entry.get("line") or 0))
-            if entry.get("calls") and key not in seen:
-                seen.add(key)
-                fallbacks.append(FallbackFrame(entry["name"], key[0], key[1], "called, but no graph was compiled"))
+            candidates.append(FallbackFrame(frame.function, frame.file, frame.line, site.reason))
+    fallbacks: list[FallbackFrame] = []
+    for candidate in candidates:
+        duplicate = any(
+            (f.file, f.line) == (candidate.file, candidate.line) or (f.file, f.function) == (candidate.file, candidate.function)
+            for f in fallbacks
+        )
+        if not duplicate:
+            fallbacks.append(candidate)
     return fallbacks
 
 
