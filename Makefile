@@ -9,7 +9,7 @@ OUT ?= out
 # write the JSON and the HTML report to out/ (the archive itself is not changed).
 run: $(STAMP)
 	$(PYTHON) -m casekit replay --archive cases --no-record --json $(OUT)/replay.json
-	$(PYTHON) -m casekit report --archive cases --format html --out $(OUT)/report
+	$(PYTHON) -m casekit report --archive cases --results $(OUT)/replay.json --format html --format md --out $(OUT)/report
 	@echo "report: $(OUT)/report/index.html"
 
 # Every test: real torch, real subprocesses, real git, real Docker (when an engine runs).

@@ -228,19 +228,28 @@ def replay(
         options_kv.append(("base_image", base_image))
     store = open_archive(archive)
     cases = store.load_all(case)
+    drafts = [c.id for c in cases if "draft" in c.tags and not case]
+    if drafts:
+        # imported drafts have no repro yet (their script only raises): nothing to replay
+        typer.echo(f"skipping {len(drafts)} draft case(s) without a repro: {', '.join(drafts)}", err=True)
+        cases = [c for c in cases if c.id not in drafts]
+    all_case_ids = [c.id for c in cases]
     specs = build_specs(python or [], torch or [], runner, cuda, index_url, find_links, image, options_kv)
     matrix_filter = None
     if shard:
         from casekit.shard import parse_shard, select_shard
 
         k, n = parse_shard(shard)
-        matrix_filter = select_shard([c.id for c in cases], [s.label for s in specs], k, n)
+        all_labels = [s.label for s in specs]
+        matrix_filter = select_shard([c.id for c in cases], all_labels, k, n)
         cases = [c for c in cases if any(cid == c.id for cid, _ in matrix_filter)]
         specs = [s for s in specs if any(label == s.label for _, label in matrix_filter)]
         if not cases:
             typer.echo(f"shard {shard}: nothing to run")
             if json_out:
-                json_out.write_text(json.dumps({"schema": "casekit.replay/1", "targets": [], "results": [], "shard": shard}, indent=2))
+                empty = {"schema": "casekit.replay/1", "targets": [], "results": [], "shard": shard,
+                         "matrix": {"cases": all_case_ids, "targets": all_labels}}
+                json_out.write_text(json.dumps(empty, indent=2))
             raise typer.Exit(0)
     typer.echo(f"replaying {len(cases)} case(s) on {len(specs)} target(s): " + ", ".join(s.label for s in specs), err=True)
     report = do_replay(cases, specs, ReplayOptions(backend=backend, timeout=timeout, record=record, pin_packages=pin_packages), store, default_runner_factory, progress)
@@ -250,6 +259,7 @@ def replay(
     data = report_json(report)
     if shard:
         data["shard"] = shard
+        data["matrix"] = {"cases": all_case_ids, "targets": all_labels}
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(data, indent=2))
@@ -319,8 +329,10 @@ def images_prune() -> None:
 
 
 from casekit.cli_bisect import register as register_bisect  # noqa: E402
+from casekit.cli_records import register as register_records  # noqa: E402
 
 register_bisect(app)
+register_records(app)
 
 
 def main() -> None:

@@ -24,10 +24,20 @@ FAIL_ON = ("error", "warn", "info", "never")
 
 
 def report(
-    formats: Annotated[list[str] | None, typer.Option("--format", "-f", help="html, md, junit or json (repeatable) [default: html].")] = None,
-    out: Annotated[Path, typer.Option("--out", help="Folder to write into; '-' prints a single md/json/junit report to stdout.")] = Path("casekit-report"),
+    formats: Annotated[
+        list[str] | None, typer.Option("--format", "-f", help="html, md, junit or json (repeatable) [default: html].")
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Folder to write into; '-' prints a single md/json/junit report to stdout.")
+    ] = Path("casekit-report"),
     archive: ArchiveOption = None,
-    results: Annotated[list[Path] | None, typer.Option("--results", help="casekit.replay/1 JSON (replay --json, merge --json) overriding the bundles' history for its cells (repeatable).")] = None,
+    results: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--results",
+            help="casekit.replay/1 JSON (replay --json, merge --json) overriding the bundles' history for its cells (repeatable).",
+        ),
+    ] = None,
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "casekit archive",
 ) -> None:
     """Render the archive: latest replay per case x target, case pages, history."""
@@ -63,13 +73,24 @@ def log(
 
 
 def import_runs(
-    trace: Annotated[Path | None, typer.Option("--trace", help="A TORCH_TRACE folder (dedicated_log_torch_trace_*.log).")] = None,
-    log_files: Annotated[list[Path] | None, typer.Option("--log", help="Output of a run with TORCH_LOGS=graph_breaks,recompiles (repeatable).")] = None,
+    trace: Annotated[
+        Path | None, typer.Option("--trace", help="A TORCH_TRACE folder (dedicated_log_torch_trace_*.log).")
+    ] = None,
+    log_files: Annotated[
+        list[Path] | None,
+        typer.Option("--log", help="Output of a run with TORCH_LOGS=graph_breaks,recompiles (repeatable)."),
+    ] = None,
     archive: ArchiveOption = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Write the drafts here instead of into the archive.")] = None,
-    group: Annotated[str, typer.Option("--group", help="One draft per user line with breaks (line), per site, or per function.")] = "line",
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the drafts here instead of into the archive.")
+    ] = None,
+    group: Annotated[
+        str, typer.Option("--group", help="One draft per user line with breaks (line), per site, or per function.")
+    ] = "line",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the drafts; write nothing.")] = False,
-    commit: Annotated[bool, typer.Option("--commit", help="Commit the new drafts to the archive's git repository.")] = False,
+    commit: Annotated[
+        bool, typer.Option("--commit", help="Commit the new drafts to the archive's git repository.")
+    ] = False,
 ) -> None:
     """Turn the graph breaks of a real run (TORCH_TRACE or TORCH_LOGS) into draft cases that still need a repro."""
     from casekit.importer import import_runs as do_import
@@ -85,7 +106,9 @@ def import_runs(
         typer.echo(f"warning: {warning}", err=True)
     for skipped in result.skipped:
         typer.echo(f"skipped {skipped}")
-    typer.echo(f"{len(result.sites)} distinct site(s), {len(result.recompiles)} recompile(s) -> {len(result.drafts)} draft(s)")
+    typer.echo(
+        f"{len(result.sites)} distinct site(s), {len(result.recompiles)} recompile(s) -> {len(result.drafts)} draft(s)"
+    )
     for case in result.drafts:
         pre = case.observations["pre"]
         typer.echo(f"  {case.id}: {case.title} [{len(pre.sites)} site(s), {len(pre.recompiles)} recompile(s)]")
@@ -101,9 +124,15 @@ def import_runs(
 
 
 def merge(
-    results: Annotated[list[Path], typer.Argument(help="casekit.replay/1 JSON files written by `replay --shard K/N --json`.")],
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the merged casekit.replay/1 JSON here.")] = None,
-    fail_on: Annotated[str, typer.Option("--fail-on", help="Exit 1 when a result reaches this severity: error, warn, info or never.")] = "error",
+    results: Annotated[
+        list[Path], typer.Argument(help="casekit.replay/1 JSON files written by `replay --shard K/N --json`.")
+    ],
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write the merged casekit.replay/1 JSON here.")
+    ] = None,
+    fail_on: Annotated[
+        str, typer.Option("--fail-on", help="Exit 1 when a result reaches this severity: error, warn, info or never.")
+    ] = "error",
     allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Merge even when shards are missing.")] = False,
 ) -> None:
     """Combine shard results into one report and verdict (exit 1 at --fail-on, like replay)."""
@@ -130,8 +159,19 @@ def merge(
             for script in (s for s in scripts.values() if s):
                 for site in script.get("sites") or []:
                     classes[site["class"]] = classes.get(site["class"], 0) + 1
-            rows.append([result["case"], result["verdict"], result["severity"], statuses, ", ".join(f"{n} {c}" for c, n in sorted(classes.items())) or "no breaks"])
-        typer.echo(f"\ntarget {target.get('label')} (torch {target.get('torch')})" + (f": environment failed: {target['error']}" if target.get("error") else ""))
+            rows.append(
+                [
+                    result["case"],
+                    result["verdict"],
+                    result["severity"],
+                    statuses,
+                    ", ".join(f"{n} {c}" for c, n in sorted(classes.items())) or "no breaks",
+                ]
+            )
+        typer.echo(
+            f"\ntarget {target.get('label')} (torch {target.get('torch')})"
+            + (f": environment failed: {target['error']}" if target.get("error") else "")
+        )
         typer.echo(table(["case", "verdict", "severity", "status", "sites"], rows))
     typer.echo(f"\n{len(data['results'])} result(s) from {len(results)} file(s); worst severity: {merged.worst.value}")
     if json_out:

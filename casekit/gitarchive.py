@@ -8,6 +8,7 @@ staged and out of the commit (`git commit --only -- PATHS`).
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # replay pulls in the runners; only its types are needed here
 
 FALLBACK_IDENTITY = {"name": "casekit", "email": "casekit@localhost"}  # CI checkouts often have no user.name
 # Site classes in the order a commit subject lists them (persists says nothing changed).
-MESSAGE_CLASSES = [SiteClass.REAPPEARED, SiteClass.NEW, SiteClass.MOVED, SiteClass.GONE]
+MESSAGE_CLASSES = [SiteClass.MOVED, SiteClass.REAPPEARED, SiteClass.NEW, SiteClass.GONE]
 MESSAGE_VERDICTS = {"fix_broken": "fix broken", "regressed": "regressed", "env_failed": "env failed"}
 
 
@@ -52,14 +53,21 @@ def _relative(repo: git.Repo, path: Path) -> str:
         raise GitError(f"{path} is outside the repository at {work}") from None
 
 
+def _configured(repo: git.Repo, key: str) -> bool:
+    """Ask git itself (it honours GIT_CONFIG_GLOBAL and includes, GitPython's reader does not)."""
+    try:
+        return bool(repo.git.config("--get", key).strip())
+    except git.GitCommandError:
+        return False
+
+
 @contextmanager
 def _identity(repo: git.Repo) -> Iterator[None]:
     """Commit as the user when git knows them, else as 'casekit' (fresh CI runners have no identity)."""
-    reader = repo.config_reader()
     env: dict[str, str] = {}
-    if not reader.has_option("user", "name"):
+    if not _configured(repo, "user.name") and not os.environ.get("GIT_AUTHOR_NAME"):
         env.update(GIT_AUTHOR_NAME=FALLBACK_IDENTITY["name"], GIT_COMMITTER_NAME=FALLBACK_IDENTITY["name"])
-    if not reader.has_option("user", "email"):
+    if not _configured(repo, "user.email") and not os.environ.get("GIT_AUTHOR_EMAIL") and not os.environ.get("EMAIL"):
         env.update(GIT_AUTHOR_EMAIL=FALLBACK_IDENTITY["email"], GIT_COMMITTER_EMAIL=FALLBACK_IDENTITY["email"])
     with repo.git.custom_environment(**env):
         yield
@@ -77,8 +85,6 @@ def commit_paths(root: Path, paths: Sequence[Path], message: str) -> str:
     Bundles that did not change make no commit.
     """
     repo = open_repo(root)
-    if repo.head.is_valid() is False and repo.head.is_detached:
-        raise GitError(f"{repo.working_tree_dir}: HEAD is detached and invalid; cannot commit")
     relative = sorted({_relative(repo, Path(p)) for p in paths})
     if not relative:
         return "nothing to commit: no bundles given"
@@ -137,7 +143,10 @@ def replay_message(report: ReplayReport) -> str:
                 if any(script.count(c) for c in MESSAGE_CLASSES)
             ]
             if result.verdict != "unchanged" or changes:
-                body.append(f"- {result.case_id} on {run.label}: {result.verdict} ({result.severity.value})" + (f"; {'; '.join(changes)}" if changes else ""))
+                body.append(
+                    f"- {result.case_id} on {run.label}: {result.verdict} ({result.severity.value})"
+                    + (f"; {'; '.join(changes)}" if changes else "")
+                )
         order = list(MESSAGE_VERDICTS.values()) + [c.value for c in MESSAGE_CLASSES]
         summary = ", ".join(f"{counts[key]} {key}" for key in order if counts[key])
         parts.append(f"{name}: {summary or f'no change ({len(run.results)} case(s))'}")
@@ -171,8 +180,9 @@ def replay_summary(record: ReplayRecord) -> str:
     counts = Counter(v.site_class.value for v in record.sites if v.site_class is not SiteClass.PERSISTS)
     classes = ", ".join(f"{n} {name}" for name, n in sorted(counts.items()))
     statuses = " ".join(f"{which}:{status}" for which, status in record.statuses.items())
-    return f"replay on {record.target} (torch {record.torch}): {record.verdict}/{record.severity.value} [{statuses}]" + (
-        f" {classes}" if classes else ""
+    return (
+        f"replay on {record.target} (torch {record.torch}): {record.verdict}/{record.severity.value} [{statuses}]"
+        + (f" {classes}" if classes else "")
     )
 
 
@@ -219,7 +229,11 @@ def case_log(root: Path, case_id: str) -> list[LogEntry]:
         if path.exists():
             dirty = relative in repo.untracked_files or bool(repo.git.status("--porcelain", "--", relative).strip())
             if dirty:
-                entries.append(LogEntry(dt.datetime.now(dt.timezone.utc), "uncommitted", "the bundle has changes not committed yet"))
+                entries.append(
+                    LogEntry(
+                        dt.datetime.now(dt.timezone.utc), "uncommitted", "the bundle has changes not committed yet"
+                    )
+                )
     if case is None and not entries:
         known = ", ".join(archive.ids()[:8]) or "none"
         raise CaseNotFound(f"no case {case_id!r} in {root} and none in its git history (cases: {known})")

@@ -43,7 +43,15 @@ TRACEBACK = "Traceback (most recent call last):"
 EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*): ?(?P<message>.*)$")
 HARNESS = ("<frozen runpy>", "/runpy.py")
 GROUPS = ("line", "site", "function")
-SHORT_DTYPE = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int64": "i64", "int32": "i32", "bool": "b8"}
+SHORT_DTYPE = {
+    "float32": "f32",
+    "float64": "f64",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "int64": "i64",
+    "int32": "i32",
+    "bool": "b8",
+}
 
 
 class DraftImportError(CasekitError):
@@ -152,11 +160,29 @@ def events_from_log(text: str) -> list[Event]:
         elif tag in ("recompiles", "recompiles_verbose"):
             recompile = parse_recompile(message)
             if recompile:
-                events.append(Event("recompile", "log", function=recompile.function, file=recompile.file, line=recompile.line, reasons=recompile.reasons))
+                events.append(
+                    Event(
+                        "recompile",
+                        "log",
+                        function=recompile.function,
+                        file=recompile.file,
+                        line=recompile.line,
+                        reasons=recompile.reasons,
+                    )
+                )
         elif tag == "convert_frame":
             fallback = parse_wont_convert(message, None)
             if fallback:
-                events.append(Event("fallback", "log", function=fallback.function, file=fallback.file, line=fallback.line, reasons=[fallback.reason]))
+                events.append(
+                    Event(
+                        "fallback",
+                        "log",
+                        function=fallback.function,
+                        file=fallback.file,
+                        line=fallback.line,
+                        reasons=[fallback.reason],
+                    )
+                )
     return events
 
 
@@ -227,7 +253,11 @@ def events_from_trace(text: str, facts: TraceFacts) -> list[Event]:
         elif "compilation_metrics" in metadata:
             metrics = metadata["compilation_metrics"] or {}
             function = normalize_function(str(metrics.get("co_name") or "?"))
-            frames[str(metrics.get("compile_id"))] = (function, str(metrics.get("co_filename") or "?"), int(metrics.get("co_firstlineno") or 0))
+            frames[str(metrics.get("compile_id"))] = (
+                function,
+                str(metrics.get("co_filename") or "?"),
+                int(metrics.get("co_firstlineno") or 0),
+            )
             facts.torch = facts.torch or metrics.get("pytorch_version")
             if metrics.get("python_version") and not facts.python:
                 facts.python = str(metrics["python_version"]).split()[0]
@@ -244,10 +274,16 @@ def events_from_trace(text: str, facts: TraceFacts) -> list[Event]:
             for key, seen in inputs.items():
                 if f"{key[0]}/{key[1]}" == str(metrics.get("compile_id")):
                     known = facts.inputs.setdefault(function, [])
-                    known += [text for text in seen if text not in known]
+                    for text_of_input in seen:
+                        if text_of_input not in known:
+                            known.append(text_of_input)
     for compile_id, payload in pending_recompiles:
         function, file, line = frames.get(compile_id, ("?", "?", 0))
-        reasons = [line_.strip() for line_ in payload.splitlines() if line_.strip() and not line_.startswith(" ") and line_.strip() != "User stack trace:"]
+        reasons = [
+            line_.strip()
+            for line_ in payload.splitlines()
+            if line_.strip() and not line_.startswith(" ") and line_.strip() != "User stack trace:"
+        ]
         events.append(Event("recompile", "trace", function=function, file=file, line=line, reasons=reasons))
     return events
 
@@ -259,7 +295,9 @@ def trace_files(folder: Path) -> list[Path]:
         raise DraftImportError(f"{folder}: no such folder (expected a TORCH_TRACE directory)")
     files = sorted({p for pattern in TRACE_GLOB for p in folder.glob(pattern)})
     if not files:
-        raise DraftImportError(f"{folder}: no dedicated_log_torch_trace_*.log files (is this the folder TORCH_TRACE pointed at?)")
+        raise DraftImportError(
+            f"{folder}: no dedicated_log_torch_trace_*.log files (is this the folder TORCH_TRACE pointed at?)"
+        )
     return files
 
 
@@ -280,7 +318,9 @@ class ImportNamer:
 
     @staticmethod
     def is_user(file: str) -> bool:
-        return not (SITE_PACKAGES.search(file) or STDLIB.search(file) or file.startswith("<") or ImportNamer.is_harness(file))
+        return not (
+            SITE_PACKAGES.search(file) or STDLIB.search(file) or file.startswith("<") or ImportNamer.is_harness(file)
+        )
 
     def name(self, file: str) -> str:
         if self.is_user(file):
@@ -342,7 +382,12 @@ def merge_sites(events: list[Event], namer: ImportNamer) -> list[Site]:
         if event.source not in known.sources:
             known.sources.append(event.source)
         if known.function == "?" and site.function != "?":  # a suppressed repeat came first
-            known.function, known.source, known.stack, known.call_site = site.function, site.source, site.stack, site.call_site
+            known.function, known.source, known.stack, known.call_site = (
+                site.function,
+                site.source,
+                site.stack,
+                site.call_site,
+            )
         if site.kind == "skip":
             known.kind = "skip"
     return list(sites.values())
@@ -390,11 +435,15 @@ def placeholder_script(case_id: str, origin: str, sites: list[Site], recompiles:
 
 def draft_notes(origin: str, sites: list[Site], recompiles: list[Recompile], facts: TraceFacts, function: str) -> str:
     seen = sum(s.count for s in sites)
-    lines = [f"Draft imported from {origin}: {len(sites)} distinct graph break site(s) seen {seen} time(s), {len(recompiles)} recompile(s)."]
+    lines = [
+        f"Draft imported from {origin}: {len(sites)} distinct graph break site(s) seen {seen} time(s), {len(recompiles)} recompile(s)."
+    ]
     if facts.inputs.get(function):
         lines.append("Inputs the compiler saw for " + function + ": " + ", ".join(facts.inputs[function][:12]))
     if function in facts.compile_s:
-        lines.append(f"Compile time of {function} in that run: {facts.compile_s[function]:.2f} s over {facts.graphs.get(function, 0)} graph(s).")
+        lines.append(
+            f"Compile time of {function} in that run: {facts.compile_s[function]:.2f} s over {facts.graphs.get(function, 0)} graph(s)."
+        )
     lines += [
         "",
         "Still needed (a draft cannot be replayed yet):",
@@ -431,46 +480,84 @@ def build_drafts(
     files = [f.file for e in events if e.raw_break for f in e.raw_break.frames] + [e.file for e in events if e.file]
     namer = ImportNamer(files)
     sites = merge_sites(events, namer)
+    # The log and the trace of one run report the same recompiles: take one source, the log when given.
+    recompile_source = "log" if any(e.kind == "recompile" and e.source == "log" for e in events) else "trace"
     recompiles = [
-        Recompile(normalize_function(e.function), namer.name(e.file), e.line, e.reasons) for e in events if e.kind == "recompile"
+        Recompile(normalize_function(e.function), namer.name(e.file), e.line, e.reasons)
+        for e in events
+        if e.kind == "recompile" and e.source == recompile_source
     ]
     user_files = {namer.name(e.file) for e in events if e.kind == "recompile" and namer.is_user(e.file)}
     existing = existing or []
-    archived = {f"{s.anchor.where()}|{s.category}": case.id for case in existing for obs in case.observations.values() for s in obs.sites}
+    archived = {
+        f"{s.anchor.where()}|{s.category}": case.id
+        for case in existing
+        for obs in case.observations.values()
+        for s in obs.sites
+    }
     taken = {case.id for case in existing}
     result = ImportResult(drafts=[], sites=sites, recompiles=recompiles)
     groups: dict[tuple[str, str], list[Site]] = {}
     for site in sites:
         key = f"{site.anchor.where()}|{site.category}"
         if key in archived:
-            result.skipped.append(f"{site.where()} ({site.gb_id or site.category}): already archived as {archived[key]}")
+            result.skipped.append(
+                f"{site.where()} ({site.gb_id or site.category}): already archived as {archived[key]}"
+            )
             continue
         groups.setdefault(_group_key(site, group), []).append(site)
     created = (now or dt.datetime.now(dt.timezone.utc)).replace(microsecond=0).isoformat()
-    environment = {k: v for k, v in {"torch": facts.torch, "torch_git": facts.torch_git, "python": facts.python, "runner": "import"}.items() if v}
-    covered: set[tuple[str, str]] = set()
+    environment = {
+        k: v
+        for k, v in {
+            "torch": facts.torch,
+            "torch_git": facts.torch_git,
+            "python": facts.python,
+            "runner": "import",
+        }.items()
+        if v
+    }
+    # Recompiles of a function with breaks belong to the breaks' drafts (or their archived cases).
+    covered: set[tuple[str, str]] = {(s.anchor.file, s.anchor.function) for s in sites}
+    archived_recompiles = {
+        (r.file, r.function): case.id for case in existing for obs in case.observations.values() for r in obs.recompiles
+    }
     for members in groups.values():
         first = members[0]
         anchor = first.anchor
         mine = [r for r in recompiles if r.file == anchor.file and r.function == anchor.function]
-        covered |= {(r.file, r.function) for r in mine}
         category = first.gb_id or first.category
         case_id = _unique_id(slugify(f"{anchor.file.rsplit('.', 1)[0]}-{anchor.line}-{category}"), taken)
         reason = first.reason or describe_category(first.category)
-        title = f"{reason} at {anchor.where()} ({anchor.function})" + (f" and {len(members) - 1} more below it" if len(members) > 1 else "")
-        result.drafts.append(_draft(case_id, title, origin, members, mine, facts, anchor.function, created, environment))
+        title = f"{reason} at {anchor.where()} ({anchor.function})" + (
+            f" and {len(members) - 1} more below it" if len(members) > 1 else ""
+        )
+        result.drafts.append(
+            _draft(case_id, title, origin, members, mine, facts, anchor.function, created, environment)
+        )
     for recompile in recompiles:
         function_key = (recompile.file, recompile.function)
         if function_key in covered or recompile.file not in user_files:  # a library recompiling is not the user's case
             continue
         covered.add(function_key)
+        if function_key in archived_recompiles:
+            result.skipped.append(
+                f"{recompile.function} recompiles ({recompile.file}): already archived as {archived_recompiles[function_key]}"
+            )
+            continue
         mine = [r for r in recompiles if (r.file, r.function) == function_key]
         case_id = _unique_id(slugify(f"{recompile.file.rsplit('.', 1)[0]}-{recompile.function}-recompiles"), taken)
         title = f"{recompile.function} recompiles {len(mine)} time(s) ({recompile.file}:{recompile.line})"
-        result.drafts.append(_draft(case_id, title, origin, [], mine, facts, recompile.function, created, environment, tags=["recompiles"]))
+        result.drafts.append(
+            _draft(
+                case_id, title, origin, [], mine, facts, recompile.function, created, environment, tags=["recompiles"]
+            )
+        )
     for event in events:
         if event.kind == "fallback":
-            result.warnings.append(f"{event.function} ({namer.name(event.file)}:{event.line}) fell back to eager entirely: {' '.join(event.reasons)}")
+            result.warnings.append(
+                f"{event.function} ({namer.name(event.file)}:{event.line}) fell back to eager entirely: {' '.join(event.reasons)}"
+            )
     return result
 
 
@@ -516,7 +603,9 @@ def import_runs(
 ) -> ImportResult:
     """Read a TORCH_TRACE folder and/or TORCH_LOGS files and build the drafts."""
     if trace is None and not logs:
-        raise DraftImportError("give --trace DIR (a TORCH_TRACE folder) or --log FILE (TORCH_LOGS=graph_breaks,recompiles output)")
+        raise DraftImportError(
+            "give --trace DIR (a TORCH_TRACE folder) or --log FILE (TORCH_LOGS=graph_breaks,recompiles output)"
+        )
     events: list[Event] = []
     facts = TraceFacts()
     origins = []
@@ -524,22 +613,27 @@ def import_runs(
     if trace is not None:
         for path in trace_files(trace):
             events += events_from_trace(read_text(path), facts)
-        origins.append(f"TORCH_TRACE {trace.name or trace}")
+        origins.append(f"TORCH_TRACE {trace}")
         if facts.break_records == 0 and facts.restart_reasons:
             # Before 2.6 the trace has no break records, only reasons without a place.
             warnings.append(
                 f"this trace (torch {facts.torch or '?'}) has no dynamo_graph_break_reason records (PyTorch writes them from 2.6 on); "
-                "the compiler restarted for: " + "; ".join(facts.restart_reasons[:8])
+                "the compiler restarted for: "
+                + "; ".join(facts.restart_reasons[:8])
                 + ". Import the TORCH_LOGS=graph_breaks,recompiles output of the same run to get their places."
             )
     for log in logs:
         found = events_from_log(read_text(log))
         if not found:
-            raise DraftImportError(f"{log}: no [__graph_breaks] or [__recompiles] records (was it written with TORCH_LOGS=graph_breaks,recompiles?)")
+            raise DraftImportError(
+                f"{log}: no [__graph_breaks] or [__recompiles] records (was it written with TORCH_LOGS=graph_breaks,recompiles?)"
+            )
         events += found
-        origins.append(f"TORCH_LOGS {log.name}")
+        origins.append(f"TORCH_LOGS {log}")
     if not events:
-        raise DraftImportError(f"{trace}: no graph break or recompile in this trace" + (f" ({warnings[0]})" if warnings else ""))
+        raise DraftImportError(
+            f"{trace}: no graph break or recompile in this trace" + (f" ({warnings[0]})" if warnings else "")
+        )
     result = build_drafts(events, " + ".join(origins), facts, existing, group, now)
     result.warnings = warnings + result.warnings
     return result

@@ -223,6 +223,7 @@ class ReplayRecord:
     statuses: dict[str, str]  # script -> status
     sites: list[SiteVerdict] = field(default_factory=list)
     observed: dict[str, list[str]] = field(default_factory=dict)  # script -> "file:line|category" keys seen
+    reasons: list[str] = field(default_factory=list)  # why the verdict, in a line each
 
 
 @dataclass

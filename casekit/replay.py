@@ -269,6 +269,7 @@ def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
         statuses={which: script.status.value for which, script in result.scripts.items()},
         sites=sites,
         observed=observed,
+        reasons=list(result.reasons),
     )
 
 

@@ -21,7 +21,9 @@ from typing import Any
 from casekit.errors import CasekitError
 from casekit.model import Severity
 
-REPLAY_SCHEMA = "casekit.replay/1"  # the same string as casekit.replay.REPLAY_SCHEMA (not imported: it pulls in runners)
+REPLAY_SCHEMA = (
+    "casekit.replay/1"  # the same string as casekit.replay.REPLAY_SCHEMA (not imported: it pulls in runners)
+)
 SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 # Per-target fields that differ between a sharded and an unsharded run of the same matrix.
 VOLATILE_TARGET_FIELDS = ("seconds", "import_s")
@@ -104,17 +106,25 @@ def load_report(path: Path) -> dict[str, Any]:
         raise ShardError(f"{path}: not valid JSON: {error}") from None
     if not isinstance(data, dict) or data.get("schema") != REPLAY_SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise ShardError(f"{path}: field 'schema': expected {REPLAY_SCHEMA!r}, got {found!r} (is this `casekit replay --json` output?)")
+        raise ShardError(
+            f"{path}: field 'schema': expected {REPLAY_SCHEMA!r}, got {found!r} (is this `casekit replay --json` output?)"
+        )
     for key in ("targets", "results"):
         if not isinstance(data.get(key), list):
             raise ShardError(f"{path}: field '{key}': expected a list")
     for index, result in enumerate(data["results"]):
-        if not isinstance(result, dict) or not isinstance(result.get("case"), str) or not isinstance(result.get("target"), str):
+        if (
+            not isinstance(result, dict)
+            or not isinstance(result.get("case"), str)
+            or not isinstance(result.get("target"), str)
+        ):
             raise ShardError(f"{path}: field 'results[{index}]': expected a table with 'case' and 'target'")
         try:
             Severity(result.get("severity"))
         except ValueError:
-            raise ShardError(f"{path}: field 'results[{index}].severity': {result.get('severity')!r} is not info, warn or error") from None
+            raise ShardError(
+                f"{path}: field 'results[{index}].severity': {result.get('severity')!r} is not info, warn or error"
+            ) from None
     return data
 
 
@@ -124,7 +134,9 @@ def _merge_target(into: dict[str, Any], other: dict[str, Any]) -> None:
             into["warnings"] = list(dict.fromkeys([*(into.get("warnings") or []), *(value or [])]))
         elif key in VOLATILE_TARGET_FIELDS:
             if isinstance(value, (int, float)):
-                into[key] = round((into.get(key) or 0) + value, 2) if key == "seconds" else max(into.get(key) or 0, value)
+                into[key] = (
+                    round((into.get(key) or 0) + value, 2) if key == "seconds" else max(into.get(key) or 0, value)
+                )
         elif into.get(key) is None:
             into[key] = value
         elif key == "error" and value and value != into[key]:
@@ -133,7 +145,7 @@ def _merge_target(into: dict[str, Any], other: dict[str, Any]) -> None:
 
 def canonical(data: dict[str, Any]) -> dict[str, Any]:
     """A replay document in canonical order: targets by label, results by (target, case)."""
-    out = {key: value for key, value in data.items() if key not in ("targets", "results", "shard", "shards")}
+    out = {key: value for key, value in data.items() if key not in ("targets", "results", "shard", "shards", "matrix")}
     out["schema"] = REPLAY_SCHEMA
     out["targets"] = sorted(data.get("targets", []), key=lambda t: str(t.get("label")))
     out["results"] = sorted(data.get("results", []), key=lambda r: (r["target"], r["case"]))
@@ -141,8 +153,10 @@ def canonical(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _shard_coverage(documents: list[tuple[Path, dict[str, Any]]]) -> list[str]:
-    """Problems with the set of shards: mixed N, missing or repeated K."""
-    seen: dict[int, list[int]] = {}
+    """Problems with the set of shards: a K/N never given, or (when the documents say which
+    matrix they slice) the same slice twice. A CI matrix runs `--shard K/N` once per target
+    job, so without that `matrix` field the same K/N may legitimately repeat."""
+    seen: dict[tuple[Any, ...], list[int]] = {}
     for path, data in documents:
         if "shard" not in data:
             continue
@@ -150,17 +164,28 @@ def _shard_coverage(documents: list[tuple[Path, dict[str, Any]]]) -> list[str]:
             k, n = parse_shard(str(data["shard"]))
         except ShardError as error:
             raise ShardError(f"{path}: field 'shard': {error}") from None
-        seen.setdefault(n, []).append(k)
+        matrix = data.get("matrix")
+        key: tuple[Any, ...] = (n,)
+        if isinstance(matrix, dict):
+            key = (n, tuple(sorted(matrix.get("cases") or [])), tuple(sorted(matrix.get("targets") or [])))
+        seen.setdefault(key, []).append(k)
     problems = []
-    if len(seen) > 1:
-        problems.append("shards of different sizes were merged: " + ", ".join(f"/{n}" for n in sorted(seen)))
-    for n, ks in sorted(seen.items()):
+    if len({key[0] for key in seen}) > 1:
+        problems.append(
+            "shards of different sizes were merged: " + ", ".join(f"/{n}" for n in sorted({key[0] for key in seen}))
+        )
+    for key, ks in sorted(seen.items(), key=lambda item: str(item[0])):
+        n = key[0]
         missing = sorted(set(range(1, n + 1)) - set(ks))
         if missing:
-            problems.append(f"missing shard(s) {', '.join(f'{k}/{n}' for k in missing)}: their results are not in this merge")
+            problems.append(
+                f"missing shard(s) {', '.join(f'{k}/{n}' for k in missing)}: their results are not in this merge"
+            )
         repeated = sorted({k for k in ks if ks.count(k) > 1})
-        if repeated:
-            problems.append(f"shard(s) {', '.join(f'{k}/{n}' for k in repeated)} given more than once")
+        if repeated and len(key) > 1:
+            problems.append(
+                f"shard(s) {', '.join(f'{k}/{n}' for k in repeated)} of the same matrix given more than once"
+            )
     return problems
 
 

@@ -67,12 +67,12 @@ def test_bisect_prints_progress_and_the_final_report(tmp_path: Path, fake_archiv
     assert report_text == textwrap.dedent(
         """\
         searched versions 2.5.1 … 2.10.0 (6 candidates) by the case's replay verdict
-        'unchanged' at the good end, 'regressed' at the bad end
+        'unchanged' at the good end, 'fix_broken' at the bad end
 
         steps:
            1. 2.5.1                                    unchanged                [cached]
-           2. 2.10.0                                   regressed                [cached]
-           3. 2.8.0                                    regressed                [cached]
+           2. 2.10.0                                   fix_broken               [cached]
+           3. 2.8.0                                    fix_broken               [cached]
            4. 2.7.1                                    unchanged                [cached]
 
         regression in 2.8.0
@@ -80,7 +80,7 @@ def test_bisect_prints_progress_and_the_final_report(tmp_path: Path, fake_archiv
         first bad 2.8.0
         upstream changes: https://github.com/pytorch/pytorch/compare/v2.7.1...v2.8.0
         what changed:
-          verdict: unchanged on 2.7.1 -> regressed on 2.8.0
+          verdict: unchanged on 2.7.1 -> fix_broken on 2.8.0
           pre-fix: break moved from repro.py:5 (f) to repro.py:6 in f: Tensor.item
           post-fix: ok on 2.7.1 -> compile_error on 2.8.0: compiled run: RuntimeError: boom
           post-fix: 1 -> 0 graph(s)

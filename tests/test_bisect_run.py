@@ -140,7 +140,7 @@ def test_finds_the_release_where_the_verdict_changes(tmp_path: Path) -> None:
     fake = FakeReplay(HISTORY)
     report = run(make_case(), tmp_path, fake)
     assert (report.last_good, report.first_bad, report.ambiguous) == ("2.7.1", "2.8.0", [])
-    assert report.good_outcome == "unchanged" and report.bad_outcome == "regressed"
+    assert report.good_outcome == "unchanged" and report.bad_outcome == "fix_broken"
     assert fake.versions[:2] == ["2.5.1", "2.10.0"], "both ends are checked first"
     assert len(fake.versions) == len(set(fake.versions)) == len(report.steps) == report.evaluated
     assert [s.target for s in report.steps] == fake.versions
@@ -148,7 +148,7 @@ def test_finds_the_release_where_the_verdict_changes(tmp_path: Path) -> None:
     assert report.reproduce == "casekit replay --case item-case --torch 2.8.0 --no-record"
     assert report.compare_url == "https://github.com/pytorch/pytorch/compare/v2.7.1...v2.8.0"
     changes = "\n".join(report.changes)
-    assert "verdict: unchanged on 2.7.1 -> regressed on 2.8.0" in changes
+    assert "verdict: unchanged on 2.7.1 -> fix_broken on 2.8.0" in changes
     assert "pre-fix: break moved from repro.py:5 (f) to repro.py:6" in changes
     assert "post-fix: ok on 2.7.1 -> compile_error on 2.8.0: compiled run: RuntimeError: boom" in changes
 
@@ -199,7 +199,7 @@ def test_editing_the_case_scripts_invalidates_its_cache(tmp_path: Path) -> None:
         (("status", "post"), "ok", "compile_error", "2.8.0"),
         ("post-holds", "holds", "broken", "2.8.0"),
         (("site", "repro.py:6"), "absent", "moved", "2.8.0"),
-        ("verdict", "unchanged", "regressed", "2.8.0"),
+        ("verdict", "unchanged", "fix_broken", "2.8.0"),
     ],
 )
 def test_predicates(tmp_path: Path, predicate, good: str, bad: str, first_bad: str) -> None:  # type: ignore[no-untyped-def]

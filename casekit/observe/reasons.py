@@ -35,7 +35,7 @@ LEGACY_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"Tensor\.numpy|numpy\(\) with trace_numpy", re.IGNORECASE), "GB0105"),
     (re.compile(r"dynamic shape operator.*no meta", re.IGNORECASE), "GB0037"),
     (re.compile(r"dynamic shape operator|aten\.nonzero|aten\.unique|masked_select", re.IGNORECASE), "GB0036"),
-    (re.compile(r"logging\.Logger|Logger method|call_method.*Logger", re.IGNORECASE), "GB0291"),
+    (re.compile(r"logging\.Logger|Logger method|Logger not supported|call_method.*Logger", re.IGNORECASE), "GB0291"),
     (re.compile(r"copy\.deepcopy|deepcopy", re.IGNORECASE), "GB0179"),
     (re.compile(r"torch\.compiler\.disable|disable\(\)d function|skip_files.*disable", re.IGNORECASE), "GB0098"),
     (re.compile(r"marked as skipped|skipfiles|inline in skipfiles", re.IGNORECASE), "GB0007"),

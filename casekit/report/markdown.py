@@ -42,12 +42,18 @@ def render_markdown(summary: ArchiveSummary) -> str:
     for warning in summary.warnings:
         lines += [f"> warning: {md(warning, 400)}", ""]
     if summary.targets:
-        header = "| case | " + " | ".join(f"{md(t.label, 60)}<br>torch {md(t.torch, 30)}" for t in summary.targets) + " |"
+        header = (
+            "| case | " + " | ".join(f"{md(t.label, 60)}<br>torch {md(t.torch, 30)}" for t in summary.targets) + " |"
+        )
         lines += [header, "|---|" + "---|" * len(summary.targets)]
         for case in summary.cases:
             title = md(case.case.title, 80)
             draft = " *(draft)*" if case.is_draft else ""
-            row = f"| **{md(case.case.id, 80)}**{draft}<br>{title} | " + " | ".join(cell_md(case.cells.get(t.label)) for t in summary.targets) + " |"
+            row = (
+                f"| **{md(case.case.id, 80)}**{draft}<br>{title} | "
+                + " | ".join(cell_md(case.cells.get(t.label)) for t in summary.targets)
+                + " |"
+            )
             lines.append(row)
         lines.append("")
     else:
@@ -57,7 +63,9 @@ def render_markdown(summary: ArchiveSummary) -> str:
     if attention:
         lines += ["### Needs attention", ""]
         for cell in attention:
-            lines.append(f"- {ICON[cell.severity.value]} **{md(cell.case_id)}** on `{md(cell.target, 80)}` (torch {md(cell.torch, 30)}): {md(cell.verdict)}")
+            lines.append(
+                f"- {ICON[cell.severity.value]} **{md(cell.case_id)}** on `{md(cell.target, 80)}` (torch {md(cell.torch, 30)}): {md(cell.verdict)}"
+            )
             for detail in cell.details[:MAX_DETAIL_LINES]:
                 lines.append(f"  - {md(detail, 300)}")
             if len(cell.details) > MAX_DETAIL_LINES:
@@ -65,7 +73,14 @@ def render_markdown(summary: ArchiveSummary) -> str:
         lines.append("")
     never = [case.case.id for case in summary.cases if not case.cells]
     if never:
-        lines += [f"<details><summary>{len(never)} case(s) never replayed</summary>", "", ", ".join(md(i) for i in never), "", "</details>", ""]
+        lines += [
+            f"<details><summary>{len(never)} case(s) never replayed</summary>",
+            "",
+            ", ".join(md(i) for i in never),
+            "",
+            "</details>",
+            "",
+        ]
     return "\n".join(lines)
 
 

@@ -37,7 +37,11 @@ class Cell:
 
     def class_summary(self) -> str:
         """'2 moved, 1 gone' (persisting breaks only when nothing else happened)."""
-        moving = [f"{self.classes[c.value]} {c.value}" for c in CLASS_ORDER if c is not SiteClass.PERSISTS and self.classes.get(c.value)]
+        moving = [
+            f"{self.classes[c.value]} {c.value}"
+            for c in CLASS_ORDER
+            if c is not SiteClass.PERSISTS and self.classes.get(c.value)
+        ]
         if moving:
             return ", ".join(moving)
         persists = self.classes.get(SiteClass.PERSISTS.value, 0)
@@ -104,9 +108,14 @@ def version_key(torch: str) -> tuple[int, ...]:
 def cell_from_record(case_id: str, record: ReplayRecord) -> Cell:
     classes = Counter(v.site_class.value for v in record.sites)
     details = [
-        f"{v.script} {v.site_class.value} {v.where} ({v.category})" for v in record.sites if v.site_class is not SiteClass.PERSISTS
+        f"{v.script} {v.site_class.value} {v.where} ({v.category})"
+        for v in record.sites
+        if v.site_class is not SiteClass.PERSISTS
     ]
     details += [f"{which}: {status}" for which, status in record.statuses.items() if status != "ok"]
+    details += [
+        str(reason) for reason in getattr(record, "reasons", None) or []
+    ]  # newer histories keep the verdict's reasons
     return Cell(
         case_id=case_id,
         target=record.target,
@@ -136,7 +145,9 @@ def cells_from_results(data: dict[str, Any], source: str) -> list[Cell]:
                 classes[str(site.get("class"))] += 1
                 if site.get("class") != SiteClass.PERSISTS.value and site.get("note"):
                     side = site.get("observed") or site.get("recorded") or {}
-                    details.append(f"{which} {site.get('class')} {side.get('file')}:{side.get('line')}: {site.get('note')}")
+                    details.append(
+                        f"{which} {site.get('class')} {side.get('file')}:{side.get('line')}: {site.get('note')}"
+                    )
             details += [f"{which}: {note}" for note in script.get("notes") or []]
         rollback = result.get("rollback")
         if rollback and rollback.get("needed"):
