@@ -20,7 +20,7 @@ setup: $(STAMP)
 
 # Host tool + test tools + torch 2.13.0 (a local CPU wheel on these machines).
 $(STAMP): pyproject.toml
-	$(PYTHON) -m pip install -q -e '.[dev]' 'torch==2.13.0' uv
+	$(PYTHON) -m pip install -q -e '.[dev]' 'torch==2.13.0' 'transformers==5.24.0' uv
 	@mkdir -p $(dir $@) && touch $@
 
 # casekit replay vs the naive way (one fresh python per script), side by side.

@@ -116,6 +116,22 @@ def _move_distance(a: Site, b: Site) -> tuple[int, int]:
     return (0 if same_anchor else 1, abs(a.anchor.line - b.anchor.line))
 
 
+def _pair_move(site: Site, left_recorded: list[Site], left_observed: list[Site], pairings: list[SitePairing], same_kind_only: bool) -> None:
+    if same_kind_only:
+        candidates = [r for r in left_recorded if r.category == site.category]
+    else:
+        candidates = [r for r in left_recorded if _moved_below_same_line(r, site)]
+    if not candidates:
+        return
+    match = min(candidates, key=lambda r: _move_distance(r, site))
+    note = f"from {match.where()} ({match.function}) to {site.where()} ({site.function})"
+    if match.anchor.where() == site.anchor.where():
+        note += f", below the same script line {site.anchor.where()}"
+    pairings.append(SitePairing(SiteClass.MOVED, site, match, note))
+    left_recorded.remove(match)
+    left_observed.remove(site)
+
+
 def pair_sites(recorded: list[Site], observed: list[Site], previously_fixed: set[str], fixed_categories: set[str]) -> list[SitePairing]:
     """Pair observed with recorded sites.
 
@@ -136,18 +152,11 @@ def pair_sites(recorded: list[Site], observed: list[Site], previously_fixed: set
             pairings.append(SitePairing(SiteClass.PERSISTS, site, match, note))
             left_recorded.remove(match)
             left_observed.remove(site)
-    # 2. same category elsewhere: moved (nearest first, same script call site preferred)
-    for site in sorted(left_observed, key=lambda s: (s.anchor.line, s.line)):
-        candidates = [r for r in left_recorded if r.category == site.category or _moved_below_same_line(r, site)]
-        if not candidates:
-            continue
-        match = min(candidates, key=lambda r: _move_distance(r, site))
-        note = f"from {match.where()} ({match.function}) to {site.where()} ({site.function})"
-        if match.anchor.where() == site.anchor.where():
-            note += f", below the same script line {site.anchor.where()}"
-        pairings.append(SitePairing(SiteClass.MOVED, site, match, note))
-        left_recorded.remove(match)
-        left_observed.remove(site)
+    # 2. moved: first the same category elsewhere (nearest first, same script call site preferred),
+    #    then a break that went into or out of a library frame below the same script line
+    for same_kind_only in (True, False):
+        for site in sorted(left_observed, key=lambda s: (s.anchor.line, s.line)):
+            _pair_move(site, left_recorded, left_observed, pairings, same_kind_only)
     # 3. what is left
     for match in left_recorded:
         pairings.append(SitePairing(SiteClass.GONE, None, match, "no longer observed"))

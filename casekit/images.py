@@ -94,8 +94,9 @@ class ImageRecipe:
         name = f"torch-{self.torch or 'latest'}-{self.cuda}"
         if self.base_image != DEFAULT_BASE_IMAGE.format(python=self.python):
             name += "-" + self.base_image
-        if self.extra_packages:
-            name += "-" + "-".join(self.extra_packages)
+        extras = [p for p in self.extra_packages if p != "numpy"]  # numpy is in every image
+        if extras:
+            name += "-" + "-".join(extras)
         name = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")
         return f"{REPO}:{name[:128]}"
 

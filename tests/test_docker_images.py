@@ -28,6 +28,7 @@ def test_default_recipe_is_cpu_torch_on_python_slim() -> None:
         "casekit.cuda": "cpu",
         "casekit.python": "3.11",
         "casekit.base": "python:3.11-slim",
+        "casekit.extra": "numpy",  # every image has numpy: repro scripts and torch's numpy interop need it
     }
 
 

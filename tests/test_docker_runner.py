@@ -318,3 +318,33 @@ def test_relaxations_are_explicit_options(engine: Any, replay_image: Any, tmp_pa
     assert host_config["Memory"] == 6 * 1024**3
     assert host_config["PidsLimit"] == 1024
     assert "eth0" in result.results["network"]["runs"]["eager"]["stdout_tail"]
+
+
+def test_docker_replay_classifies_like_the_venv_runner(engine: Any, replay_image: Any, tmp_path: Path) -> None:
+    """Real starter cases, one container for the whole archive, the same verdicts as a managed venv."""
+    from casekit.archive import Archive
+    from casekit.replay import ReplayOptions, replay
+    from casekit.runners.registry import make_runner
+
+    archive = Archive(REPO_ROOT / "cases")
+    cases = archive.load_all(["item-branch", "tensor-if", "print-in-forward", "shape-recompiles"])
+    venv = TargetSpec(runner="venv", torch="2.13.0", find_links=WHEELHOUSE if Path(WHEELHOUSE).is_dir() else None)
+    runs: list[Any] = []
+
+    def factory(spec: TargetSpec) -> Any:
+        runner = make_runner(spec)
+        runs.append(runner)
+        return runner
+
+    report = replay(cases, [torch_spec(), venv], ReplayOptions(record=False, parallel=1), None, factory, lambda m: None)
+    by_target = {run.spec.runner: run for run in report.targets}
+    assert not by_target["docker"].error and not by_target["venv"].error
+    summary = {
+        kind: [(r.case_id, r.verdict, sorted(p.site_class.value for s in r.scripts.values() for p in s.sites)) for r in run.results]
+        for kind, run in by_target.items()
+    }
+    assert summary["docker"] == summary["venv"]
+    assert {verdict for _, verdict, _ in summary["docker"]} == {"unchanged"}
+    docker_runner = next(r for r in runs if r.name == "docker")
+    assert len(containers_of_run(engine, docker_runner.last_run_id)) == 0  # one container, removed
+    assert by_target["docker"].environment["torch"].startswith("2.13.0")

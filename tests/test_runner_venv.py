@@ -153,7 +153,7 @@ def test_build_installs_torch_and_writes_the_marker_last(
     assert marker["python"] == sys.version.split()[0]
     assert marker["request"]["find_links"] == str(LOCAL_WHEELS)  # type: ignore[index]
     assert any(line.startswith("creating venv ") for line in lines)
-    assert any(line.startswith("installing torch==2.13.0 with ") for line in lines)
+    assert any(line.startswith("installing torch==2.13.0 ") for line in lines)
     assert not list((cache / "envs").glob("*.tmp-*"))
     assert runner.describe()["torch"] == marker["torch"]
 
@@ -322,7 +322,7 @@ def test_pip_builds_the_env_when_uv_is_absent(tmp_path: Path) -> None:
     started = time.monotonic()
     runner.prepare(lines.append)
     print(f"\nbuilt the torch 2.13.0 env in {time.monotonic() - started:.1f} s with pip")
-    assert any(line.startswith("installing torch==2.13.0 with pip") for line in lines)
+    assert any(line.startswith("installing torch==2.13.0 ") and "with pip" in line for line in lines)
     assert str(marker_of(runner)["installer"]).startswith("pip ")
     assert str(marker_of(runner)["torch"]).startswith("2.13.0")
 

@@ -419,7 +419,8 @@ def _search(
         if evaluate(candidates[index]) is UNKNOWN:
             raise BisectEndUnknown(
                 f"the {end} end {evaluate.label(candidates[index])} could not be evaluated: "
-                f"{evaluate.done[candidates[index]].detail}; pick a {end} end that builds and runs"
+                f"{evaluate.done[candidates[index]].detail}; pick a {end} end that builds and runs "
+                "(or add --retry-unknown if the failure was passing, e.g. the network)"
             )
     good, bad = evaluate.done[candidates[0]], evaluate.done[candidates[-1]]
     if good.outcome == bad.outcome:

@@ -26,7 +26,7 @@ from casekit.model import (
     ScriptStatus,
     Site,
 )
-from casekit.observe.logs import RawBreak, parse_frames, parse_graph_break, parse_recompile, parse_wont_convert
+from casekit.observe.logs import FRAME_LINE, USER_CODE_AT, RawBreak, parse_frames, parse_graph_break, parse_recompile, parse_wont_convert
 from casekit.observe.reasons import categorize, gb_id_from_text, normalize_function, registry
 
 HARNESS_FILES = ("<frozen runpy>", "runpy.py", "probe.py")
@@ -73,6 +73,27 @@ def _normalize_frames(frames: list[Frame], namer: PathNamer) -> list[Frame]:
     return [Frame(namer.name(f.file), f.line, normalize_function(f.function), f.source) for f in kept]
 
 
+def _clean_user_traceback(excerpt: str, namer: PathNamer) -> str:
+    """Drop casekit's own frames (probe.py, runpy) from an excerpt and name files as the bundle does."""
+    kept: list[str] = []
+    skipping = False
+    for line in excerpt.splitlines():
+        match = FRAME_LINE.match(line)
+        if match:
+            skipping = namer.is_harness(match["file"]) or bool(INTERNAL.search(match["file"]))
+            if not skipping:
+                line = line.replace(f'"{match["file"]}"', f'"{namer.name(match["file"])}"')
+        elif skipping and line.startswith("    "):
+            continue
+        else:
+            skipping = False
+        if not skipping:
+            kept.append(line)
+    text = "\n".join(kept)
+    text = USER_CODE_AT.sub(lambda m: f"in user code at {namer.name(m['file'])}:{m['line']}", text)
+    return text.replace(namer.script_path, namer.script_name)
+
+
 def _site_from_raw(raw: RawBreak, namer: PathNamer, source: str) -> Site | None:
     frames = _normalize_frames(raw.frames, namer)
     if not frames:
@@ -96,7 +117,7 @@ def _site_from_raw(raw: RawBreak, namer: PathNamer, source: str) -> Site | None:
         call_site=call_site if call_site and call_site != inner else None,
         stack=frames,
         kind="skip" if raw.skip else "break",
-        excerpt=raw.excerpt,
+        excerpt=_clean_user_traceback(raw.excerpt, namer),
         sources=[source],
     )
 
@@ -261,6 +282,16 @@ def _error_info(run: dict[str, Any], namer: PathNamer) -> ErrorInfo | None:
     return ErrorInfo(type=exception.get("type", "Exception"), message=summary, location=location)
 
 
+def _headline(message: str) -> str:
+    """The first line of an error, with the next one when the first only announces it ("...error:")."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]
+
+
 def _run_failure(run: dict[str, Any]) -> str | None:
     """None when the run finished normally; else a short why."""
     status = run.get("status")
@@ -270,7 +301,7 @@ def _run_failure(run: dict[str, Any]) -> str | None:
         return f"exited with code {run.get('exit_code')}"
     if status == "raised":
         exception = run.get("exception") or {}
-        return f"{exception.get('type', 'Exception')}: {(exception.get('message') or '').strip().splitlines()[0] if (exception.get('message') or '').strip() else ''}"
+        return f"{exception.get('type', 'Exception')}: {_headline(exception.get('message') or '')}"
     if status == "timeout":
         return f"timed out after {run.get('timeout_s')} s"
     if status == "killed":

@@ -24,7 +24,14 @@ from casekit.model import Frame
 
 FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+?)\s*$')
 USER_CODE_AT = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\b")
-REASON_PREFIX = re.compile(r"^Encountered graph break when attempting to trace [^\n]*?:\s*$", re.MULTILINE)
+# Wrappers before the real registry message: "Encountered graph break when attempting to trace CALL ...:" (2.10+)
+# and "Failed to handle graph break gracefully. Skipping the function and falling back to eager.
+# Graph break encountered:" (a break Dynamo cannot resume from; 2.13 prints it inside transformers models).
+REASON_PREFIX = re.compile(
+    r"^(?:Encountered graph break when attempting to trace [^\n]*?"
+    r"|Failed to handle graph break gracefully\.[^\n]*?Graph break encountered):\s*$",
+    re.MULTILINE,
+)
 SKIP_MARKERS = ("Graph break: skip:", "which results in a skip", "will skip tracing the frame")
 RECOMPILING = re.compile(r"Recompiling function (?P<function>\S+) in (?P<file>.+?):(?P<line>\d+)")
 WONT_CONVERT = re.compile(r"WON'T CONVERT (?P<function>\S+) (?P<file>.+?) line (?P<line>\d+)")
