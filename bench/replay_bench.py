@@ -112,7 +112,9 @@ def main() -> int:
     }
     print(f"casekit replay (one import):     {casekit_s:7.1f} s")
     print(f"naive (one python per script):   {naive_s:7.1f} s")
-    print(f"floor (1 import + sum of runs):  {floor_s:7.1f} s  (import {one_import:.1f} s + runs {sum(probe_walls):.1f} s)")
+    print(
+        f"floor (1 import + sum of runs):  {floor_s:7.1f} s  (import {one_import:.1f} s + runs {sum(probe_walls):.1f} s)"
+    )
     print(f"speed-up vs naive:  {naive_s / casekit_s:5.2f}x   (goal >= 5x)")
     print(f"casekit / floor:    {casekit_s / floor_s:5.2f}x   (goal <= 1.5x)")
     print(f"same verdicts both ways: {same}")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from casekit.bundle import check_case_id, load_case, save_case
-from casekit.errors import BundleError, CaseIdError, CaseNotFound, CasekitError
+from casekit.errors import BundleError, CaseIdError, CasekitError, CaseNotFound
 from casekit.model import Case
 
 DEFAULT_ARCHIVE = "cases"

@@ -14,13 +14,13 @@ import hashlib
 import os
 import re
 import tempfile
-import tomllib
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
 import tomli_w
+import tomllib
 
 from casekit.errors import BundleError, CaseIdError
 from casekit.model import Case, to_plain
@@ -129,7 +129,9 @@ def parse_case(text: str, path: Path | str = "<bundle>") -> Case:
     if version is None:
         raise BundleError(path, "schema_version", "missing (is this a casekit bundle?)")
     if version != SCHEMA_VERSION:
-        raise BundleError(path, "schema_version", f"unsupported version {version!r} (this casekit reads {SCHEMA_VERSION})")
+        raise BundleError(
+            path, "schema_version", f"unsupported version {version!r} (this casekit reads {SCHEMA_VERSION})"
+        )
     scripts = data.pop("scripts", None)
     if not isinstance(scripts, dict) or "pre" not in scripts:
         raise BundleError(path, "scripts.pre", "missing: a bundle embeds at least the pre-fix script")

@@ -74,7 +74,9 @@ def provenance_of(path: Path) -> Provenance | None:
     return Provenance(repo=str(root), remote=remote, commit=commit, dirty=bool(dirty), path=relative)
 
 
-def jobs_for(case_id: str, scripts: dict[str, Path], modes: tuple[str, ...], backend: str, timeout: float) -> list[ProbeJob]:
+def jobs_for(
+    case_id: str, scripts: dict[str, Path], modes: tuple[str, ...], backend: str, timeout: float
+) -> list[ProbeJob]:
     return [
         ProbeJob(id=f"{case_id}.{which}", script=path, modes=modes, backend=backend, timeout=timeout)
         for which, path in scripts.items()
@@ -111,8 +113,10 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
     jobs = jobs_for(case_id, scripts, modes, request.backend, request.timeout)
     progress(f"preparing {runner.spec.label}")
     runner.prepare(progress)
-    progress(f"observing {len(jobs)} script(s) on {runner.spec.label}: eager baseline, compiled run"
-             + (", fullgraph=True run" if request.fullgraph else ""))
+    progress(
+        f"observing {len(jobs)} script(s) on {runner.spec.label}: eager baseline, compiled run"
+        + (", fullgraph=True run" if request.fullgraph else "")
+    )
     batch = runner.run_probe(jobs, progress)
     sources = {"pre": pre, "post": post}
     observations = {}

@@ -39,6 +39,13 @@ class SitePairing:
     recorded: Site | None
     note: str = ""
 
+    @property
+    def site(self) -> Site:
+        """The side to show: what was observed, else what was recorded (one is always there)."""
+        site = self.observed or self.recorded
+        assert site is not None
+        return site
+
 
 @dataclass
 class ScriptResult:
@@ -116,7 +123,9 @@ def _move_distance(a: Site, b: Site) -> tuple[int, int]:
     return (0 if same_anchor else 1, abs(a.anchor.line - b.anchor.line))
 
 
-def _pair_move(site: Site, left_recorded: list[Site], left_observed: list[Site], pairings: list[SitePairing], same_kind_only: bool) -> None:
+def _pair_move(
+    site: Site, left_recorded: list[Site], left_observed: list[Site], pairings: list[SitePairing], same_kind_only: bool
+) -> None:
     if same_kind_only:
         candidates = [r for r in left_recorded if r.category == site.category]
     else:
@@ -132,7 +141,9 @@ def _pair_move(site: Site, left_recorded: list[Site], left_observed: list[Site],
     left_observed.remove(site)
 
 
-def pair_sites(recorded: list[Site], observed: list[Site], previously_fixed: set[str], fixed_categories: set[str]) -> list[SitePairing]:
+def pair_sites(
+    recorded: list[Site], observed: list[Site], previously_fixed: set[str], fixed_categories: set[str]
+) -> list[SitePairing]:
     """Pair observed with recorded sites.
 
     previously_fixed: site keys known gone (earlier replays) - they reappear;
@@ -166,7 +177,7 @@ def pair_sites(recorded: list[Site], observed: list[Site], previously_fixed: set
         else:
             pairings.append(SitePairing(SiteClass.NEW, site, None, ""))
     order = {c: i for i, c in enumerate(SiteClass)}
-    pairings.sort(key=lambda p: (order[p.site_class], (p.observed or p.recorded).anchor.line if (p.observed or p.recorded) else 0))  # type: ignore[union-attr]
+    pairings.sort(key=lambda p: (order[p.site_class], p.site.anchor.line))
     return pairings
 
 
@@ -227,7 +238,11 @@ def post_fix_broken(post: ScriptResult | None) -> str | None:
     """Why the post-fix no longer holds, or None."""
     if post is None:
         return None
-    if post.status in FUNCTIONAL_FAILURES and post.status is not ScriptStatus.ENV_FAILED and post.status != post.recorded_status:
+    if (
+        post.status in FUNCTIONAL_FAILURES
+        and post.status is not ScriptStatus.ENV_FAILED
+        and post.status != post.recorded_status
+    ):
         return f"post-fix {post.status.value}: {post.observation.detail}"
     back = [p for p in post.sites if p.site_class in (SiteClass.NEW, SiteClass.REAPPEARED, SiteClass.MOVED)]
     if back:
@@ -264,9 +279,13 @@ def judge(case: Case, target: str, scripts: dict[str, ScriptResult]) -> CaseResu
             if n:
                 raise_to(Severity.WARN, "changed", f"{which}: {n} {site_class.value}")
         if result.new_fallbacks:
-            raise_to(Severity.WARN, "changed", f"{which}: {len(result.new_fallbacks)} function(s) now fall back to eager")
+            raise_to(
+                Severity.WARN, "changed", f"{which}: {len(result.new_fallbacks)} function(s) now fall back to eager"
+            )
         if result.recompiles_after > result.recompiles_before:
-            raise_to(Severity.WARN, "changed", f"{which}: recompiles {result.recompiles_before} -> {result.recompiles_after}")
+            raise_to(
+                Severity.WARN, "changed", f"{which}: recompiles {result.recompiles_before} -> {result.recompiles_after}"
+            )
         if result.count(SiteClass.GONE):
             raise_to(Severity.INFO, "improved", f"{which}: {result.count(SiteClass.GONE)} gone")
     broken = post_fix_broken(scripts.get("post"))

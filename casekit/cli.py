@@ -60,19 +60,37 @@ def default_runner_factory(spec: TargetSpec):  # type: ignore[no-untyped-def]
 def capture(
     script: Annotated[Path, typer.Argument(help="The minimal repro (pre-fix) script.")],
     fixed: Annotated[Path | None, typer.Option("--fixed", help="The fixed (post-fix) script.")] = None,
-    case_id: Annotated[str | None, typer.Option("--id", help="Case id (a slug) [default: from the title or file name]")] = None,
+    case_id: Annotated[
+        str | None, typer.Option("--id", help="Case id (a slug) [default: from the title or file name]")
+    ] = None,
     title: Annotated[str | None, typer.Option("--title", help="One-line title of the case.")] = None,
     tag: Annotated[list[str] | None, typer.Option("--tag", help="A tag (repeatable).")] = None,
     notes: Annotated[str, typer.Option("--notes", help="What breaks and why (the triage reading).")] = "",
     fix_summary: Annotated[str, typer.Option("--fix-summary", help="What the fix changes.")] = "",
-    rollback: Annotated[str, typer.Option("--rollback", help="How to return to fullgraph=False / eager if the fix stops holding.")] = "",
+    rollback: Annotated[
+        str, typer.Option("--rollback", help="How to return to fullgraph=False / eager if the fix stops holding.")
+    ] = "",
     archive: ArchiveOption = None,
-    python: Annotated[str | None, typer.Option("--python", help="Interpreter to run the probe with [default: this one].")] = None,
-    backend: Annotated[str, typer.Option("--backend", help="torch.compile backend forced for the runs; 'eager' is fast and enough for graph breaks.")] = "eager",
+    python: Annotated[
+        str | None, typer.Option("--python", help="Interpreter to run the probe with [default: this one].")
+    ] = None,
+    backend: Annotated[
+        str,
+        typer.Option(
+            "--backend", help="torch.compile backend forced for the runs; 'eager' is fast and enough for graph breaks."
+        ),
+    ] = "eager",
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run of a script may take.")] = 300.0,
-    fullgraph: Annotated[bool, typer.Option("--fullgraph/--no-fullgraph", help="Also run with fullgraph=True to record the first break as an error.")] = True,
+    fullgraph: Annotated[
+        bool,
+        typer.Option(
+            "--fullgraph/--no-fullgraph", help="Also run with fullgraph=True to record the first break as an error."
+        ),
+    ] = True,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing case with the same id.")] = False,
-    commit: Annotated[bool, typer.Option("--commit", help="Commit the new bundle to the archive's git repository.")] = False,
+    commit: Annotated[
+        bool, typer.Option("--commit", help="Commit the new bundle to the archive's git repository.")
+    ] = False,
 ) -> None:
     """Run a repro (and its fix) for real and file it as a case bundle."""
     from casekit.capture import CaptureRequest
@@ -146,7 +164,9 @@ def show(
 
 @app.command()
 def validate(
-    paths: Annotated[list[Path] | None, typer.Argument(help="Bundle files [default: every bundle in the archive].")] = None,
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Bundle files [default: every bundle in the archive].")
+    ] = None,
     archive: ArchiveOption = None,
 ) -> None:
     """Check bundles: TOML, schema version, every field, script hashes."""
@@ -171,8 +191,14 @@ def validate(
 
 
 def build_specs(
-    pythons: list[str], torches: list[str], runner: str | None, cuda: str | None, index_url: str | None,
-    find_links: str | None, image: str | None, options: list[tuple[str, str]],
+    pythons: list[str],
+    torches: list[str],
+    runner: str | None,
+    cuda: str | None,
+    index_url: str | None,
+    find_links: str | None,
+    image: str | None,
+    options: list[tuple[str, str]],
 ) -> list[TargetSpec]:
     specs = [TargetSpec(runner="python", python=p) for p in pythons]
     kind = runner or "venv"
@@ -180,7 +206,15 @@ def build_specs(
         raise CasekitError("--runner python takes --python PATH, not --torch")
     for version in torches:
         specs.append(
-            TargetSpec(runner=kind, torch=version, cuda=cuda, index_url=index_url, find_links=find_links, image=image, options=tuple(options))
+            TargetSpec(
+                runner=kind,
+                torch=version,
+                cuda=cuda,
+                index_url=index_url,
+                find_links=find_links,
+                image=image,
+                options=tuple(options),
+            )
         )
     if image and not torches:
         specs.append(TargetSpec(runner="docker", image=image, options=tuple(options)))
@@ -191,9 +225,16 @@ def build_specs(
 
 @app.command()
 def replay(
-    torch: Annotated[list[str] | None, typer.Option("--torch", help="A torch version for a managed target (repeatable; '2.13' = newest 2.13.x).")] = None,
-    python: Annotated[list[str] | None, typer.Option("--python", help="An existing interpreter as a target (repeatable).")] = None,
-    runner: Annotated[str | None, typer.Option("--runner", help="How --torch targets are provided: venv (default) or docker.")] = None,
+    torch: Annotated[
+        list[str] | None,
+        typer.Option("--torch", help="A torch version for a managed target (repeatable; '2.13' = newest 2.13.x)."),
+    ] = None,
+    python: Annotated[
+        list[str] | None, typer.Option("--python", help="An existing interpreter as a target (repeatable).")
+    ] = None,
+    runner: Annotated[
+        str | None, typer.Option("--runner", help="How --torch targets are provided: venv (default) or docker.")
+    ] = None,
     cuda: Annotated[str | None, typer.Option("--cuda", help="CUDA tag for --torch targets, e.g. cu124.")] = None,
     index_url: Annotated[str | None, typer.Option("--index-url", help="Package index for torch.")] = None,
     find_links: Annotated[str | None, typer.Option("--find-links", help="A folder of wheels to install from.")] = None,
@@ -202,14 +243,43 @@ def replay(
     archive: ArchiveOption = None,
     backend: Annotated[str | None, typer.Option("--backend", help="Override each case's recorded backend.")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run of a script may take.")] = 300.0,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the casekit.replay/1 JSON here (written whatever the exit code).")] = None,
-    fail_on: Annotated[str, typer.Option("--fail-on", help="Exit 1 when a result reaches this severity: error, warn, info or never.")] = "error",
-    record: Annotated[bool, typer.Option("--record/--no-record", help="Append this replay to each bundle's history.")] = True,
-    pin_packages: Annotated[bool, typer.Option("--pin-packages/--no-pin-packages", help="Install the library versions the cases recorded beside torch (managed targets).")] = True,
-    shard: Annotated[str | None, typer.Option("--shard", help="K/N: run a stable slice of the case x target matrix.")] = None,
-    base_image: Annotated[str | None, typer.Option("--base-image", help="Docker: base image for the replay image (casekit-base:bookworm on hosts without a registry).")] = None,
-    allow: Annotated[list[str] | None, typer.Option("--allow", help="Docker sandbox relaxation KEY=VALUE (network=bridge, memory=8g, pids=1024, read_only=false, gpus=all).")] = None,
-    commit: Annotated[bool, typer.Option("--commit", help="Commit the updated bundles with a message saying what changed.")] = False,
+    json_out: Annotated[
+        Path | None,
+        typer.Option("--json", help="Write the casekit.replay/1 JSON here (written whatever the exit code)."),
+    ] = None,
+    fail_on: Annotated[
+        str, typer.Option("--fail-on", help="Exit 1 when a result reaches this severity: error, warn, info or never.")
+    ] = "error",
+    record: Annotated[
+        bool, typer.Option("--record/--no-record", help="Append this replay to each bundle's history.")
+    ] = True,
+    pin_packages: Annotated[
+        bool,
+        typer.Option(
+            "--pin-packages/--no-pin-packages",
+            help="Install the library versions the cases recorded beside torch (managed targets).",
+        ),
+    ] = True,
+    shard: Annotated[
+        str | None, typer.Option("--shard", help="K/N: run a stable slice of the case x target matrix.")
+    ] = None,
+    base_image: Annotated[
+        str | None,
+        typer.Option(
+            "--base-image",
+            help="Docker: base image for the replay image (casekit-base:bookworm on hosts without a registry).",
+        ),
+    ] = None,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow",
+            help="Docker sandbox relaxation KEY=VALUE (network=bridge, memory=8g, pids=1024, read_only=false, gpus=all).",
+        ),
+    ] = None,
+    commit: Annotated[
+        bool, typer.Option("--commit", help="Commit the updated bundles with a message saying what changed.")
+    ] = False,
 ) -> None:
     """Replay the archive on one or more targets and classify every break."""
     from casekit.replay import ReplayOptions, report_json
@@ -247,12 +317,26 @@ def replay(
         if not cases:
             typer.echo(f"shard {shard}: nothing to run")
             if json_out:
-                empty = {"schema": "casekit.replay/1", "targets": [], "results": [], "shard": shard,
-                         "matrix": {"cases": all_case_ids, "targets": all_labels}}
+                empty = {
+                    "schema": "casekit.replay/1",
+                    "targets": [],
+                    "results": [],
+                    "shard": shard,
+                    "matrix": {"cases": all_case_ids, "targets": all_labels},
+                }
                 json_out.write_text(json.dumps(empty, indent=2))
             raise typer.Exit(0)
-    typer.echo(f"replaying {len(cases)} case(s) on {len(specs)} target(s): " + ", ".join(s.label for s in specs), err=True)
-    report = do_replay(cases, specs, ReplayOptions(backend=backend, timeout=timeout, record=record, pin_packages=pin_packages), store, default_runner_factory, progress)
+    typer.echo(
+        f"replaying {len(cases)} case(s) on {len(specs)} target(s): " + ", ".join(s.label for s in specs), err=True
+    )
+    report = do_replay(
+        cases,
+        specs,
+        ReplayOptions(backend=backend, timeout=timeout, record=record, pin_packages=pin_packages),
+        store,
+        default_runner_factory,
+        progress,
+    )
     if matrix_filter is not None:
         for run in report.targets:
             run.results = [r for r in run.results if (r.case_id, run.label) in matrix_filter]
@@ -266,7 +350,9 @@ def replay(
     for run in report.targets:
         typer.echo("")
         env = run.environment
-        typer.echo(f"torch {env.get('torch', '?')}, python {env.get('python', '?')}, {len(run.results)} case(s) in {run.seconds:.1f} s")
+        typer.echo(
+            f"torch {env.get('torch', '?')}, python {env.get('python', '?')}, {len(run.results)} case(s) in {run.seconds:.1f} s"
+        )
         if run.error:
             typer.echo(f"environment failed: {run.error}")
         for warning in run.warnings:
@@ -298,24 +384,44 @@ def images_list() -> None:
     from casekit.report.text import table
 
     rows = [
-        [", ".join(r.tags) or r.id[:19], r.torch, r.cuda, r.python, r.base, f"{r.size_bytes / 1e9:.2f} GB", r.created[:19]]
+        [
+            ", ".join(r.tags) or r.id[:19],
+            r.torch,
+            r.cuda,
+            r.python,
+            r.base,
+            f"{r.size_bytes / 1e9:.2f} GB",
+            r.created[:19],
+        ]
         for r in list_images()
     ]
-    typer.echo(table(["image", "torch", "cuda", "python", "base", "size", "created"], rows) if rows else "no casekit images")
+    typer.echo(
+        table(["image", "torch", "cuda", "python", "base", "size", "created"], rows) if rows else "no casekit images"
+    )
 
 
 @images_app.command("build")
 def images_build(
     torch: Annotated[str, typer.Option("--torch", help="torch version to install in the image.")],
-    cuda: Annotated[str | None, typer.Option("--cuda", help="CUDA tag (cu124...); default CPU / the index default.")] = None,
+    cuda: Annotated[
+        str | None, typer.Option("--cuda", help="CUDA tag (cu124...); default CPU / the index default.")
+    ] = None,
     index_url: Annotated[str | None, typer.Option("--index-url", help="Package index for torch.")] = None,
-    base_image: Annotated[str | None, typer.Option("--base-image", help="Base image [default: python:3.11-slim, or the CUDA base for --cuda]; casekit-base:bookworm on hosts without a registry (see containers/make-base-image.sh).")] = None,
+    base_image: Annotated[
+        str | None,
+        typer.Option(
+            "--base-image",
+            help="Base image [default: python:3.11-slim, or the CUDA base for --cuda]; casekit-base:bookworm on hosts without a registry (see containers/make-base-image.sh).",
+        ),
+    ] = None,
 ) -> None:
     """Build (or reuse) the replay image for a torch version."""
     from casekit.images import ensure_image
 
     options = (("base_image", base_image),) if base_image else ()
-    image = ensure_image(TargetSpec(runner="docker", torch=torch, cuda=cuda, index_url=index_url, options=options), progress)
+    image = ensure_image(
+        TargetSpec(runner="docker", torch=torch, cuda=cuda, index_url=index_url, options=options), progress
+    )
     typer.echo(f"ready: {', '.join(image.tags) or image.id}")
 
 

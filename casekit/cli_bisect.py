@@ -83,7 +83,9 @@ def _finish(report: BisectReport, json_out: Path | None) -> None:
 
 def _interrupted(cache_path: Path | None) -> typer.Exit:
     where = f" in {cache_path}" if cache_path else ""
-    typer.echo(f"casekit: interrupted; finished steps are cached{where}: run the same command again to resume", err=True)
+    typer.echo(
+        f"casekit: interrupted; finished steps are cached{where}: run the same command again to resume", err=True
+    )
     return typer.Exit(130)
 
 
@@ -91,22 +93,51 @@ def bisect(
     case_id: Annotated[str, typer.Argument(help="Case id in the archive.")],
     good: Annotated[str, typer.Option("--good", help="A torch version where the case behaves as it should.")],
     bad: Annotated[str, typer.Option("--bad", help="A later torch version where it does not.")],
-    versions: Annotated[str | None, typer.Option("--versions", help="Candidates: 'a,b,c' or a file with one version per line [default: the package index].")] = None,
-    runner: Annotated[str | None, typer.Option("--runner", help="How each version is provided: venv (default), docker, or python (with --python-for).")] = None,
-    python_for: Annotated[list[str] | None, typer.Option("--python-for", help="VERSION=PATH: an existing interpreter with that torch (repeatable; implies --runner python).")] = None,
-    site: Annotated[str | None, typer.Option("--site", help="Follow one break: its class at FILE:LINE, or 'absent'.")] = None,
+    versions: Annotated[
+        str | None,
+        typer.Option(
+            "--versions", help="Candidates: 'a,b,c' or a file with one version per line [default: the package index]."
+        ),
+    ] = None,
+    runner: Annotated[
+        str | None,
+        typer.Option(
+            "--runner", help="How each version is provided: venv (default), docker, or python (with --python-for)."
+        ),
+    ] = None,
+    python_for: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--python-for",
+            help="VERSION=PATH: an existing interpreter with that torch (repeatable; implies --runner python).",
+        ),
+    ] = None,
+    site: Annotated[
+        str | None, typer.Option("--site", help="Follow one break: its class at FILE:LINE, or 'absent'.")
+    ] = None,
     status: Annotated[str | None, typer.Option("--status", help="Follow a script's status: pre or post.")] = None,
     post_holds: Annotated[bool, typer.Option("--post-holds", help="Follow whether the post-fix still holds.")] = False,
     cuda: Annotated[str | None, typer.Option("--cuda", help="CUDA tag for venv/docker targets, e.g. cu124.")] = None,
-    index_url: Annotated[str | None, typer.Option("--index-url", help="Package index for torch (and for listing versions).")] = None,
-    nightlies: Annotated[bool, typer.Option("--nightlies", help="List pre-releases / nightlies from the index too.")] = False,
+    index_url: Annotated[
+        str | None, typer.Option("--index-url", help="Package index for torch (and for listing versions).")
+    ] = None,
+    nightlies: Annotated[
+        bool, typer.Option("--nightlies", help="List pre-releases / nightlies from the index too.")
+    ] = False,
     backend: Annotated[str | None, typer.Option("--backend", help="Override the case's recorded backend.")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run of a script may take.")] = 300.0,
-    archive: Annotated[Path | None, typer.Option("--archive", help="Archive folder of case bundles [default: $CASEKIT_ARCHIVE or ./cases]")] = None,
+    archive: Annotated[
+        Path | None,
+        typer.Option("--archive", help="Archive folder of case bundles [default: $CASEKIT_ARCHIVE or ./cases]"),
+    ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the casekit.bisect/1 report here.")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the result cache.")] = False,
-    retry_unknown: Annotated[bool, typer.Option("--retry-unknown", help="Re-run targets the cache knows as unknown.")] = False,
-    cache: Annotated[Path | None, typer.Option("--cache", help="Result cache file [default: $CASEKIT_CACHE/bisect-cache.json].")] = None,
+    retry_unknown: Annotated[
+        bool, typer.Option("--retry-unknown", help="Re-run targets the cache knows as unknown.")
+    ] = False,
+    cache: Annotated[
+        Path | None, typer.Option("--cache", help="Result cache file [default: $CASEKIT_CACHE/bisect-cache.json].")
+    ] = None,
 ) -> None:
     """Find the first torch version between --good and --bad where the case's outcome changes."""
     from casekit.archive import Archive, archive_dir
@@ -156,21 +187,48 @@ def bisect(
 
 
 def bisect_commits(
-    command: Annotated[list[str], typer.Argument(help="After --: the command to run at each commit, e.g. python model.py.")],
+    command: Annotated[
+        list[str], typer.Argument(help="After --: the command to run at each commit, e.g. python model.py.")
+    ],
     good: Annotated[str, typer.Option("--good", help="A commit (or ref) where things were as they should be.")],
-    repo: Annotated[Path, typer.Option("--repo", help="The git repository (never modified: each commit is checked out in a temporary worktree).")] = Path("."),
+    repo: Annotated[
+        Path,
+        typer.Option(
+            "--repo", help="The git repository (never modified: each commit is checked out in a temporary worktree)."
+        ),
+    ] = Path("."),
     bad: Annotated[str, typer.Option("--bad", help="A later commit where they are not.")] = "HEAD",
-    site: Annotated[str | None, typer.Option("--site", help="Judge each commit by whether a graph break happens at FILE:LINE.")] = None,
-    case_id: Annotated[str | None, typer.Option("--case", help="Judge each commit by how many of this case's recorded breaks are observed.")] = None,
-    exit_code: Annotated[bool, typer.Option("--exit-code", help="Judge each commit by the command's exit status (0 good, 125 skip, 1-127 bad), as git bisect run; not under the probe.")] = False,
-    python: Annotated[str | None, typer.Option("--python", help="Interpreter that runs the probe [default: the command's python, else this one].")] = None,
+    site: Annotated[
+        str | None, typer.Option("--site", help="Judge each commit by whether a graph break happens at FILE:LINE.")
+    ] = None,
+    case_id: Annotated[
+        str | None,
+        typer.Option("--case", help="Judge each commit by how many of this case's recorded breaks are observed."),
+    ] = None,
+    exit_code: Annotated[
+        bool,
+        typer.Option(
+            "--exit-code",
+            help="Judge each commit by the command's exit status (0 good, 125 skip, 1-127 bad), as git bisect run; not under the probe.",
+        ),
+    ] = False,
+    python: Annotated[
+        str | None,
+        typer.Option(
+            "--python", help="Interpreter that runs the probe [default: the command's python, else this one]."
+        ),
+    ] = None,
     backend: Annotated[str, typer.Option("--backend", help="torch.compile backend forced for the runs.")] = "eager",
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run may take.")] = 300.0,
     archive: Annotated[Path | None, typer.Option("--archive", help="Archive folder for --case.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the casekit.bisect/1 report here.")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the result cache.")] = False,
-    retry_unknown: Annotated[bool, typer.Option("--retry-unknown", help="Re-run commits the cache knows as unknown.")] = False,
-    cache: Annotated[Path | None, typer.Option("--cache", help="Result cache file [default: $CASEKIT_CACHE/bisect-cache.json].")] = None,
+    retry_unknown: Annotated[
+        bool, typer.Option("--retry-unknown", help="Re-run commits the cache knows as unknown.")
+    ] = False,
+    cache: Annotated[
+        Path | None, typer.Option("--cache", help="Result cache file [default: $CASEKIT_CACHE/bisect-cache.json].")
+    ] = None,
 ) -> None:
     """Find the commit of your repository that introduced (or removed) a graph break.
 

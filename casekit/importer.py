@@ -29,10 +29,10 @@ from typing import Any
 from casekit.archive import Archive
 from casekit.bundle import check_case_id, sha256_text, slugify
 from casekit.errors import CasekitError
-from casekit.model import Case, Frame, Recompile, ScriptObservation, ScriptSource, ScriptStatus, Site
-from casekit.observe.interpret import SITE_PACKAGES, STDLIB
+from casekit.model import Case, Recompile, ScriptObservation, ScriptSource, ScriptStatus, Site
+from casekit.observe.interpret import SITE_PACKAGES, STDLIB, site_from_raw
 from casekit.observe.logs import RawBreak, parse_graph_break, parse_recompile, parse_wont_convert
-from casekit.observe.reasons import categorize, describe_category, gb_id_from_text, normalize_function, registry
+from casekit.observe.reasons import describe_category, normalize_function
 
 DRAFT_TAG = "draft"
 PLACEHOLDER_NAME = "draft_repro.py"
@@ -332,35 +332,6 @@ class ImportNamer:
             if match:
                 return match["rel"]
         return file.rsplit("/", 1)[-1]
-
-
-def site_from_raw(raw: RawBreak, namer: ImportNamer, source: str) -> Site | None:
-    """A `Site` as capture records it: innermost frame, the user's call site, normalized category."""
-    kept = [f for f in raw.frames if not namer.is_harness(f.file)]
-    if not kept:
-        return None
-    frames = [Frame(namer.name(f.file), f.line, normalize_function(f.function), f.source) for f in kept]
-    inner = frames[-1]
-    user = [named for named, original in zip(frames, kept, strict=True) if namer.is_user(original.file)]
-    call_site = user[-1] if user else None
-    category, gb_id = categorize(raw.reason, gb_id=gb_id_from_text(raw.gb_id_text), gb_type=raw.gb_type)
-    info = registry().get(gb_id or category)
-    return Site(
-        file=inner.file,
-        line=inner.line,
-        function=inner.function,
-        source=inner.source,
-        category=category,
-        reason=raw.reason.strip().splitlines()[0] if raw.reason.strip() else category,
-        gb_id=gb_id,
-        explanation=raw.explanation or (info.explanation if info else ""),
-        hints=list(raw.hints) or (list(info.hints) if info else []),
-        call_site=call_site if call_site and call_site != inner else None,
-        stack=frames,
-        kind="skip" if raw.skip else "break",
-        excerpt=raw.excerpt,
-        sources=[source],
-    )
 
 
 def merge_sites(events: list[Event], namer: ImportNamer) -> list[Site]:

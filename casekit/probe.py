@@ -207,7 +207,7 @@ class Observation:
         try:
             message = record.getMessage()
         except Exception as error:  # a broken %-format must not lose the run
-            message = "<unformattable log record: %r>" % (error,)
+            message = f"<unformattable log record: {error!r}>"
         entry = {
             "kind": kind,
             "logger": record.name,
@@ -349,7 +349,9 @@ class CompileInterceptor:
         kwargs = dict(kwargs)
         requested_backend = kwargs.get("backend", "inductor")
         requested_fullgraph = bool(kwargs.get("fullgraph", False))
-        backend_name = (self.backend if not callable(requested_backend) else None) or (requested_backend if isinstance(requested_backend, str) else "custom")
+        backend_name = (self.backend if not callable(requested_backend) else None) or (
+            requested_backend if isinstance(requested_backend, str) else "custom"
+        )
         # Force the fast backend over named ones; a callable the script passes is
         # part of the repro (a custom backend is what is under test), so it stays.
         if self.backend and not callable(requested_backend):
@@ -411,9 +413,7 @@ class CompileInterceptor:
             if self.mode == "eager":
                 self.outputs[index] = tensors
             elif self.eager_outputs is not None and index in self.eager_outputs:
-                call["comparison"] = compare_outputs(
-                    self.eager_outputs[index], tensors, self.torch, *self.tolerances
-                )
+                call["comparison"] = compare_outputs(self.eager_outputs[index], tensors, self.torch, *self.tolerances)
         self.observation.data["calls"].append(call)
 
     def _wrap_callable(self, compiled, entry):
@@ -537,7 +537,13 @@ def _safe_message(record):
         return ""
 
 
-TRACE_KEEP = ("dynamo_graph_break_reason", "recompile_reasons", "compilation_metrics", "describe_tensor", "dynamo_start")
+TRACE_KEEP = (
+    "dynamo_graph_break_reason",
+    "recompile_reasons",
+    "compilation_metrics",
+    "describe_tensor",
+    "dynamo_start",
+)
 
 
 def attach_trace_collector(observation):
@@ -559,12 +565,18 @@ def attach_trace_collector(observation):
                 if name not in TRACE_KEEP:
                     return
                 kind = name
-            event = {"kind": kind, "frame_id": metadata.get("frame_id"), "frame_compile_id": metadata.get("frame_compile_id")}
+            event = {
+                "kind": kind,
+                "frame_id": metadata.get("frame_id"),
+                "frame_compile_id": metadata.get("frame_compile_id"),
+            }
             if kind in ("compilation_metrics", "dynamo_start"):
                 event["data"] = _jsonable(metadata.get(kind), 3)
             elif kind == "describe_tensor":
                 tensor = metadata.get(kind) or {}
-                event["data"] = {k: tensor.get(k) for k in ("id", "ndim", "dtype", "device", "size", "requires_grad") if k in tensor}
+                event["data"] = {
+                    k: tensor.get(k) for k in ("id", "ndim", "dtype", "device", "size", "requires_grad") if k in tensor
+                }
             payload = getattr(record, "payload", None)
             if payload:
                 # PyTorch's own traceback follows the user stack; it is long and says nothing about the user code
@@ -614,7 +626,9 @@ def collect_compile_reasons(torch):
         stack = []
         for frame in getattr(reason, "user_stack", None) or []:
             try:
-                stack.append({"file": frame.filename, "line": frame.lineno, "function": frame.name, "source": frame.line or ""})
+                stack.append(
+                    {"file": frame.filename, "line": frame.lineno, "function": frame.name, "source": frame.line or ""}
+                )
             except Exception:
                 pass
         reasons.append({"reason": clip(str(getattr(reason, "reason", "")), 4000), "stack": stack})
@@ -667,12 +681,12 @@ def block_network():
 
     def connect(self, address):
         if self.family in (socket.AF_INET, socket.AF_INET6) and not allowed(address):
-            raise PermissionError("casekit: network access is disabled for repro scripts (address %r)" % (address,))
+            raise PermissionError(f"casekit: network access is disabled for repro scripts (address {address!r})")
         return original_connect(self, address)
 
     def connect_ex(self, address):
         if self.family in (socket.AF_INET, socket.AF_INET6) and not allowed(address):
-            raise PermissionError("casekit: network access is disabled for repro scripts (address %r)" % (address,))
+            raise PermissionError(f"casekit: network access is disabled for repro scripts (address {address!r})")
         return original_connect_ex(self, address)
 
     socket.socket.connect = connect
@@ -701,8 +715,12 @@ def run_script_in_child(torch, job, mode, result_path, eager_outputs_path):
     os.setsid()  # own process group: a timeout kills whatever the script forked
     observation = Observation(mode)
     log_dir = os.path.dirname(result_path)
-    out_fd = os.open(os.path.join(log_dir, "%s.%s.stdout" % (job["id"], mode)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    err_fd = os.open(os.path.join(log_dir, "%s.%s.stderr" % (job["id"], mode)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    out_fd = os.open(
+        os.path.join(log_dir, "{}.{}.stdout".format(job["id"], mode)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    )
+    err_fd = os.open(
+        os.path.join(log_dir, "{}.{}.stderr".format(job["id"], mode)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    )
     os.dup2(out_fd, 1)
     os.dup2(err_fd, 2)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -805,8 +823,8 @@ def describe_exception(error, script):
 
 def run_one(torch, job, mode, work_dir, timeout):
     """Fork a child for one run; turn every way it can end into a status."""
-    result_path = os.path.join(work_dir, "%s.%s.json" % (job["id"], mode))
-    eager_outputs_path = os.path.join(work_dir, "%s.eager.pt" % job["id"])
+    result_path = os.path.join(work_dir, "{}.{}.json".format(job["id"], mode))
+    eager_outputs_path = os.path.join(work_dir, "{}.eager.pt".format(job["id"]))
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -848,8 +866,8 @@ def run_one(torch, job, mode, work_dir, timeout):
     elif status is None and observation["status"] == "running":
         observation["status"] = "crashed"
         observation["exit_code"] = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else None
-    observation["stdout_tail"] = read_tail(os.path.join(work_dir, "%s.%s.stdout" % (job["id"], mode)))
-    observation["stderr_tail"] = read_tail(os.path.join(work_dir, "%s.%s.stderr" % (job["id"], mode)))
+    observation["stdout_tail"] = read_tail(os.path.join(work_dir, "{}.{}.stdout".format(job["id"], mode)))
+    observation["stderr_tail"] = read_tail(os.path.join(work_dir, "{}.{}.stderr".format(job["id"], mode)))
     return observation
 
 
@@ -909,7 +927,7 @@ def main(argv):
     with open(argv[1]) as handle:
         request = json.load(handle)
     if request.get("schema") != REQUEST_SCHEMA:
-        sys.stderr.write("probe: unsupported request schema %r\n" % request.get("schema"))
+        sys.stderr.write("probe: unsupported request schema {!r}\n".format(request.get("schema")))
         return 2
     out_dir = request["out_dir"]
     os.makedirs(out_dir, exist_ok=True)
@@ -920,7 +938,7 @@ def main(argv):
     except BaseException as error:
         write_json_atomic(
             os.path.join(out_dir, "env.json"),
-            {"schema": PROBE_SCHEMA, "ok": False, "error": "%s: %s" % (type(error).__name__, error)},
+            {"schema": PROBE_SCHEMA, "ok": False, "error": f"{type(error).__name__}: {error}"},
         )
         return 3
     env = collect_environment(torch)
@@ -930,7 +948,7 @@ def main(argv):
     write_json_atomic(os.path.join(out_dir, "env.json"), env_record)
     for job in request["jobs"]:
         result = run_job(torch, job, out_dir)
-        write_json_atomic(os.path.join(out_dir, "%s.result.json" % job["id"]), result)
+        write_json_atomic(os.path.join(out_dir, "{}.result.json".format(job["id"])), result)
     write_json_atomic(os.path.join(out_dir, "done.json"), {"schema": PROBE_SCHEMA, "wall_s": time.time() - started})
     return 0
 

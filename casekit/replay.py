@@ -33,7 +33,7 @@ from casekit.model import (
     SiteClass,
     SiteVerdict,
 )
-from casekit.observe import failed_observation, interpret
+from casekit.observe import interpret
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
 
 REPLAY_SCHEMA = "casekit.replay/1"
@@ -93,7 +93,9 @@ def case_pins(cases: list[Case]) -> tuple[tuple[str, ...], list[str]]:
             if dist.lower() in ("torch", "numpy", "triton") or dist.lower().startswith("nvidia"):
                 continue
             if dist in pins and pins[dist][0] != version:
-                warnings.append(f"{dist}: {pins[dist][1]} recorded {pins[dist][0]}, {case.id} recorded {version}; using {version}")
+                warnings.append(
+                    f"{dist}: {pins[dist][1]} recorded {pins[dist][0]}, {case.id} recorded {version}; using {version}"
+                )
             pins[dist] = (version, case.id)
     return tuple(f"{dist}=={version}" for dist, (version, _) in sorted(pins.items())), warnings
 
@@ -112,7 +114,9 @@ def _write_scripts(cases: list[Case], folder: Path) -> dict[tuple[str, str], Pat
     return paths
 
 
-def _jobs(cases: list[Case], paths: dict[tuple[str, str], Path], options: ReplayOptions, modes: tuple[str, ...]) -> list[ProbeJob]:
+def _jobs(
+    cases: list[Case], paths: dict[tuple[str, str], Path], options: ReplayOptions, modes: tuple[str, ...]
+) -> list[ProbeJob]:
     return [
         ProbeJob(
             id=f"{case_id}.{which}",
@@ -125,7 +129,9 @@ def _jobs(cases: list[Case], paths: dict[tuple[str, str], Path], options: Replay
     ]
 
 
-def _package_warnings(cases: list[Case], observations: dict[tuple[str, str], ScriptObservation], label: str) -> list[str]:
+def _package_warnings(
+    cases: list[Case], observations: dict[tuple[str, str], ScriptObservation], label: str
+) -> list[str]:
     warnings = []
     for case in cases:
         recorded: dict[str, str] = case.environment.get("packages") or {}
@@ -192,7 +198,9 @@ def _verify_rollbacks(
                     f"({observation.check.compared} call(s) compared, {len(observation.sites)} break(s), {observation.graphs} graph(s))"
                 )
                 break
-            attempts.append(f"{which}-fix with fullgraph=False: {observation.status.value} {observation.detail}".strip())
+            attempts.append(
+                f"{which}-fix with fullgraph=False: {observation.status.value} {observation.detail}".strip()
+            )
         else:
             rollback.verified = False
         rollback.detail = rollback.detail + "; " + "; ".join(attempts)

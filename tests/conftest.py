@@ -15,7 +15,9 @@ FIXTURES = ROOT / "tests" / "fixtures"
 STARTER = ROOT / "examples" / "starter"
 
 
-def run_casekit(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def run_casekit(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
     """`python -m casekit ARGS` as a user would run it."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(

@@ -49,8 +49,22 @@ def fake_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_bisect_prints_progress_and_the_final_report(tmp_path: Path, fake_archive: Path) -> None:
-    args = ["bisect", "item-case", "--good", "2.5.1", "--bad", "2.10.0", "--versions", ",".join(VERSIONS),
-            "--archive", fake_archive, "--cache", tmp_path / "cache.json", "--json", tmp_path / "report.json"]
+    args = [
+        "bisect",
+        "item-case",
+        "--good",
+        "2.5.1",
+        "--bad",
+        "2.10.0",
+        "--versions",
+        ",".join(VERSIONS),
+        "--archive",
+        fake_archive,
+        "--cache",
+        tmp_path / "cache.json",
+        "--json",
+        tmp_path / "report.json",
+    ]
     code, output, error = invoke(*args)
     assert code == 0, (output, error)
     assert "step 1, ~5 left: checking the good end 2.5.1" in output
@@ -93,8 +107,19 @@ def test_bisect_prints_progress_and_the_final_report(tmp_path: Path, fake_archiv
 
 
 def test_ends_that_agree_are_one_clear_error(tmp_path: Path, fake_archive: Path) -> None:
-    code, _, error = invoke("bisect", "item-case", "--good", "2.5.1", "--bad", "2.7.1", "--versions", "2.5.1,2.6.0,2.7.1",
-                            "--archive", fake_archive, "--no-cache")
+    code, _, error = invoke(
+        "bisect",
+        "item-case",
+        "--good",
+        "2.5.1",
+        "--bad",
+        "2.7.1",
+        "--versions",
+        "2.5.1,2.6.0,2.7.1",
+        "--archive",
+        fake_archive,
+        "--no-cache",
+    )
     assert code != 0 and isinstance(error, CasekitError)
     assert "both ends give 'unchanged'" in str(error) and "nothing to bisect" in str(error)
 
@@ -110,13 +135,28 @@ def test_ends_that_agree_are_one_clear_error(tmp_path: Path, fake_archive: Path)
     ],
 )
 def test_bad_options_are_casekit_errors(fake_archive: Path, extra: list[str], message: str) -> None:
-    code, _, error = invoke("bisect", "item-case", "--good", "2.5.1", "--bad", "2.10.0", "--versions", "2.5.1,2.10.0",
-                            "--archive", fake_archive, "--no-cache", *extra)
+    code, _, error = invoke(
+        "bisect",
+        "item-case",
+        "--good",
+        "2.5.1",
+        "--bad",
+        "2.10.0",
+        "--versions",
+        "2.5.1,2.10.0",
+        "--archive",
+        fake_archive,
+        "--no-cache",
+        *extra,
+    )
     assert code != 0 and isinstance(error, CasekitError) and message in str(error), error
 
 
 def test_parse_python_for() -> None:
-    assert parse_python_for(["2.5.1=/a/python", " 2.13.0 = /b/python "]) == {"2.5.1": "/a/python", "2.13.0": "/b/python"}
+    assert parse_python_for(["2.5.1=/a/python", " 2.13.0 = /b/python "]) == {
+        "2.5.1": "/a/python",
+        "2.13.0": "/b/python",
+    }
     with pytest.raises(BisectError):
         parse_python_for(["=/a/python"])
 
@@ -156,8 +196,20 @@ def test_real_bisection_between_torch_releases_resumes_from_cache(tmp_path: Path
     example = EXAMPLES / "cond-identity-branch"
     request = CaptureRequest(example / "repro.py", fixed=example / "fixed.py", case_id="cond", fullgraph=False)
     capture(request, make_runner(TargetSpec(runner="python")), Archive(archive), lambda message: None)
-    common = ["--good", "2.5.1", "--bad", "2.13.0", "--archive", archive, "--cache", tmp_path / "cache.json",
-              "--python-for", f"2.5.1={old_python}", "--python-for", f"2.13.0={sys.executable}"]
+    common = [
+        "--good",
+        "2.5.1",
+        "--bad",
+        "2.13.0",
+        "--archive",
+        archive,
+        "--cache",
+        tmp_path / "cache.json",
+        "--python-for",
+        f"2.5.1={old_python}",
+        "--python-for",
+        f"2.13.0={sys.executable}",
+    ]
 
     code, output, error = invoke("bisect", "cond", *common, "--json", tmp_path / "first.json")
     assert code == 0, (output, error)
@@ -172,7 +224,9 @@ def test_real_bisection_between_torch_releases_resumes_from_cache(tmp_path: Path
 
     # Resumed with a version in between that has no interpreter: nothing is run again,
     # and the version left untested is reported as the ambiguous part of the range.
-    code, output, error = invoke("bisect", "cond", *common, "--versions", "2.5.1,2.9.0,2.13.0", "--json", tmp_path / "again.json")
+    code, output, error = invoke(
+        "bisect", "cond", *common, "--versions", "2.5.1,2.9.0,2.13.0", "--json", tmp_path / "again.json"
+    )
     assert code == 0, (output, error)
     again = json.loads((tmp_path / "again.json").read_text())
     assert [step["ran"] for step in again["steps"]] == [False, False, False]
@@ -215,13 +269,32 @@ def test_real_commit_bisection_finds_the_commit_that_added_a_print(tmp_path: Pat
     make_dirty(repo)
     before = snapshot(repo)
 
-    args = ["bisect-commits", "--repo", repo, "--good", "HEAD~2", "--bad", "main", "--site", "model.py:7",
-            "--cache", tmp_path / "cache.json", "--json", tmp_path / "report.json", "--", sys.executable, "model.py"]
+    args = [
+        "bisect-commits",
+        "--repo",
+        repo,
+        "--good",
+        "HEAD~2",
+        "--bad",
+        "main",
+        "--site",
+        "model.py:7",
+        "--cache",
+        tmp_path / "cache.json",
+        "--json",
+        tmp_path / "report.json",
+        "--",
+        sys.executable,
+        "model.py",
+    ]
     code, output, error = invoke(*args)
     assert code == 0, (output, error)
     report = json.loads((tmp_path / "report.json").read_text())
     assert (report["first_bad"], report["exact"], report["good_outcome"], report["bad_outcome"]) == (
-        culprit, True, "no-break", "break",
+        culprit,
+        True,
+        "no-break",
+        "break",
     )
     assert f"regression in {culprit[:7]} debug print in step" in output
     assert any("new break at model.py:7 in step" in change for change in report["changes"])
@@ -246,11 +319,27 @@ def test_commit_bisection_by_exit_code_skips_125(tmp_path: Path) -> None:
         git(repo, "commit", "-q", "-m", f"change {i}")
         shas.append(git(repo, "rev-parse", "HEAD"))
     check = tmp_path / "check.py"
-    check.write_text("import sys\nsource = open('app.py').read()\nsys.exit(125 if 'SKIP = True' in source else int('print(' in source))\n")
+    check.write_text(
+        "import sys\nsource = open('app.py').read()\nsys.exit(125 if 'SKIP = True' in source else int('print(' in source))\n"
+    )
     before = snapshot(repo)
 
-    code, output, error = invoke("bisect-commits", "--repo", repo, "--good", shas[0], "--bad", "main", "--exit-code",
-                                 "--no-cache", "--json", tmp_path / "r.json", "--", sys.executable, check)
+    code, output, error = invoke(
+        "bisect-commits",
+        "--repo",
+        repo,
+        "--good",
+        shas[0],
+        "--bad",
+        "main",
+        "--exit-code",
+        "--no-cache",
+        "--json",
+        tmp_path / "r.json",
+        "--",
+        sys.executable,
+        check,
+    )
     assert code == 0, (output, error)
     report = json.loads((tmp_path / "r.json").read_text())
     assert (report["last_good"], report["first_bad"], report["ambiguous"]) == (shas[1], shas[3], [shas[2]])
@@ -258,8 +347,20 @@ def test_commit_bisection_by_exit_code_skips_125(tmp_path: Path) -> None:
     assert "regression somewhere in" in output and "could not be built or run" in output
     assert snapshot(repo) == before
 
-    code, _, error = invoke("bisect-commits", "--repo", repo, "--good", shas[0], "--exit-code", "--site", "app.py:5",
-                            "--no-cache", "--", sys.executable, check)
+    code, _, error = invoke(
+        "bisect-commits",
+        "--repo",
+        repo,
+        "--good",
+        shas[0],
+        "--exit-code",
+        "--site",
+        "app.py:5",
+        "--no-cache",
+        "--",
+        sys.executable,
+        check,
+    )
     assert code != 0 and isinstance(error, BisectError) and "takes no --site" in str(error)
     code, _, error = invoke("bisect-commits", "--repo", repo, "--good", shas[0], "--no-cache", "--", "make", "test")
     assert code != 0 and isinstance(error, BisectError) and "pass --exit-code" in str(error)

@@ -56,7 +56,9 @@ def item_break(line: int = 5, reason: str = "Tensor.item") -> Site:
     return Site("repro.py", line, "f", "    n = x.sum().item()", ITEM, reason)
 
 
-def observed(*sites: Site, status: ScriptStatus = ScriptStatus.OK, graphs: int = 2, detail: str = "") -> ScriptObservation:
+def observed(
+    *sites: Site, status: ScriptStatus = ScriptStatus.OK, graphs: int = 2, detail: str = ""
+) -> ScriptObservation:
     return ScriptObservation(status=status, graphs=graphs, sites=list(sites), detail=detail)
 
 
@@ -102,7 +104,12 @@ class FakeReplay:
         self.specs: list[TargetSpec] = []
 
     def __call__(
-        self, spec: TargetSpec, cases: list[Case], options: ReplayOptions, make_runner: RunnerFactory, progress: ProgressFn
+        self,
+        spec: TargetSpec,
+        cases: list[Case],
+        options: ReplayOptions,
+        make_runner: RunnerFactory,
+        progress: ProgressFn,
     ) -> TargetRun:
         assert options.record is False and options.verify_rollback is False
         self.specs.append(spec)
@@ -209,7 +216,10 @@ def test_predicates(tmp_path: Path, predicate, good: str, bad: str, first_bad: s
 
 def test_ends_that_agree_stop_with_a_clear_message(tmp_path: Path) -> None:
     """2.7.1 rewords the break (same place, same category): still 'unchanged', like 2.5.1."""
-    with pytest.raises(BisectEndsAgree, match=r"both ends give 'unchanged' for the case's replay verdict \(2.5.1 and 2.7.1\): nothing to bisect; compare another aspect with --site"):
+    with pytest.raises(
+        BisectEndsAgree,
+        match=r"both ends give 'unchanged' for the case's replay verdict \(2.5.1 and 2.7.1\): nothing to bisect; compare another aspect with --site",
+    ):
         run(make_case(), tmp_path, FakeReplay(HISTORY), bad="2.7.1")
 
 
@@ -231,7 +241,10 @@ def test_unbuildable_targets_are_stepped_around_and_leave_the_range_ambiguous(tm
 
 
 def test_an_end_that_cannot_be_built_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(BisectEndUnknown, match="the good end 2.5.1 could not be evaluated: environment failed: cannot install torch 2.5.1"):
+    with pytest.raises(
+        BisectEndUnknown,
+        match="the good end 2.5.1 could not be evaluated: environment failed: cannot install torch 2.5.1",
+    ):
         run(make_case(), tmp_path, FakeReplay(HISTORY, broken=frozenset({"2.5.1"})))
 
 
@@ -239,7 +252,9 @@ def test_python_runner_maps_versions_to_interpreters(tmp_path: Path) -> None:
     pythons = {"2.5.1": "/opt/t251/bin/python", "2.9.1": "/opt/t291/bin/python", "2.10.0": "/opt/t210/bin/python"}
     fake = FakeReplay(HISTORY)
     report = run(make_case(), tmp_path, fake, runner="python", pythons=pythons, versions=None)
-    assert report.candidates == ["2.5.1", "2.9.1", "2.10.0"], "without --versions, the mapped versions are the candidates"
+    assert report.candidates == ["2.5.1", "2.9.1", "2.10.0"], (
+        "without --versions, the mapped versions are the candidates"
+    )
     assert report.first_bad == "2.9.1"
     assert {(s.runner, s.torch, s.python) for s in fake.specs} == {("python", v, p) for v, p in pythons.items()}
     assert report.reproduce == "casekit replay --case item-case --python /opt/t291/bin/python --no-record"
@@ -292,21 +307,39 @@ def test_report_json(tmp_path: Path) -> None:
 
 def test_cached_observation_round_trips_everything_classification_reads() -> None:
     site = Site(
-        "torch/nn/modules/module.py", 1740, "_call_impl", "return f(*a)", "GB0124", "Tensor.item", "GB0124",
-        call_site=Frame("repro.py", 9, "forward", "y = self.m(x)"), stack=[Frame("repro.py", 9, "forward")],
-        kind="skip", excerpt="long log text",
+        "torch/nn/modules/module.py",
+        1740,
+        "_call_impl",
+        "return f(*a)",
+        "GB0124",
+        "Tensor.item",
+        "GB0124",
+        call_site=Frame("repro.py", 9, "forward", "y = self.m(x)"),
+        stack=[Frame("repro.py", 9, "forward")],
+        kind="skip",
+        excerpt="long log text",
     )
     original = ScriptObservation(
-        status=ScriptStatus.MISMATCH, detail="differs", graphs=3, sites=[site],
-        fallback_frames=[FallbackFrame("g", "repro.py", 3, "skip")], recompiles=[Recompile("f", "repro.py", 4, ["size"])],
-        check=OutputCheck(compared=2, allclose=False, max_abs=0.5), log_excerpt="x" * 5000, stdout_tail="out",
+        status=ScriptStatus.MISMATCH,
+        detail="differs",
+        graphs=3,
+        sites=[site],
+        fallback_frames=[FallbackFrame("g", "repro.py", 3, "skip")],
+        recompiles=[Recompile("f", "repro.py", 4, ["size"])],
+        check=OutputCheck(compared=2, allclose=False, max_abs=0.5),
+        log_excerpt="x" * 5000,
+        stdout_tail="out",
     )
     record = json.loads(json.dumps(observation_record(original)))
     back = observation_from_record(record)
     assert back is not None
     assert back.sites[0].call_site == site.call_site and back.sites[0].kind == "skip" and back.sites[0].excerpt == ""
     assert (back.status, back.graphs, back.check, back.fallback_frames, back.recompiles) == (
-        original.status, original.graphs, original.check, original.fallback_frames, original.recompiles,
+        original.status,
+        original.graphs,
+        original.check,
+        original.fallback_frames,
+        original.recompiles,
     )
     assert back.log_excerpt == "" and "log_excerpt" not in record
     assert observation_from_record({"status": "no-such-status"}) is None
@@ -316,7 +349,8 @@ def test_describe_changes_reports_breaks_statuses_graphs_and_fallbacks() -> None
     before = {"script": observed(item_break(), graphs=2)}
     after = {
         "script": ScriptObservation(
-            status=ScriptStatus.OK, graphs=0,
+            status=ScriptStatus.OK,
+            graphs=0,
             sites=[Site("repro.py", 9, "g", "print(x)", "legacy:print", "print")],
             fallback_frames=[FallbackFrame("f", "repro.py", 4)],
         )
@@ -342,7 +376,9 @@ def test_target_keys() -> None:
 def test_split_probe_command() -> None:
     assert split_probe_command(["python", "model.py"]) == ("python", "model.py", [])
     assert split_probe_command(["/opt/v/bin/python3.11", "src/train.py", "--steps", "2"]) == (
-        "/opt/v/bin/python3.11", "src/train.py", ["--steps", "2"],
+        "/opt/v/bin/python3.11",
+        "src/train.py",
+        ["--steps", "2"],
     )
     assert split_probe_command(["train.py"]) == (None, "train.py", [])
     assert split_probe_command(["uv", "run", "train.py"]) == (None, "train.py", [])

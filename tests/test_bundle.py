@@ -18,9 +18,16 @@ from .conftest import run_casekit
 def make_case(case_id: str = "demo") -> Case:
     source = 'import torch\nprint("a \\"quoted\\" line")\n'
     site = Site(
-        file="repro.py", line=6, function="step", source="if x.item() > 0:", category="GB0124",
-        reason="Unsupported Tensor.item()", gb_id="GB0124", hints=["Set capture_scalar_outputs"],
-        call_site=Frame("repro.py", 12, "<module>", "step(x)"), stack=[Frame("repro.py", 6, "step", "if x.item() > 0:")],
+        file="repro.py",
+        line=6,
+        function="step",
+        source="if x.item() > 0:",
+        category="GB0124",
+        reason="Unsupported Tensor.item()",
+        gb_id="GB0124",
+        hints=["Set capture_scalar_outputs"],
+        call_site=Frame("repro.py", 12, "<module>", "step(x)"),
+        stack=[Frame("repro.py", 6, "step", "if x.item() > 0:")],
     )
     return Case(
         id=case_id,
@@ -41,7 +48,7 @@ def test_round_trip_keeps_every_field():
 def test_bundle_is_reviewable_toml_with_the_script_embedded():
     text = case_to_toml(make_case())
     assert text.startswith("schema_version = 1")
-    assert '[scripts.pre]' in text and 'source = """' in text  # multi-line, diffable
+    assert "[scripts.pre]" in text and 'source = """' in text  # multi-line, diffable
 
 
 @pytest.mark.parametrize(

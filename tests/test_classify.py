@@ -24,22 +24,40 @@ from casekit.model import (
 from .test_observe import observe
 
 
-def site(line: int, category: str = "GB0124", file: str = "repro.py", function: str = "step", call_site: Frame | None = None, reason: str = "r") -> Site:
-    return Site(file=file, line=line, function=function, source="", category=category, reason=reason, call_site=call_site)
+def site(
+    line: int,
+    category: str = "GB0124",
+    file: str = "repro.py",
+    function: str = "step",
+    call_site: Frame | None = None,
+    reason: str = "r",
+) -> Site:
+    return Site(
+        file=file, line=line, function=function, source="", category=category, reason=reason, call_site=call_site
+    )
 
 
 def obs(*sites: Site, status: ScriptStatus = ScriptStatus.OK, **kwargs) -> ScriptObservation:
     return ScriptObservation(status=status, sites=list(sites), graphs=len(sites) + 1, **kwargs)
 
 
-def case_with(pre: ScriptObservation, post: ScriptObservation | None = None, replays: list[ReplayRecord] | None = None) -> Case:
+def case_with(
+    pre: ScriptObservation, post: ScriptObservation | None = None, replays: list[ReplayRecord] | None = None
+) -> Case:
     script = ScriptSource("repro.py", sha256_text(""), "")
     fixed = ScriptSource("fixed.py", sha256_text(""), "")
     observations = {"pre": pre}
     if post is not None:
         observations["post"] = post
-    return Case(id="c", title="t", pre=script, post=fixed if post else None, observations=observations,
-                rollback_notes="use fullgraph=False", replays=replays or [])
+    return Case(
+        id="c",
+        title="t",
+        pre=script,
+        post=fixed if post else None,
+        observations=observations,
+        rollback_notes="use fullgraph=False",
+        replays=replays or [],
+    )
 
 
 def classes(pairings) -> list[str]:
@@ -107,7 +125,16 @@ def test_new_break_is_a_warning():
     assert (result.verdict, result.severity) == ("changed", Severity.WARN)
 
 
-@pytest.mark.parametrize("status", [ScriptStatus.COMPILE_ERROR, ScriptStatus.MISMATCH, ScriptStatus.EAGER_FAILED, ScriptStatus.TIMEOUT, ScriptStatus.CRASHED])
+@pytest.mark.parametrize(
+    "status",
+    [
+        ScriptStatus.COMPILE_ERROR,
+        ScriptStatus.MISMATCH,
+        ScriptStatus.EAGER_FAILED,
+        ScriptStatus.TIMEOUT,
+        ScriptStatus.CRASHED,
+    ],
+)
 def test_functional_failures_are_errors(status):
     case = case_with(obs(site(6)))
     result = classify_case(case, "t", {"pre": obs(status=status)})
@@ -152,8 +179,18 @@ def test_more_recompiles_warn():
 
 
 def test_history_marks_reappeared_across_replays():
-    history = [ReplayRecord(at="x", target="t", torch="2.6", runner="venv", verdict="improved", severity=Severity.INFO,
-                            statuses={"pre": "ok"}, sites=[SiteVerdict("pre", SiteClass.GONE, "repro.py:9", "GB0059")])]
+    history = [
+        ReplayRecord(
+            at="x",
+            target="t",
+            torch="2.6",
+            runner="venv",
+            verdict="improved",
+            severity=Severity.INFO,
+            statuses={"pre": "ok"},
+            sites=[SiteVerdict("pre", SiteClass.GONE, "repro.py:9", "GB0059")],
+        )
+    ]
     case = case_with(obs(site(6), site(9, "GB0059")), replays=history)
     # the case still records line 9 (capture), so it pairs as persists; a new site at a gone key reappears
     result = classify_case(case_with(obs(site(6)), replays=history), "t", {"pre": obs(site(6), site(9, "GB0059"))})
@@ -163,7 +200,12 @@ def test_history_marks_reappeared_across_replays():
 
 @pytest.mark.parametrize(
     ("name", "expected"),
-    [("breaks", ["persists", "persists"]), ("data_branch", ["persists"]), ("deepcopy_state", ["moved"]), ("module_skip", ["persists"])],
+    [
+        ("breaks", ["persists", "persists"]),
+        ("data_branch", ["persists"]),
+        ("deepcopy_state", ["moved"]),
+        ("module_skip", ["persists"]),
+    ],
 )
 def test_real_runs_2_5_1_replayed_on_2_13_0(name, expected):
     recorded, observed = observe("2.5.1", name), observe("2.13.0", name)

@@ -340,7 +340,10 @@ def test_docker_replay_classifies_like_the_venv_runner(engine: Any, replay_image
     by_target = {run.spec.runner: run for run in report.targets}
     assert not by_target["docker"].error and not by_target["venv"].error
     summary = {
-        kind: [(r.case_id, r.verdict, sorted(p.site_class.value for s in r.scripts.values() for p in s.sites)) for r in run.results]
+        kind: [
+            (r.case_id, r.verdict, sorted(p.site_class.value for s in r.scripts.values() for p in s.sites))
+            for r in run.results
+        ]
         for kind, run in by_target.items()
     }
     assert summary["docker"] == summary["venv"]

@@ -88,7 +88,7 @@ def test_log_excerpt_has_no_pytorch_internal_traceback():
 def test_parse_2_6_format_and_suppressed_repeats():
     message = (
         "Graph break in user code at /w/repro.py:6\nReason: Unsupported: Tensor.item\n"
-        "User code traceback:\n  File \"/w/repro.py\", line 6, in step\n    if x.item():\n"
+        'User code traceback:\n  File "/w/repro.py", line 6, in step\n    if x.item():\n'
     )
     raw = parse_graph_break(message)
     assert raw.reason == "Tensor.item" and [f.line for f in raw.frames] == [6]
@@ -106,7 +106,9 @@ def test_parse_2_10_skip_and_wont_convert():
         "The graph break occurred in the following user code:\n"
         '  File "/w/r.py", line 5, in f\n    torch._dynamo.graph_break()\n'
     )
-    raw = parse_graph_break(message, "Unsupported", "Call to `torch._dynamo.graph_break()`\n  Explanation: User-inserted graph break.")
+    raw = parse_graph_break(
+        message, "Unsupported", "Call to `torch._dynamo.graph_break()`\n  Explanation: User-inserted graph break."
+    )
     assert raw.skip and raw.frames[-1].line == 5 and raw.gb_type == "Call to `torch._dynamo.graph_break()`"
     fallback = parse_wont_convert("WON'T CONVERT forward /w/r.py line 9 \ndue to: \nTraceback", "Unsupported: x")
     assert fallback is not None and (fallback.function, fallback.line) == ("forward", 9)
@@ -117,7 +119,9 @@ def test_recompile_and_frames():
         "Recompiling function step in /w/r.py:3\n    triggered by the following guard failure(s):\n"
         "    - 0/0: tensor 'x' size mismatch at index 0. expected 16, actual 8"
     )
-    assert recompile is not None and recompile.reasons == ["0/0: tensor 'x' size mismatch at index 0. expected 16, actual 8"]
+    assert recompile is not None and recompile.reasons == [
+        "0/0: tensor 'x' size mismatch at index 0. expected 16, actual 8"
+    ]
     frames = parse_frames('  File "a.py", line 3, in f\n    y = g(x)\n        ^^^^\n  File "b.py", line 9, in g\n')
     assert [(f.file, f.line, f.source) for f in frames] == [("a.py", 3, "y = g(x)"), ("b.py", 9, "")]
 

@@ -92,7 +92,9 @@ def test_live_2_13_run_agrees_with_the_recorded_fixtures():
     if not batch.environment["torch"].startswith("2.13.0"):
         pytest.skip(f"fixtures were recorded on 2.13.0; this interpreter has torch {batch.environment['torch']}")
     for script in scripts:
-        live = interpret(batch.results[script.stem], batch.results[script.stem]["script"], script.name, script.read_text())
+        live = interpret(
+            batch.results[script.stem], batch.results[script.stem]["script"], script.name, script.read_text()
+        )
         recorded_raw = json.loads((FIXTURES / "probe" / "2.13.0" / f"{script.stem}.json").read_text())
         recorded = interpret(recorded_raw, recorded_raw["script"], script.name, script.read_text())
         assert [(s.where(), s.category) for s in live.sites] == [(s.where(), s.category) for s in recorded.sites]

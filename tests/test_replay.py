@@ -16,7 +16,7 @@ from casekit.replay import ReplayOptions, replay, report_json
 from casekit.runners.interface import TargetSpec
 from casekit.runners.registry import make_runner
 
-from .conftest import ROOT, STARTER, run_casekit
+from .conftest import ROOT, run_casekit
 
 VERSIONS = ROOT / "examples" / "versions"
 quiet = lambda message: None  # noqa: E731
@@ -26,8 +26,14 @@ def capture_folder(archive: Archive, folder: Path, python: str | None = None) ->
     runner = make_runner(TargetSpec(runner="python", python=python))
     for case_dir in sorted(folder.iterdir()):
         if (case_dir / "repro.py").exists():
-            request = CaptureRequest(script=case_dir / "repro.py", fixed=case_dir / "fixed.py", case_id=case_dir.name,
-                                     title=case_dir.name, rollback_notes=f"rollback notes of {case_dir.name}", fullgraph=False)
+            request = CaptureRequest(
+                script=case_dir / "repro.py",
+                fixed=case_dir / "fixed.py",
+                case_id=case_dir.name,
+                title=case_dir.name,
+                rollback_notes=f"rollback notes of {case_dir.name}",
+                fullgraph=False,
+            )
             capture(request, runner, archive, quiet)
 
 
@@ -66,7 +72,15 @@ def validate_replay_json(data: dict) -> None:
         assert result["severity"] in ("error", "warn", "info")
         assert set(result["scripts"]) == {"pre", "post"}
         for script in filter(None, result["scripts"].values()):
-            assert script["status"] in ("ok", "eager_failed", "compile_error", "mismatch", "timeout", "crashed", "env_failed")
+            assert script["status"] in (
+                "ok",
+                "eager_failed",
+                "compile_error",
+                "mismatch",
+                "timeout",
+                "crashed",
+                "env_failed",
+            )
             assert isinstance(script["graphs"], int) and isinstance(script["recompiles"], int)
             assert isinstance(script["fallback_frames"], list)
             for site in script["sites"]:
@@ -84,7 +98,9 @@ def test_exit_codes_and_history(starter_copy: Path, tmp_path: Path):
     archive.mkdir()
     shutil.copy(starter_copy / "print-in-forward.toml", archive)
     before = (archive / "print-in-forward.toml").read_text()
-    fail_on_info = run_casekit("replay", "--archive", str(archive), "--fail-on", "info", "--json", str(tmp_path / "r.json"))
+    fail_on_info = run_casekit(
+        "replay", "--archive", str(archive), "--fail-on", "info", "--json", str(tmp_path / "r.json")
+    )
     assert fail_on_info.returncode == 1  # info reached: the JSON is still written
     assert json.loads((tmp_path / "r.json").read_text())["results"][0]["severity"] == "info"
     after = Archive(archive).load("print-in-forward")
@@ -146,7 +162,9 @@ def test_runner_failure_is_env_failed_not_a_crash(starter_copy: Path):
 def test_capture_on_2_5_1_replay_on_2_13_0(torch251_python: str, tmp_path: Path):
     archive = Archive(tmp_path / "arch")
     capture_folder(archive, VERSIONS, python=torch251_python)
-    report = replay(archive.load_all(), [TargetSpec(runner="python")], ReplayOptions(record=True), archive, make_runner, quiet)
+    report = replay(
+        archive.load_all(), [TargetSpec(runner="python")], ReplayOptions(record=True), archive, make_runner, quiet
+    )
     results = {r.case_id: r for r in report.results}
     validate_replay_json(report_json(report))
     # the break moves into copy.py below the same script line: moved, not gone + new
@@ -176,7 +194,14 @@ def test_capture_on_2_5_1_replay_on_2_13_0(torch251_python: str, tmp_path: Path)
 @pytest.mark.torch251
 def test_starter_archive_captured_on_2_13_0_replayed_on_2_5_1(torch251_python: str, starter_copy: Path):
     cases = Archive(starter_copy).load_all()
-    report = replay(cases, [TargetSpec(runner="python", python=torch251_python)], ReplayOptions(record=False), None, make_runner, quiet)
+    report = replay(
+        cases,
+        [TargetSpec(runner="python", python=torch251_python)],
+        ReplayOptions(record=False),
+        None,
+        make_runner,
+        quiet,
+    )
     results = {r.case_id: r for r in report.results}
     assert report.targets[0].environment["torch"].startswith("2.5.1")
     # reworded in every case, yet the same breaks: persists, never gone + new

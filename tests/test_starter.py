@@ -8,9 +8,9 @@ lines with those graph-break ids. test_replay.py re-runs the archive live.
 from __future__ import annotations
 
 import re
-import tomllib
 
 import pytest
+import tomllib
 
 from casekit.archive import Archive
 
@@ -49,7 +49,9 @@ def test_starter_case_records_the_triaged_lines_and_reasons(case_id: str):
         in_script = {s.line: s.gb_id for s in observation.sites if s.file == script.name}
         expected = expected_breaks(meta.get(key, []))
         assert {line: in_script.get(line) for line in expected} == expected, (which, in_script)
-        assert set(in_script) <= set(expected), f"{which}: unexpected breaks at {sorted(set(in_script) - set(expected))}"
+        assert set(in_script) <= set(expected), (
+            f"{which}: unexpected breaks at {sorted(set(in_script) - set(expected))}"
+        )
         assert observation.check.allclose is True
     assert case.observations["pre"].graphs > case.observations["post"].graphs or case_id == "shape-recompiles"
     if case_id == "shape-recompiles":  # recompiles, not breaks: kept apart

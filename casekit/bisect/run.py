@@ -415,7 +415,9 @@ def _search(
     interior = len(candidates) - 2
     for index, end in ((0, "good"), (-1, "bad")):
         left = (2 if end == "good" else 1) + interior.bit_length()
-        progress(f"step {len(evaluate.steps) + 1}, ~{left} left: checking the {end} end {evaluate.label(candidates[index])}")
+        progress(
+            f"step {len(evaluate.steps) + 1}, ~{left} left: checking the {end} end {evaluate.label(candidates[index])}"
+        )
         if evaluate(candidates[index]) is UNKNOWN:
             raise BisectEndUnknown(
                 f"the {end} end {evaluate.label(candidates[index])} could not be evaluated: "
@@ -425,7 +427,9 @@ def _search(
     good, bad = evaluate.done[candidates[0]], evaluate.done[candidates[-1]]
     if good.outcome == bad.outcome:
         ends = "; ".join(
-            f"{evaluate.label(c)}: {evaluate.done[c].detail}" for c in (candidates[0], candidates[-1]) if evaluate.done[c].detail
+            f"{evaluate.label(c)}: {evaluate.done[c].detail}"
+            for c in (candidates[0], candidates[-1])
+            if evaluate.done[c].detail
         )
         raise BisectEndsAgree(
             f"both ends give {good.outcome!r} for {what} ({evaluate.label(candidates[0])} and "
@@ -454,14 +458,18 @@ def describe_changes(
 ) -> list[str]:
     """What one script set showed differently between two targets: statuses, breaks, graphs, fallbacks."""
     changes: list[str] = []
-    for which in sorted(set(before) | set(after), key=lambda w: list(SCRIPT_LABELS).index(w) if w in SCRIPT_LABELS else 9):
+    for which in sorted(
+        set(before) | set(after), key=lambda w: list(SCRIPT_LABELS).index(w) if w in SCRIPT_LABELS else 9
+    ):
         name = SCRIPT_LABELS.get(which, which)
         old, new = before.get(which), after.get(which)
         if old is None or new is None:
             continue
         if old.status is not new.status:
             detail = f": {new.detail}" if new.detail else ""
-            changes.append(f"{name}: {old.status.value} on {before_label} -> {new.status.value} on {after_label}{detail}")
+            changes.append(
+                f"{name}: {old.status.value} on {before_label} -> {new.status.value} on {after_label}{detail}"
+            )
         old_sites = {(s.where(), s.category): s for s in old.sites}
         new_sites = {(s.where(), s.category): s for s in new.sites}
         vanished = [s for k, s in old_sites.items() if k not in new_sites]
@@ -569,8 +577,14 @@ def bisect_versions(
 
         make_runner = registry_make_runner
     candidates = version_candidates(
-        good, bad, versions=versions, runner=runner, pythons=pythons, nightlies=nightlies,
-        index_url=index_url, list_versions=list_versions,
+        good,
+        bad,
+        versions=versions,
+        runner=runner,
+        pythons=pythons,
+        nightlies=nightlies,
+        index_url=index_url,
+        list_versions=list_versions,
     )
     replay_one = run_target_fn or run_target
     options = ReplayOptions(backend=backend, timeout=timeout, record=False, verify_rollback=False)
@@ -578,9 +592,7 @@ def bisect_versions(
     factory = make_runner
 
     def spec_for(version: str) -> TargetSpec:
-        return TargetSpec(
-            runner=runner, torch=version, python=pythons.get(version), cuda=cuda, index_url=index_url
-        )
+        return TargetSpec(runner=runner, torch=version, python=pythons.get(version), cuda=cuda, index_url=index_url)
 
     def run_fresh(version: str) -> Fresh:
         if runner == "python" and version not in pythons:
@@ -592,7 +604,9 @@ def bisect_versions(
         if not run.results:
             return Fresh(_unknown_record("the replay returned no result"))
         scripts = run.results[0].scripts
-        failed = [f"{which}: {s.observation.detail}" for which, s in scripts.items() if s.status is ScriptStatus.ENV_FAILED]
+        failed = [
+            f"{which}: {s.observation.detail}" for which, s in scripts.items() if s.status is ScriptStatus.ENV_FAILED
+        ]
         if failed:
             return Fresh(_unknown_record("environment failed: " + "; ".join(failed)))
         return Fresh(
@@ -629,13 +643,21 @@ def bisect_versions(
         str,
         progress,
     )
-    progress(f"bisecting {case.id} by {chosen.describe()}: {len(candidates)} candidate(s), {candidates[0]} … {candidates[-1]}")
-    hint = "; compare another aspect with --site FILE:LINE, --status pre|post or --post-holds" if chosen.kind == "verdict" else ""
+    progress(
+        f"bisecting {case.id} by {chosen.describe()}: {len(candidates)} candidate(s), {candidates[0]} … {candidates[-1]}"
+    )
+    hint = (
+        "; compare another aspect with --site FILE:LINE, --status pre|post or --post-holds"
+        if chosen.kind == "verdict"
+        else ""
+    )
     result = _search(candidates, evaluate, chosen.describe(), hint, progress)
     before, after = evaluate.done[result.last_good], evaluate.done[result.first_bad]
     changes = []
     if before.result is not None and after.result is not None and before.result.verdict != after.result.verdict:
-        changes.append(f"verdict: {before.result.verdict} on {result.last_good} -> {after.result.verdict} on {result.first_bad}")
+        changes.append(
+            f"verdict: {before.result.verdict} on {result.last_good} -> {after.result.verdict} on {result.first_bad}"
+        )
     changes += describe_changes(before.observations, after.observations, result.last_good, result.first_bad)
     if after.result is not None:
         if after.result.reasons:
@@ -727,7 +749,9 @@ def _recorded_categories(case: Case) -> list[str]:
     return categories
 
 
-def commit_outcome(observation: ScriptObservation, *, site: str | None = None, case: Case | None = None) -> tuple[Outcome, str]:
+def commit_outcome(
+    observation: ScriptObservation, *, site: str | None = None, case: Case | None = None
+) -> tuple[Outcome, str]:
     """One commit's outcome from the observed script, and a one-line detail.
 
     With `site`: "break"/"no-break" at that place; with `case`: how many of
@@ -873,7 +897,9 @@ def bisect_commits_run(
         what, hint = "the number of graph breaks", "; look for one break with --site FILE:LINE"
     path = (cache_path or default_cache_path()) if use_cache else None
     evaluate = _Evaluator(RecordStore(path), subject, str, run_fresh, interpret_record, retry_unknown, label, progress)
-    progress(f"bisecting {len(candidates)} commit(s) of {repo} by {what}: {label(candidates[0])} … {label(candidates[-1])}")
+    progress(
+        f"bisecting {len(candidates)} commit(s) of {repo} by {what}: {label(candidates[0])} … {label(candidates[-1])}"
+    )
     result = _search(candidates, evaluate, what, hint, progress)
     before, after = evaluate.done[result.last_good], evaluate.done[result.first_bad]
     changes = describe_changes(before.observations, after.observations, result.last_good[:12], result.first_bad[:12])

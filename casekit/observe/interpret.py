@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import re
 import statistics
-from typing import Any
+from typing import Any, Protocol
 
 from casekit.model import (
     CallInfo,
@@ -26,7 +26,15 @@ from casekit.model import (
     ScriptStatus,
     Site,
 )
-from casekit.observe.logs import FRAME_LINE, USER_CODE_AT, RawBreak, parse_frames, parse_graph_break, parse_recompile, parse_wont_convert
+from casekit.observe.logs import (
+    FRAME_LINE,
+    USER_CODE_AT,
+    RawBreak,
+    parse_frames,
+    parse_graph_break,
+    parse_recompile,
+    parse_wont_convert,
+)
 from casekit.observe.reasons import categorize, gb_id_from_text, normalize_function, registry
 
 HARNESS_FILES = ("<frozen runpy>", "runpy.py", "probe.py")
@@ -45,12 +53,21 @@ class PathNamer:
         self.script_dir = script_path.rsplit("/", 1)[0] if "/" in script_path else ""
 
     def is_script(self, file: str) -> bool:
-        return file == self.script_path or file == self.script_name or (
-            bool(self.script_dir) and file.startswith(self.script_dir + "/") and file.endswith("/" + self.script_name)
+        return (
+            file == self.script_path
+            or file == self.script_name
+            or (
+                bool(self.script_dir)
+                and file.startswith(self.script_dir + "/")
+                and file.endswith("/" + self.script_name)
+            )
         )
 
     def is_harness(self, file: str) -> bool:
         return file.endswith(HARNESS_FILES) and not self.is_script(file)
+
+    def is_user(self, file: str) -> bool:
+        return self.is_script(file)
 
     def name(self, file: str) -> str:
         if self.is_script(file):
@@ -67,13 +84,23 @@ class PathNamer:
 INTERNAL = re.compile(r"/torch/_(dynamo|inductor|functorch|subclasses)/")
 
 
-def _normalize_frames(frames: list[Frame], namer: PathNamer) -> list[Frame]:
+class FileNamer(Protocol):
+    """How a source of observations names files (a captured script, or an imported log's user files)."""
+
+    def is_harness(self, file: str) -> bool: ...
+
+    def is_user(self, file: str) -> bool: ...
+
+    def name(self, file: str) -> str: ...
+
+
+def _normalize_frames(frames: list[Frame], namer: FileNamer) -> list[Frame]:
     # Dynamo's own frames never hold a user's break; they only leak in through clipped tracebacks
     kept = [f for f in frames if not namer.is_harness(f.file) and not INTERNAL.search(f.file)]
     return [Frame(namer.name(f.file), f.line, normalize_function(f.function), f.source) for f in kept]
 
 
-def _clean_user_traceback(excerpt: str, namer: PathNamer) -> str:
+def _clean_user_traceback(excerpt: str, namer: FileNamer) -> str:
     """Drop casekit's own frames (probe.py, runpy) from an excerpt and name files as the bundle does."""
     kept: list[str] = []
     skipping = False
@@ -90,20 +117,20 @@ def _clean_user_traceback(excerpt: str, namer: PathNamer) -> str:
         if not skipping:
             kept.append(line)
     text = "\n".join(kept)
-    text = USER_CODE_AT.sub(lambda m: f"in user code at {namer.name(m['file'])}:{m['line']}", text)
-    return text.replace(namer.script_path, namer.script_name)
+    return USER_CODE_AT.sub(lambda m: f"in user code at {namer.name(m['file'])}:{m['line']}", text)
 
 
-def _site_from_raw(raw: RawBreak, namer: PathNamer, source: str) -> Site | None:
-    frames = _normalize_frames(raw.frames, namer)
-    if not frames:
+def site_from_raw(raw: RawBreak, namer: FileNamer, source: str) -> Site | None:
+    """A `Site` as a bundle records it: innermost frame, the user's call site, normalized category."""
+    kept = [f for f in raw.frames if not namer.is_harness(f.file) and not INTERNAL.search(f.file)]
+    if not kept:
         return None
+    frames = _normalize_frames(kept, namer)
     inner = frames[-1]
-    script_frames = [f for f in frames if f.file == namer.script_name]
-    call_site = script_frames[-1] if script_frames else None
+    user = [named for named, original in zip(frames, kept, strict=True) if namer.is_user(original.file)]
+    call_site = user[-1] if user else None
     category, gb_id = categorize(raw.reason, gb_id=gb_id_from_text(raw.gb_id_text), gb_type=raw.gb_type)
     info = registry().get(gb_id or category)
-    explanation = raw.explanation or (info.explanation if info and not raw.gb_type else raw.explanation)
     return Site(
         file=inner.file,
         line=inner.line,
@@ -112,8 +139,8 @@ def _site_from_raw(raw: RawBreak, namer: PathNamer, source: str) -> Site | None:
         category=category,
         reason=raw.reason.strip().splitlines()[0] if raw.reason.strip() else category,
         gb_id=gb_id,
-        explanation=explanation,
-        hints=list(raw.hints),
+        explanation=raw.explanation or (info.explanation if info else ""),
+        hints=list(raw.hints) or (list(info.hints) if info else []),
         call_site=call_site if call_site and call_site != inner else None,
         stack=frames,
         kind="skip" if raw.skip else "break",
@@ -145,19 +172,19 @@ def collect_sites(run: dict[str, Any], namer: PathNamer) -> list[Site]:
         raw = parse_graph_break(record["message"], record.get("exc_type"), record.get("exc_message"))
         if record.get("exc_gb_type") and not raw.gb_type:
             raw.gb_type = record["exc_gb_type"]
-        site = _site_from_raw(raw, namer, "log")
+        site = site_from_raw(raw, namer, "log")
         if site:
             _merge_site(sites, site)
     for event in run.get("trace_events", []):
         if event.get("kind") == "dynamo_graph_break_reason" and event.get("payload"):
-            site = _site_from_raw(parse_graph_break(event["payload"]), namer, "trace")
+            site = site_from_raw(parse_graph_break(event["payload"]), namer, "trace")
             if site:
                 _merge_site(sites, site)
     for reason in run.get("compile_reasons", []):
         frames = [Frame(f["file"], int(f["line"]), f["function"], f.get("source", "")) for f in reason["stack"]]
         raw = parse_graph_break("", None, reason["reason"])
         raw.frames = frames
-        site = _site_from_raw(raw, namer, "reasons")
+        site = site_from_raw(raw, namer, "reasons")
         if site:
             _merge_site(sites, site)
     return sites
@@ -175,7 +202,9 @@ def collect_fallbacks(run: dict[str, Any], namer: PathNamer, sites: list[Site]) 
         if record.get("kind") == "convert_frame":
             raw = parse_wont_convert(record["message"], record.get("exc_message"))
             if raw and not namer.is_harness(raw.file):
-                candidates.append(FallbackFrame(normalize_function(raw.function), namer.name(raw.file), raw.line, raw.reason))
+                candidates.append(
+                    FallbackFrame(normalize_function(raw.function), namer.name(raw.file), raw.line, raw.reason)
+                )
     if run.get("status") == "ok" and not run.get("graphs"):
         for entry in run.get("entries", {}).values():
             if entry.get("calls"):
@@ -188,7 +217,8 @@ def collect_fallbacks(run: dict[str, Any], namer: PathNamer, sites: list[Site]) 
     fallbacks: list[FallbackFrame] = []
     for candidate in candidates:
         duplicate = any(
-            (f.file, f.line) == (candidate.file, candidate.line) or (f.file, f.function) == (candidate.file, candidate.function)
+            (f.file, f.line) == (candidate.file, candidate.line)
+            or (f.file, f.function) == (candidate.file, candidate.function)
             for f in fallbacks
         )
         if not duplicate:
@@ -212,7 +242,15 @@ def describe_input(value: dict[str, Any]) -> str:
     kind = value.get("kind")
     if kind == "tensor":
         dtype = value.get("dtype", "?")
-        short = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int64": "i64", "int32": "i32", "bool": "b8"}.get(dtype, dtype)
+        short = {
+            "float32": "f32",
+            "float64": "f64",
+            "float16": "f16",
+            "bfloat16": "bf16",
+            "int64": "i64",
+            "int32": "i32",
+            "bool": "b8",
+        }.get(dtype, dtype)
         return f"{short}{value.get('shape')} {value.get('device')}"
     if kind in ("list", "tuple"):
         return f"{kind}[" + ", ".join(describe_input(v) for v in value.get("items", [])) + "]"

@@ -27,7 +27,13 @@ def site_row(site: Site) -> list[str]:
     where = site.where()
     if site.call_site and site.call_site.where() != where:
         where += f" (from {site.call_site.where()})"
-    return [where, site.function, site.gb_id or "-", site.reason if site.reason else describe_category(site.category), site.source]
+    return [
+        where,
+        site.function,
+        site.gb_id or "-",
+        site.reason if site.reason else describe_category(site.category),
+        site.source,
+    ]
 
 
 def observation_summary(label: str, observation: ScriptObservation) -> str:
@@ -37,14 +43,22 @@ def observation_summary(label: str, observation: ScriptObservation) -> str:
         f"frames falling back to eager {len(observation.fallback_frames)}"
     )
     if observation.sites:
-        lines.append(_indent(table(["where", "function", "gb id", "why", "source"], [site_row(s) for s in observation.sites])))
+        lines.append(
+            _indent(table(["where", "function", "gb id", "why", "source"], [site_row(s) for s in observation.sites]))
+        )
     for fallback in observation.fallback_frames:
-        lines.append(f"  falls back to eager entirely: {fallback.function} ({fallback.file}:{fallback.line}) {fallback.reason}")
+        lines.append(
+            f"  falls back to eager entirely: {fallback.function} ({fallback.file}:{fallback.line}) {fallback.reason}"
+        )
     for recompile in observation.recompiles:
-        lines.append(f"  recompile: {recompile.function} ({recompile.file}:{recompile.line}): {'; '.join(recompile.reasons)}")
+        lines.append(
+            f"  recompile: {recompile.function} ({recompile.file}:{recompile.line}): {'; '.join(recompile.reasons)}"
+        )
     if observation.error:
         where = f" at {observation.error.location.where()}" if observation.error.location else ""
-        lines.append(f"  error{where}: {observation.error.type}: {observation.error.message.splitlines()[0] if observation.error.message else ''}")
+        lines.append(
+            f"  error{where}: {observation.error.type}: {observation.error.message.splitlines()[0] if observation.error.message else ''}"
+        )
     if observation.fullgraph_status:
         if observation.fullgraph:
             where = f" at {observation.fullgraph.location.where()}" if observation.fullgraph.location else ""
@@ -55,8 +69,11 @@ def observation_summary(label: str, observation: ScriptObservation) -> str:
     check = observation.check
     if check.compared:
         verdict = "match" if check.allclose else "DIFFER"
-        lines.append(f"  eager vs compiled: {verdict} over {check.compared} call(s) (max abs {check.max_abs:.3g}, max rel {check.max_rel:.3g})"
-                     if check.max_abs is not None and check.max_rel is not None else f"  eager vs compiled: {verdict}")
+        lines.append(
+            f"  eager vs compiled: {verdict} over {check.compared} call(s) (max abs {check.max_abs:.3g}, max rel {check.max_rel:.3g})"
+            if check.max_abs is not None and check.max_rel is not None
+            else f"  eager vs compiled: {verdict}"
+        )
     for entry in observation.entries:
         lines.append(
             f"  {entry.name} ({entry.file}:{entry.line}): {entry.calls} call(s); first call {_seconds(entry.first_call_s)} "
@@ -105,7 +122,9 @@ def case_summary(case: Case) -> str:
             lines.append(f"{label}: {text.strip()}")
     if case.replays:
         lines.append("")
-        lines.append("replays: " + "; ".join(f"{r.at[:10]} {r.target} {r.verdict}/{r.severity.value}" for r in case.replays[-5:]))
+        lines.append(
+            "replays: " + "; ".join(f"{r.at[:10]} {r.target} {r.verdict}/{r.severity.value}" for r in case.replays[-5:])
+        )
     return "\n".join(lines)
 
 
@@ -138,7 +157,10 @@ def result_details(result: CaseResult) -> str:
                 continue
             site = pairing.observed or pairing.recorded
             assert site is not None
-            lines.append(f"  {which} {pairing.site_class.value:10} {site.where():24} {site.reason[:60]}" + (f"  [{pairing.note}]" if pairing.note else ""))
+            lines.append(
+                f"  {which} {pairing.site_class.value:10} {site.where():24} {site.reason[:60]}"
+                + (f"  [{pairing.note}]" if pairing.note else "")
+            )
         for note in script.notes:
             lines.append(f"  {which} note: {note}")
     if result.rollback:

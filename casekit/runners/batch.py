@@ -55,9 +55,9 @@ def read_batch(batch_dir: Path, jobs: list[ProbeJob], probe_log: str = "") -> Pr
         elif not env_record.get("ok"):
             failed[job.id] = f"torch could not be imported: {env_record.get('error')}"
         else:
-            failed[job.id] = "the probe stopped before this script: " + (
-                probe_log.strip().splitlines() or ["no output"]
-            )[-1]
+            failed[job.id] = (
+                "the probe stopped before this script: " + (probe_log.strip().splitlines() or ["no output"])[-1]
+            )
     done = out / "done.json"
     wall = json.loads(done.read_text()).get("wall_s") if done.exists() else None
     import_s = env_record.get("import_s")

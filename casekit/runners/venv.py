@@ -377,7 +377,9 @@ def default_find_links() -> str | None:
 def request_for(spec: TargetSpec, torch_version: str) -> EnvRequest:
     extra = tuple(spec.extra_packages)
     if not any(re.split(r"[=<>!~ ]", p, maxsplit=1)[0].lower() == "numpy" for p in extra):
-        extra += ("numpy",)  # torch wheels do not depend on it, yet most repro scripts (and torch's own numpy interop) need it
+        extra += (
+            "numpy",
+        )  # torch wheels do not depend on it, yet most repro scripts (and torch's own numpy interop) need it
     return EnvRequest(
         python=spec.python,
         python_version=_python_version(spec.python),
