@@ -112,6 +112,10 @@ def capture(
         force=force,
     )
     store = open_archive(archive)
+    if commit:
+        from casekit.gitarchive import require_repo
+
+        require_repo(store.root)
     runner = default_runner_factory(TargetSpec(runner="python", python=python))
     case = do_capture(request, runner, store, progress)
     typer.echo(case_summary(case))
@@ -297,6 +301,10 @@ def replay(
     if base_image:
         options_kv.append(("base_image", base_image))
     store = open_archive(archive)
+    if commit:
+        from casekit.gitarchive import require_repo
+
+        require_repo(store.root)  # before a replay that can take minutes, not after
     cases = store.load_all(case)
     drafts = [c.id for c in cases if "draft" in c.tags and not case]
     if drafts:

@@ -30,7 +30,6 @@ from casekit.model import (
     ScriptObservation,
     ScriptStatus,
     Severity,
-    SiteClass,
     SiteVerdict,
 )
 from casekit.observe import interpret
@@ -264,8 +263,7 @@ def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
     for which, script in result.scripts.items():
         observed[which] = sorted({site_key(site) for site in script.observation.sites})
         for pairing in script.sites:
-            site = pairing.observed if pairing.site_class is not SiteClass.GONE else pairing.recorded
-            assert site is not None
+            site = pairing.site
             sites.append(SiteVerdict(which, pairing.site_class, site.anchor.where(), site.category))
     return ReplayRecord(
         at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
