@@ -376,6 +376,11 @@ def replay(
         typer.echo(commit_paths(store.root, [store.path_for(c.id) for c in cases], replay_message(report)))
     if json_out:
         typer.echo(f"\nwrote {json_out}")
+    failed_targets = [run for run in report.targets if run.error]
+    if failed_targets:  # an environment problem, not a verdict about the cases: exit 2
+        for run in failed_targets:
+            typer.echo(f"casekit: error: {run.label}: {run.error}", err=True)
+        raise typer.Exit(2)
     worst = report.worst()
     if fail_on != "never" and worst.rank >= Severity(fail_on).rank:
         raise typer.Exit(1)

@@ -109,7 +109,8 @@ def test_exit_codes_and_history(starter_copy: Path, tmp_path: Path):
     usage = run_casekit("replay", "--archive", str(archive), "--fail-on", "sometimes")
     assert usage.returncode == 2 and "fail-on" in usage.stderr
     missing = run_casekit("replay", "--archive", str(archive), "--python", "/no/such/python", "--no-record")
-    assert missing.returncode == 1  # env_failed is an error-level result, reported per case
+    assert missing.returncode == 2  # an environment problem: exit 2, with one clear line
+    assert "casekit: error: python:/no/such/python" in missing.stderr
     assert "environment failed" in missing.stdout
 
 
