@@ -351,3 +351,30 @@ def test_docker_replay_classifies_like_the_venv_runner(engine: Any, replay_image
     docker_runner = next(r for r in runs if r.name == "docker")
     assert len(containers_of_run(engine, docker_runner.last_run_id)) == 0  # one container, removed
     assert by_target["docker"].environment["torch"].startswith("2.13.0")
+
+
+def test_copy_transfer_for_remote_engines_runs_the_same_batch(engine: Any, replay_image: Any, tmp_path: Path) -> None:
+    """A remote engine (DOCKER_HOST=ssh://, tcp://) cannot see local folders: the batch goes in and
+    the results come out through the engine's API, in a volume that is removed afterwards."""
+    script = write_script(tmp_path, "gb.py", GRAPH_BREAK)
+    writes = write_script(tmp_path, "writes.py", "open('/casekit/work/probe.py', 'a').write('x')\n")
+    runner = DockerRunner(torch_spec(options=(("transfer", "copy"),)), client=engine)
+    result = runner.run_probe([ProbeJob(id="gb", script=script), ProbeJob(id="writes", script=writes)], lambda m: None)
+    assert result.failed == {}
+    breaks = [r for r in result.results["gb"]["runs"]["compiled"]["records"] if r["kind"] == "graph_breaks"]
+    assert breaks and "gb.py:5" in breaks[0]["message"]
+    # the copied scripts are root-owned: the sandbox user still cannot change them
+    assert result.results["writes"]["runs"]["eager"]["exception"]["type"] == "PermissionError"
+    assert containers_of_run(engine, runner.last_run_id) == []
+    assert engine.volumes.list(filters={"label": f"{RUN_LABEL}={runner.last_run_id}"}) == []
+
+
+def test_transfer_defaults_follow_docker_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    from casekit.runners.docker import default_transfer
+
+    monkeypatch.setenv("DOCKER_HOST", "ssh://gpu-box")
+    assert default_transfer() == "copy"
+    monkeypatch.setenv("DOCKER_HOST", "unix:///var/run/docker.sock")
+    assert default_transfer() == "bind"
+    monkeypatch.delenv("DOCKER_HOST")
+    assert default_transfer() == "bind"

@@ -20,8 +20,10 @@ is writable, and results come back through it.
 
 from __future__ import annotations
 
+import io
 import os
 import stat
+import tarfile
 import tempfile
 import uuid
 from pathlib import Path
@@ -42,7 +44,15 @@ SANDBOX_UID = 10001
 RUN_LABEL = "casekit.run"
 IMPORT_ALLOWANCE_S = 180.0  # torch import + environment collection on a slow machine
 DEFAULTS = {"network": "none", "read_only": "true", "memory": "4g", "pids": "512", "tmpfs": "2g"}
-KNOWN_OPTIONS = set(DEFAULTS) | {"cpus", "timeout", "gpus", "python"} | set(images.BUILD_OPTIONS)
+KNOWN_OPTIONS = set(DEFAULTS) | {"cpus", "timeout", "gpus", "python", "transfer"} | set(images.BUILD_OPTIONS)
+MAX_RESULTS_BYTES = 512 * 1024 * 1024  # what a batch may send back through the engine
+
+
+def default_transfer() -> str:
+    """'bind' for a local engine; 'copy' through the engine's API when DOCKER_HOST points elsewhere
+    (tcp://, ssh://): a remote engine cannot see this machine's folders."""
+    host = os.environ.get("DOCKER_HOST", "")
+    return "copy" if host and not host.startswith("unix://") else "bind"
 
 
 class DockerRunner(Runner):
@@ -55,7 +65,9 @@ class DockerRunner(Runner):
         unknown = {key for key, _ in spec.options} - KNOWN_OPTIONS
         if unknown:
             raise RunnerError(f"unknown docker option(s): {', '.join(sorted(unknown))}")
-        self.options = {**DEFAULTS, **dict(spec.options)}
+        self.options = {**DEFAULTS, "transfer": default_transfer(), **dict(spec.options)}
+        if self.options["transfer"] not in ("bind", "copy"):
+            raise RunnerError(f"docker option transfer={self.options['transfer']!r}: use bind or copy")
         self._client = client
         self.image: Image | None = None
         self.last_run_id: str | None = None  # the casekit.run label of the latest container
@@ -105,10 +117,16 @@ class DockerRunner(Runner):
         run_id = uuid.uuid4().hex
         self.last_run_id = run_id
         container: Container | None = None
+        volume = None
         note = ""
+        copy = self.options["transfer"] == "copy"
         try:
             try:
-                container = self.client.containers.create(**self._container_args(batch_dir, run_id))
+                if copy:
+                    volume = self.client.volumes.create(name=f"casekit-work-{run_id[:12]}", labels={RUN_LABEL: run_id})
+                container = self.client.containers.create(**self._container_args(batch_dir, run_id, volume))
+                if copy:
+                    container.put_archive(ROOT_IN_CONTAINER, _batch_tar(batch_dir))
                 container.start()
             except APIError as error:
                 raise RunnerError(self._start_failure(error)) from None
@@ -130,16 +148,32 @@ class DockerRunner(Runner):
                     note = f"casekit: the container ran out of memory (limit {self.options['memory']}) and was killed"
                 progress(note)
             log = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+            if copy:
+                chunks, _ = container.get_archive(f"{ROOT_IN_CONTAINER}/out")
+                _extract_results(chunks, batch_dir)
             return log + ("\n" + note if note else "")
         finally:
             _remove(container, self._client, run_id)
+            if volume is not None:
+                try:
+                    volume.remove(force=True)
+                except Exception:  # noqa: BLE001 - best effort; labelled casekit.run for manual cleanup
+                    pass
 
-    def _container_args(self, batch_dir: Path, run_id: str) -> dict[str, Any]:
+    def _container_args(self, batch_dir: Path, run_id: str, volume: Any = None) -> dict[str, Any]:
         import docker
 
         options = self.options
+        if volume is not None:
+            # Copied in as root-owned files: uid 10001 can read the scripts and write only out/.
+            mounts = [docker.types.Mount(ROOT_IN_CONTAINER, volume.name, type="volume", read_only=False)]
+        else:
+            # Scripts and probe read-only; out/ (mounted over it) is the only writable host path.
+            mounts = [
+                docker.types.Mount(ROOT_IN_CONTAINER, str(batch_dir), type="bind", read_only=True),
+                docker.types.Mount(f"{ROOT_IN_CONTAINER}/out", str(batch_dir / "out"), type="bind", read_only=False),
+            ]
         assert self.image is not None
-        out_dir = batch_dir / "out"
         args: dict[str, Any] = {
             "image": self.image.id,
             "command": [self._python(), f"{ROOT_IN_CONTAINER}/probe.py", f"{ROOT_IN_CONTAINER}/request.json"],
@@ -156,11 +190,7 @@ class DockerRunner(Runner):
                 "PYTHONDONTWRITEBYTECODE": "1",
                 "PYTHONUNBUFFERED": "1",
             },
-            # Scripts and probe read-only; out/ (mounted over it) is the only writable host path.
-            "mounts": [
-                docker.types.Mount(ROOT_IN_CONTAINER, str(batch_dir), type="bind", read_only=True),
-                docker.types.Mount(f"{ROOT_IN_CONTAINER}/out", str(out_dir), type="bind", read_only=False),
-            ],
+            "mounts": mounts,
             "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={options['tmpfs']},mode=1777"},
             "read_only": _truthy(options["read_only"]),
             "network_mode": options["network"],
@@ -255,6 +285,50 @@ def _open_to_sandbox_user(batch_dir: Path) -> None:
             os.chmod(path, os.stat(path).st_mode | stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
     os.chmod(batch_dir, 0o755)
     os.chmod(batch_dir / "out", 0o777)
+
+
+def _batch_tar(batch_dir: Path) -> bytes:
+    """The batch as a tar owned by root: readable by the sandbox user, writable only in out/."""
+
+    def owned_by_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        if info.name == "out":
+            info.mode = 0o777
+        elif info.isdir():
+            info.mode = 0o755
+        else:
+            info.mode = 0o644
+        return info
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path in sorted(batch_dir.iterdir()):
+            tar.add(path, arcname=path.name, filter=owned_by_root)
+    return buffer.getvalue()
+
+
+def _extract_results(chunks: Any, batch_dir: Path) -> None:
+    """Unpack out/ as the engine sends it, refusing anything but plain files under out/."""
+    buffer = io.BytesIO()
+    for chunk in chunks:
+        buffer.write(chunk)
+        if buffer.tell() > MAX_RESULTS_BYTES:
+            raise RunnerError(f"the container sent back more than {MAX_RESULTS_BYTES >> 20} MiB of results")
+    buffer.seek(0)
+    with tarfile.open(fileobj=buffer) as tar:
+        for member in tar.getmembers():
+            parts = Path(member.name).parts
+            if not parts or parts[0] != "out" or ".." in parts or member.name.startswith("/"):
+                continue
+            if member.isdir():
+                (batch_dir / member.name).mkdir(parents=True, exist_ok=True)
+            elif member.isfile():
+                source = tar.extractfile(member)
+                if source is not None:
+                    target = batch_dir / member.name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(source.read())
 
 
 def _kill(container: Container) -> None:
