@@ -447,6 +447,35 @@ def images_prune() -> None:
     typer.echo(f"removed {len(removed)} image(s)")
 
 
+envs_app = typer.Typer(
+    help="Managed virtual environments of the venv runner ($CASEKIT_CACHE/envs).", no_args_is_help=True
+)
+app.add_typer(envs_app, name="envs")
+
+
+@envs_app.command("list")
+def envs_list() -> None:
+    """The cached environments: key, torch, state."""
+    from casekit.report.text import table
+    from casekit.runners.venv import envs_dir, list_envs
+
+    rows = [
+        [env.key, env.torch or "-", "ready" if env.complete else "incomplete (rebuilt on next use)"]
+        for env in list_envs()
+    ]
+    typer.echo(table(["key", "torch", "state"], rows) if rows else f"no environments in {envs_dir()}")
+
+
+@envs_app.command("remove")
+def envs_remove(keys: Annotated[list[str], typer.Argument(help="Environment keys (see `casekit envs list`).")]) -> None:
+    """Delete cached environments (a build in progress is waited for)."""
+    from casekit.runners.venv import remove_env
+
+    for key in keys:
+        remove_env(key, progress=progress)
+        typer.echo(f"removed {key}")
+
+
 from casekit.cli_bisect import register as register_bisect  # noqa: E402
 from casekit.cli_records import register as register_records  # noqa: E402
 

@@ -107,15 +107,55 @@ def collect_environment(torch):
     except Exception:
         pass
     try:
-        # Asking CUDA in the parent would initialise it and break fork(); the
-        # device list comes from nvidia-smi-free sources instead.
+        # Safe here: this runs in a throwaway child (see collect_environment_isolated).
         env["cuda_available"] = bool(torch.cuda.is_available())
         if env["cuda_available"]:
-            env["gpus"] = _gpu_names_without_cuda_init()
+            env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            env["gpus"] = env["gpus"] or _gpu_names_without_cuda_init()
             env["driver"] = _driver_version()
     except Exception:
         pass
     return env
+
+
+def collect_environment_isolated(torch, out_dir):
+    """collect_environment in a forked child.
+
+    Asking CUDA anything initialises it, and a process that initialised CUDA
+    cannot hand it to forked children ("Cannot re-initialize CUDA in forked
+    subprocess"): the parent that forks every script run must never touch it.
+    """
+    path = os.path.join(out_dir, ".environment.json")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            write_json_atomic(path, collect_environment(torch))
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.01)
+    else:
+        _kill_group(pid)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return {
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "note": "environment details unavailable",
+        }
 
 
 def _gpu_names_without_cuda_init():
@@ -941,9 +981,13 @@ def main(argv):
             {"schema": PROBE_SCHEMA, "ok": False, "error": f"{type(error).__name__}: {error}"},
         )
         return 3
-    env = collect_environment(torch)
+    env = collect_environment_isolated(torch, out_dir)
     package_owners()
     warm_up(torch)
+    try:  # should stay False: forked runs could not use CUDA otherwise (recorded to diagnose it)
+        env["cuda_initialized_before_fork"] = bool(torch.cuda.is_initialized())
+    except Exception:
+        pass
     env_record = {"schema": PROBE_SCHEMA, "ok": True, "environment": env, "import_s": time.time() - started}
     write_json_atomic(os.path.join(out_dir, "env.json"), env_record)
     for job in request["jobs"]:

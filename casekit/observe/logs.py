@@ -35,6 +35,8 @@ REASON_PREFIX = re.compile(
 SKIP_MARKERS = ("Graph break: skip:", "which results in a skip", "will skip tracing the frame")
 RECOMPILING = re.compile(r"Recompiling function (?P<function>\S+) in (?P<file>.+?):(?P<line>\d+)")
 WONT_CONVERT = re.compile(r"WON'T CONVERT (?P<function>\S+) (?P<file>.+?) line (?P<line>\d+)")
+GUARD_ITEM = re.compile(r"^\d+/\d+: ")
+GUARD_SOURCE_COMMENT = re.compile(r"\s{2,}# ")
 NESTED_BREAK = "*** While handling this graph break, another graph break occurred: ***"
 
 
@@ -172,7 +174,11 @@ def parse_recompile(message: str) -> RawRecompile | None:
     match = RECOMPILING.search(message)
     if not match:
         return None
-    reasons = [line.strip()[2:].strip() for line in message.splitlines() if line.strip().startswith("- ")]
+    items = [line.strip()[2:].strip() for line in message.splitlines() if line.strip().startswith("- ")]
+    # 2.2+ number each failed guard ("0/0: ..."); 2.13 adds a user stack and a source comment
+    # holding the batch's temporary path: keep the guard itself, which is what compares across runs.
+    guards = [GUARD_SOURCE_COMMENT.split(item, maxsplit=1)[0].strip() for item in items if GUARD_ITEM.match(item)]
+    reasons = guards or [item for item in items if not item.startswith(("User stack trace", "File "))]
     return RawRecompile(match["function"], match["file"], int(match["line"]), reasons)
 
 
