@@ -69,6 +69,12 @@ class PathNamer:
     def is_user(self, file: str) -> bool:
         return self.is_script(file)
 
+    def scrub(self, text: str) -> str:
+        """Text with the batch's temporary path of the script replaced by the script's name."""
+        if not self.script_dir or not text:
+            return text
+        return text.replace(self.script_path, self.script_name).replace(self.script_dir + "/", "")
+
     def name(self, file: str) -> str:
         if self.is_script(file):
             return self.script_name
@@ -423,12 +429,19 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
     elif check.allclose is False:
         observation.status = ScriptStatus.MISMATCH
         observation.detail = f"compiled output differs from eager (max abs {check.max_abs}, max rel {check.max_rel})"
+    for site in observation.sites:  # shared records: no machine-specific paths
+        site.excerpt, site.explanation = namer.scrub(site.excerpt), namer.scrub(site.explanation)
+    observation.log_excerpt = namer.scrub(observation.log_excerpt)
+    if observation.error:
+        observation.error.message = namer.scrub(observation.error.message)
     fullgraph = runs.get("fullgraph")
     if fullgraph:
         observation.fullgraph_status = "ok" if fullgraph.get("status") == "ok" else "error"
         observation.fullgraph = _error_info(fullgraph, namer) if fullgraph.get("status") != "ok" else None
         if observation.fullgraph_status == "error" and observation.fullgraph is None:
             observation.fullgraph = ErrorInfo(type=str(fullgraph.get("status")), message=_run_failure(fullgraph) or "")
+    if observation.fullgraph:
+        observation.fullgraph.message = namer.scrub(observation.fullgraph.message)
     return observation
 
 
