@@ -30,7 +30,7 @@ from casekit.archive import Archive
 from casekit.bundle import check_case_id, sha256_text, slugify
 from casekit.errors import CasekitError
 from casekit.model import Case, Recompile, ScriptObservation, ScriptSource, ScriptStatus, Site
-from casekit.observe.interpret import SITE_PACKAGES, STDLIB, site_from_raw
+from casekit.observe.interpret import SHORT_DTYPE, SITE_PACKAGES, STDLIB, site_from_raw
 from casekit.observe.logs import RawBreak, parse_graph_break, parse_recompile, parse_wont_convert
 from casekit.observe.reasons import describe_category, normalize_function
 
@@ -43,15 +43,6 @@ TRACEBACK = "Traceback (most recent call last):"
 EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*): ?(?P<message>.*)$")
 HARNESS = ("<frozen runpy>", "/runpy.py")
 GROUPS = ("line", "site", "function")
-SHORT_DTYPE = {
-    "float32": "f32",
-    "float64": "f64",
-    "float16": "f16",
-    "bfloat16": "bf16",
-    "int64": "i64",
-    "int32": "i32",
-    "bool": "b8",
-}
 
 
 class DraftImportError(CasekitError):

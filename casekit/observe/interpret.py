@@ -41,6 +41,15 @@ HARNESS_FILES = ("<frozen runpy>", "runpy.py", "probe.py")
 SITE_PACKAGES = re.compile(r"(?:site|dist)-packages/(?P<rel>.+)$")
 STDLIB = re.compile(r"/lib/python\d+\.\d+/(?P<rel>.+)$")
 FROM_USER_CODE = "from user code:"
+SHORT_DTYPE = {
+    "float32": "f32",
+    "float64": "f64",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "int64": "i64",
+    "int32": "i32",
+    "bool": "b8",
+}
 
 
 class PathNamer:
@@ -248,15 +257,7 @@ def describe_input(value: dict[str, Any]) -> str:
     kind = value.get("kind")
     if kind == "tensor":
         dtype = value.get("dtype", "?")
-        short = {
-            "float32": "f32",
-            "float64": "f64",
-            "float16": "f16",
-            "bfloat16": "bf16",
-            "int64": "i64",
-            "int32": "i32",
-            "bool": "b8",
-        }.get(dtype, dtype)
+        short = SHORT_DTYPE.get(dtype, dtype)
         return f"{short}{value.get('shape')} {value.get('device')}"
     if kind in ("list", "tuple"):
         return f"{kind}[" + ", ".join(describe_input(v) for v in value.get("items", [])) + "]"
