@@ -212,3 +212,25 @@ def test_starter_archive_captured_on_2_13_0_replayed_on_2_5_1(torch251_python: s
     # 2.13 traces into logging/__init__.py; 2.5.1 stops at the script line: those library breaks are gone
     logging_case = results["logging-in-forward"]
     assert SiteClass.PERSISTS.value in classes(logging_case) and SiteClass.NEW.value not in classes(logging_case)
+
+
+@pytest.mark.slow
+@pytest.mark.torch251
+def test_cli_matrix_of_managed_targets(torch251_python: str, starter_copy: Path, tmp_path: Path):
+    """`casekit replay --torch 2.5.1 --torch 2.13.0`: two cached venvs, side by side, one table each."""
+    archive = tmp_path / "a"
+    archive.mkdir()
+    for case_id in ("tensor-if", "print-in-forward"):
+        shutil.copy(starter_copy / f"{case_id}.toml", archive)
+    out = tmp_path / "matrix.json"
+    result = run_casekit(
+        "replay", "--archive", str(archive), "--torch", "2.5.1", "--torch", "2.13.0", "--no-record", "--json", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_text())
+    validate_replay_json(data)
+    assert [(t["runner"], t["torch"].split("+")[0]) for t in data["targets"]] == [("venv", "2.5.1"), ("venv", "2.13.0")]
+    assert len(data["results"]) == 4
+    assert {r["verdict"] for r in data["results"]} == {"unchanged"}  # reworded on 2.5.1, the same breaks
+    assert result.stdout.count("target venv:torch-") == 2
+    assert "venv:torch-2.5.1" in result.stderr  # progress names each target
