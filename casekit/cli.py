@@ -56,7 +56,26 @@ def default_runner_factory(spec: TargetSpec):  # type: ignore[no-untyped-def]
     return make_runner(spec)
 
 
-@app.command()
+CAPTURE_EXAMPLES = """Examples:
+
+  casekit capture repro.py --fixed repro_fixed.py --title "item() branch in step" --tag data-dependent --rollback "drop fullgraph=True"
+
+  casekit capture repro.py --python ~/envs/torch25/bin/python --id item-branch-251
+"""
+
+REPLAY_EXAMPLES = """Examples:
+
+  casekit replay                                   (the local torch)
+
+  casekit replay --torch 2.5.1 --torch 2.13 --json replay.json --fail-on warn
+
+  casekit replay --runner docker --torch 2.13.0 --base-image casekit-base:bookworm --find-links /opt/wheels
+
+  casekit replay --python ~/envs/nightly/bin/python --case item-branch --no-record
+"""
+
+
+@app.command(epilog=CAPTURE_EXAMPLES)
 def capture(
     script: Annotated[Path, typer.Argument(help="The minimal repro (pre-fix) script.")],
     fixed: Annotated[Path | None, typer.Option("--fixed", help="The fixed (post-fix) script.")] = None,
@@ -227,7 +246,7 @@ def build_specs(
     return specs
 
 
-@app.command()
+@app.command(epilog=REPLAY_EXAMPLES)
 def replay(
     torch: Annotated[
         list[str] | None,
