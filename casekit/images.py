@@ -28,7 +28,6 @@ DEFAULT_BASE_IMAGE = "python:{python}-slim"
 DEFAULT_PYTHON = "3.11"
 REPO = "casekit-replay"
 VENV_PYTHON = "/opt/casekit-venv/bin/python"
-LABELS = ("casekit.torch", "casekit.cuda", "casekit.python", "casekit.base")
 # Hosts behind a TLS-intercepting proxy trust its CA here; pip in the build must too.
 HOST_CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{tag}"

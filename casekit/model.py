@@ -115,7 +115,6 @@ class CallInfo:
     index: int
     inputs: list[str]  # "f32[8, 8] cpu", "int", ...
     seconds: float
-    eager_seconds: float | None = None
 
 
 @dataclass
@@ -174,10 +173,6 @@ class ScriptObservation:
     packages: dict[str, str] = field(default_factory=dict)
     log_excerpt: str = ""
     stdout_tail: str = ""
-
-    @property
-    def break_count(self) -> int:
-        return len(self.sites)
 
 
 @dataclass

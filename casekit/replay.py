@@ -22,7 +22,7 @@ from typing import Any
 
 from casekit.archive import Archive
 from casekit.capture import observe_batch
-from casekit.classify import CaseResult, Rollback, classify_case, site_key
+from casekit.classify import CaseResult, classify_case, site_key
 from casekit.errors import CasekitError
 from casekit.model import (
     Case,
@@ -406,7 +406,3 @@ def report_json(report: ReplayReport) -> dict[str, Any]:
         ],
         "results": [result_json(result) for result in report.results],
     }
-
-
-def rollback_for(result: CaseResult) -> Rollback | None:
-    return result.rollback

@@ -135,15 +135,6 @@ class Predicate:
             return "whether the post-fix still holds"
         return "the case's replay verdict"
 
-    def cli_flags(self) -> str:
-        if self.kind == "site":
-            return f" --site {self.argument}"
-        if self.kind == "status":
-            return f" --status {self.argument}"
-        if self.kind == "post-holds":
-            return " --post-holds"
-        return ""
-
     def detail(self, result: CaseResult) -> str:
         """One line on why a target gave its outcome, for the step list."""
         if self.kind in ("status", "post-holds"):
