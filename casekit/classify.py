@@ -244,7 +244,8 @@ def post_fix_broken(post: ScriptResult | None) -> str | None:
         and post.status != post.recorded_status
     ):
         return f"post-fix {post.status.value}: {post.observation.detail}"
-    back = [p for p in post.sites if p.site_class in (SiteClass.NEW, SiteClass.REAPPEARED, SiteClass.MOVED)]
+    # a break the post-fix accepted at capture (recorded there) that merely moved is a warning, not a broken fix
+    back = [p for p in post.sites if p.site_class in (SiteClass.NEW, SiteClass.REAPPEARED)]
     if back:
         first = back[0]
         assert first.observed is not None

@@ -219,3 +219,11 @@ def test_real_runs_2_5_1_replayed_on_2_13_0(name, expected):
 def test_real_runs_2_13_0_replayed_on_2_5_1(name):
     result = classify_case(case_with(observe("2.13.0", name)), "2.5.1", {"pre": observe("2.5.1", name)})
     assert {p.site_class for p in result.scripts["pre"].sites} <= {SiteClass.PERSISTS, SiteClass.MOVED}
+
+
+def test_an_accepted_post_fix_break_that_moves_warns_but_the_fix_still_holds():
+    accepted = site(21, "GB0098", file="fixed.py")
+    case = case_with(obs(site(6)), obs(accepted))
+    result = classify_case(case, "t", {"pre": obs(site(6)), "post": obs(site(22, "GB0098", file="fixed.py"))})
+    assert classes(result.scripts["post"].sites) == ["moved"]
+    assert (result.verdict, result.severity, result.rollback) == ("changed", Severity.WARN, None)
