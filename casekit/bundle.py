@@ -22,11 +22,13 @@ from typing import Any
 import tomli_w
 import tomllib
 
-from casekit.errors import BundleError, CaseIdError
+from casekit.errors import BundleError, CaseIdError, ScriptNameError
 from casekit.model import Case, to_plain
 
 SCHEMA_VERSION = 1
-CASE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,79}$")
+CASE_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,79}")
+# A script name becomes a file name on the replaying host: one plain name, never a path.
+SCRIPT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}")
 FIELD_ORDER = [
     "schema_version",
     "id",
@@ -47,12 +49,22 @@ FIELD_ORDER = [
 
 def check_case_id(case_id: str) -> str:
     """Case ids are slugs: lower-case letters, digits, '.', '_', '-'; nothing that could leave the archive."""
-    if not CASE_ID.match(case_id) or ".." in case_id:
+    if not isinstance(case_id, str) or not CASE_ID.fullmatch(case_id) or ".." in case_id:
         raise CaseIdError(
             f"invalid case id {case_id!r}: use a slug of lower-case letters, digits, '.', '_' and '-' "
             "(at most 80 characters, starting with a letter or digit)"
         )
     return case_id
+
+
+def check_script_name(name: str) -> str:
+    """A script name is one plain file name (letters, digits, '.', '_', '+', '-'): never a path, never hidden."""
+    if not isinstance(name, str) or not SCRIPT_NAME.fullmatch(name) or ".." in name:
+        raise ScriptNameError(
+            f"invalid script name {name!r}: a bundle's script name must be one plain file name "
+            "(letters, digits, '.', '_', '+', '-'; at most 128 characters; no folders)"
+        )
+    return name
 
 
 def slugify(text: str) -> str:
@@ -145,6 +157,11 @@ def parse_case(text: str, path: Path | str = "<bundle>") -> Case:
     check_id_field(case, path)
     for which in ("pre", "post"):
         script = case.script(which)
+        if script:
+            try:
+                check_script_name(script.name)
+            except ScriptNameError as error:
+                raise BundleError(path, f"scripts.{which}.name", str(error)) from None
         if script and sha256_text(script.source) != script.sha256:
             raise BundleError(path, f"scripts.{which}.sha256", "does not match the embedded source (edited by hand?)")
     return case

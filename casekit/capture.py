@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from casekit.archive import Archive
-from casekit.bundle import check_case_id, sha256_text, slugify
-from casekit.errors import CasekitError, ScriptError
+from casekit.bundle import check_case_id, check_script_name, sha256_text, slugify
+from casekit.errors import CasekitError, ScriptError, ScriptNameError
 from casekit.model import Case, Provenance, ScriptObservation, ScriptSource
 from casekit.observe import failed_observation, interpret
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner
@@ -46,6 +46,10 @@ def read_script(path: Path) -> ScriptSource:
         compile(source, str(path), "exec")
     except SyntaxError as error:
         raise ScriptError(f"script {path} is not valid Python: line {error.lineno}: {error.msg}") from None
+    try:
+        check_script_name(path.name)
+    except ScriptNameError as error:
+        raise ScriptError(f"script {path}: {error}; rename the file") from None
     return ScriptSource(name=path.name, sha256=sha256_text(source), source=source)
 
 

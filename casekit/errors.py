@@ -23,6 +23,10 @@ class CaseIdError(CasekitError):
     """A case id that is not a plain slug (it could escape the archive)."""
 
 
+class ScriptNameError(CasekitError):
+    """A script name that is not one plain file name (it could write outside casekit's folders)."""
+
+
 class CaseNotFound(CasekitError):
     """No case with that id in the archive."""
 

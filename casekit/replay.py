@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from casekit.archive import Archive
+from casekit.bundle import check_case_id, check_script_name
 from casekit.capture import observe_batch
 from casekit.classify import CaseResult, classify_case, site_key
-from casekit.errors import CasekitError
+from casekit.errors import CasekitError, ScriptNameError
 from casekit.model import (
     Case,
     ReplayRecord,
@@ -106,7 +107,10 @@ def _write_scripts(cases: list[Case], folder: Path) -> dict[tuple[str, str], Pat
             script = case.script(which)
             if script is None:
                 continue
-            path = folder / case.id / which / script.name
+            # Every component is re-checked here: a bundle's fields never choose a host path.
+            path = folder / check_case_id(case.id) / which / check_script_name(script.name)
+            if folder.resolve() not in path.resolve().parents:
+                raise ScriptNameError(f"{case.id}: script path {path} would leave the batch folder")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(script.source, encoding="utf-8")
             paths[(case.id, which)] = path

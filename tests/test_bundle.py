@@ -77,7 +77,7 @@ def test_not_toml_is_one_clear_error():
         parse_case("this is = = not toml", "x.toml")
 
 
-@pytest.mark.parametrize("bad", ["../x", "a/b", "", "UPPER", ".hidden", "x" * 81, "a..b", "/abs"])
+@pytest.mark.parametrize("bad", ["../x", "a/b", "", "UPPER", ".hidden", "x" * 81, "a..b", "/abs", "ok\n"])
 def test_hostile_ids_are_refused(bad):
     with pytest.raises(CaseIdError):
         check_case_id(bad)
