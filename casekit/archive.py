@@ -59,6 +59,28 @@ class Archive:
         ids = selected or self.ids()
         return [self.load(case_id) for case_id in ids]
 
+    def load_all_tolerant(self, selected: list[str] | None = None) -> tuple[list[Case], list[BundleError]]:
+        """The valid cases (or the selected ids) in id order, and one error per invalid bundle.
+
+        One bad bundle in a shared archive must not hide the others: callers go on
+        with the valid cases and report the invalid ones. An unknown selected id is
+        still an error (a typo, not a bad bundle).
+        """
+        if not self.root.is_dir():
+            raise CasekitError(f"archive folder {self.root} does not exist (use --archive or CASEKIT_ARCHIVE)")
+        cases: list[Case] = []
+        invalid: list[BundleError] = []
+        for case_id in selected or self.ids():
+            try:
+                cases.append(self.load(case_id))
+            except BundleError as error:
+                invalid.append(error)
+            except CaseIdError as error:
+                if selected:
+                    raise  # the user typed it: a usage error
+                invalid.append(BundleError(self.root / f"{case_id}.toml", None, f"file name: {error}"))
+        return cases, invalid
+
     def save(self, case: Case) -> Path:
         path = self.path_for(case.id)
         self.root.mkdir(parents=True, exist_ok=True)

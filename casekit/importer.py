@@ -29,7 +29,7 @@ from typing import Any
 from casekit.archive import Archive
 from casekit.bundle import check_case_id, sha256_text, slugify
 from casekit.errors import CasekitError
-from casekit.model import Case, Recompile, ScriptObservation, ScriptSource, ScriptStatus, Site
+from casekit.model import Case, Recompile, ScriptObservation, ScriptSource, ScriptStatus, Site, SiteKind
 from casekit.observe.interpret import SHORT_DTYPE, SITE_PACKAGES, STDLIB, site_from_raw
 from casekit.observe.logs import RawBreak, parse_graph_break, parse_recompile, parse_wont_convert
 from casekit.observe.reasons import describe_category, normalize_function
@@ -351,7 +351,7 @@ def merge_sites(events: list[Event], namer: ImportNamer) -> list[Site]:
                 site.call_site,
             )
         if site.kind == "skip":
-            known.kind = "skip"
+            known.kind = SiteKind.SKIP
     return list(sites.values())
 
 

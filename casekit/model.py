@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
-class ScriptStatus(str, enum.Enum):
+class ScriptStatus(enum.StrEnum):
     """How one script ended, above its sites."""
 
     OK = "ok"
@@ -23,7 +23,7 @@ class ScriptStatus(str, enum.Enum):
     ENV_FAILED = "env_failed"  # the target environment could not run it at all
 
 
-class SiteClass(str, enum.Enum):
+class SiteClass(enum.StrEnum):
     """What happened to one graph break between the record and a replay."""
 
     PERSISTS = "persists"
@@ -33,7 +33,39 @@ class SiteClass(str, enum.Enum):
     NEW = "new"
 
 
-class Severity(str, enum.Enum):
+# The order every report lists site classes in: what needs attention first, never alphabetical.
+SITE_CLASS_ORDER = (SiteClass.NEW, SiteClass.REAPPEARED, SiteClass.MOVED, SiteClass.GONE, SiteClass.PERSISTS)
+
+
+class ScriptRole(enum.StrEnum):
+    """Which script of a case: the repro (pre-fix) or the fixed one (post-fix)."""
+
+    PRE = "pre"
+    POST = "post"
+
+
+class SiteKind(enum.StrEnum):
+    """A graph break, or a break that made Dynamo skip the whole frame."""
+
+    BREAK = "break"
+    SKIP = "skip"
+
+
+class Verdict(enum.StrEnum):
+    """One case on one target, in a word; VERDICT_ORDER lists them worst first."""
+
+    FIX_BROKEN = "fix_broken"
+    REGRESSED = "regressed"
+    ENV_FAILED = "env_failed"
+    CHANGED = "changed"
+    IMPROVED = "improved"
+    UNCHANGED = "unchanged"
+
+
+VERDICT_ORDER = tuple(Verdict)
+
+
+class Severity(enum.StrEnum):
     """error = functional, warn = performance, info = nothing to act on."""
 
     INFO = "info"
@@ -73,7 +105,7 @@ class Site:
     hints: list[str] = field(default_factory=list)
     call_site: Frame | None = None  # innermost frame in the script that led here
     stack: list[Frame] = field(default_factory=list)
-    kind: str = "break"  # "break" | "skip" (the break made Dynamo skip the whole frame)
+    kind: SiteKind = SiteKind.BREAK
     count: int = 1
     excerpt: str = ""
     sources: list[str] = field(default_factory=list)  # which observations saw it: log, trace, reasons
@@ -199,7 +231,7 @@ class Provenance:
 class SiteVerdict:
     """One site's class in one replay (the compact form kept in a bundle's history)."""
 
-    script: str  # "pre" | "post"
+    script: ScriptRole
     site_class: SiteClass
     where: str  # "repro.py:6"
     category: str
@@ -213,7 +245,7 @@ class ReplayRecord:
     target: str
     torch: str
     runner: str
-    verdict: str
+    verdict: Verdict
     severity: Severity
     statuses: dict[str, str]  # script -> status
     sites: list[SiteVerdict] = field(default_factory=list)

@@ -29,14 +29,15 @@ from casekit.model import (
     Case,
     ReplayRecord,
     ScriptObservation,
+    ScriptRole,
     ScriptStatus,
     Severity,
     SiteVerdict,
+    Verdict,
 )
 from casekit.observe import interpret
+from casekit.outcome import check_seconds
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
-
-REPLAY_SCHEMA = "casekit.replay/1"
 
 
 @dataclass
@@ -49,6 +50,11 @@ class ReplayOptions:
     pin_packages: bool = True
     parallel: int | None = None  # targets at once; None = as many as cores allow
     verify_rollback: bool = True
+
+    def __post_init__(self) -> None:
+        self.timeout = check_seconds("--timeout", self.timeout)
+        if self.parallel is not None and self.parallel < 1:
+            raise CasekitError(f"parallel must be at least 1, not {self.parallel}")
 
 
 @dataclass
@@ -101,9 +107,9 @@ def case_pins(cases: list[Case]) -> tuple[tuple[str, ...], list[str]]:
 
 
 def _write_scripts(cases: list[Case], folder: Path) -> dict[tuple[str, str], Path]:
-    paths = {}
+    paths: dict[tuple[str, str], Path] = {}
     for case in cases:
-        for which in ("pre", "post"):
+        for which in ScriptRole:
             script = case.script(which)
             if script is None:
                 continue
@@ -164,7 +170,7 @@ def _verify_rollbacks(
         return
     jobs = []
     for result in needing:
-        for which in ("post", "pre"):
+        for which in (ScriptRole.POST, ScriptRole.PRE):
             if (result.case_id, which) in paths:
                 jobs.append(
                     ProbeJob(
@@ -181,7 +187,7 @@ def _verify_rollbacks(
         rollback = result.rollback
         assert rollback is not None
         attempts = []
-        for which in ("post", "pre"):
+        for which in (ScriptRole.POST, ScriptRole.PRE):
             job_id = f"{result.case_id}.{which}.rollback"
             raw = batch.results.get(job_id)
             case = cases[result.case_id]
@@ -268,13 +274,13 @@ def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
         observed[which] = sorted({site_key(site) for site in script.observation.sites})
         for pairing in script.sites:
             site = pairing.site
-            sites.append(SiteVerdict(which, pairing.site_class, site.anchor.where(), site.category))
+            sites.append(SiteVerdict(ScriptRole(which), pairing.site_class, site.anchor.where(), site.category))
     return ReplayRecord(
         at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
         target=run.label,
         torch=str(run.environment.get("torch", "?")),
         runner=run.spec.runner,
-        verdict=result.verdict,
+        verdict=Verdict(result.verdict),
         severity=result.severity,
         statuses={which: script.status.value for which, script in result.scripts.items()},
         sites=sites,
@@ -328,85 +334,3 @@ def replay(
             for future in [pool.submit(one, i) for i in range(len(specs))]:
                 future.result()
     return ReplayReport([run for run in runs if run is not None])
-
-
-# ----------------------------------------------------------------------- JSON
-
-
-def _site_json(site: Any) -> dict[str, Any] | None:
-    if site is None:
-        return None
-    return {
-        "file": site.file,
-        "line": site.line,
-        "function": site.function,
-        "source": site.source,
-        "gb_id": site.gb_id,
-        "reason": site.reason,
-        "category": site.category,
-        "call_site": site.call_site.where() if site.call_site else None,
-    }
-
-
-def result_json(result: CaseResult) -> dict[str, Any]:
-    scripts: dict[str, Any] = {"pre": None, "post": None}
-    for which, script in result.scripts.items():
-        observation = script.observation
-        scripts[which] = {
-            "status": script.status.value,
-            "recorded_status": script.recorded_status.value if script.recorded_status else None,
-            "detail": observation.detail,
-            "graphs": observation.graphs,
-            "fallback_frames": [f"{f.function} ({f.file}:{f.line})" for f in observation.fallback_frames],
-            "recompiles": len(observation.recompiles),
-            "recompiles_recorded": script.recompiles_before,
-            "sites": [
-                {
-                    "class": p.site_class.value,
-                    "observed": _site_json(p.observed),
-                    "recorded": _site_json(p.recorded),
-                    "note": p.note,
-                }
-                for p in script.sites
-            ],
-            "notes": script.notes,
-        }
-    rollback = result.rollback
-    return {
-        "case": result.case_id,
-        "target": result.target,
-        "verdict": result.verdict,
-        "severity": result.severity.value,
-        "reasons": result.reasons,
-        "scripts": scripts,
-        "rollback": None
-        if rollback is None
-        else {
-            "needed": rollback.needed,
-            "verified": rollback.verified,
-            "detail": rollback.detail,
-            "notes": rollback.notes,
-            "path": rollback.path,
-        },
-    }
-
-
-def report_json(report: ReplayReport) -> dict[str, Any]:
-    return {
-        "schema": REPLAY_SCHEMA,
-        "targets": [
-            {
-                "label": run.label,
-                "torch": run.environment.get("torch"),
-                "cuda": run.environment.get("torch_cuda"),
-                "python": run.environment.get("python"),
-                "runner": run.spec.runner,
-                "error": run.error,
-                "warnings": run.warnings,
-                "seconds": round(run.seconds, 2),
-                "import_s": run.import_s,
-            }
-            for run in report.targets
-        ],
-        "results": [result_json(result) for result in report.results],
-    }

@@ -12,18 +12,23 @@ one, in a canonical order, so a merged run compares equal to an unsharded one.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from casekit.errors import CasekitError
 from casekit.model import Severity
-
-REPLAY_SCHEMA = (
-    "casekit.replay/1"  # the same string as casekit.replay.REPLAY_SCHEMA (not imported: it pulls in runners)
+from casekit.outcome import ExitCode, FailOn, exit_code
+from casekit.replay_document import (
+    REPLAY_SCHEMA,
+    ReplayDocument,
+    TargetEntry,
+    failed_targets,
+    read_replay_document,
+    worst_severity,
 )
+
 SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 # Per-target fields that differ between a sharded and an unsharded run of the same matrix.
 VOLATILE_TARGET_FIELDS = ("seconds", "import_s")
@@ -89,49 +94,19 @@ def select_shard(case_ids: list[str], labels: list[str], k: int, n: int) -> set[
 class MergedReport:
     """Shard results combined: the replay JSON, its worst severity, what looked wrong."""
 
-    data: dict[str, Any]
+    data: ReplayDocument
     worst: Severity
     warnings: list[str] = field(default_factory=list)
 
-
-def load_report(path: Path) -> dict[str, Any]:
-    """One `casekit.replay/1` document; a clear error naming the file otherwise."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ShardError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ShardError(f"{path}: cannot read: {error}") from None
-    except json.JSONDecodeError as error:
-        raise ShardError(f"{path}: not valid JSON: {error}") from None
-    if not isinstance(data, dict) or data.get("schema") != REPLAY_SCHEMA:
-        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise ShardError(
-            f"{path}: field 'schema': expected {REPLAY_SCHEMA!r}, got {found!r} (is this `casekit replay --json` output?)"
-        )
-    for key in ("targets", "results"):
-        if not isinstance(data.get(key), list):
-            raise ShardError(f"{path}: field '{key}': expected a list")
-    for index, result in enumerate(data["results"]):
-        if (
-            not isinstance(result, dict)
-            or not isinstance(result.get("case"), str)
-            or not isinstance(result.get("target"), str)
-        ):
-            raise ShardError(f"{path}: field 'results[{index}]': expected a table with 'case' and 'target'")
-        try:
-            Severity(result.get("severity"))
-        except ValueError:
-            raise ShardError(
-                f"{path}: field 'results[{index}].severity': {result.get('severity')!r} is not info, warn or error"
-            ) from None
-    return data
+    def exit_code(self, fail_on: FailOn | str) -> ExitCode:
+        """The same rule as replay: a target whose environment failed is a problem (2), whatever the verdicts."""
+        return exit_code(self.worst, fail_on, problems=len(failed_targets(self.data)))
 
 
-def _merge_target(into: dict[str, Any], other: dict[str, Any]) -> None:
+def _merge_target(into: dict[str, Any], other: TargetEntry) -> None:
     for key, value in other.items():
         if key == "warnings":
-            into["warnings"] = list(dict.fromkeys([*(into.get("warnings") or []), *(value or [])]))
+            into["warnings"] = list(dict.fromkeys([*(into.get("warnings") or []), *(other.get("warnings") or [])]))
         elif key in VOLATILE_TARGET_FIELDS:
             if isinstance(value, (int, float)):
                 into[key] = (
@@ -143,16 +118,18 @@ def _merge_target(into: dict[str, Any], other: dict[str, Any]) -> None:
             into[key] = f"{into[key]}; {value}"
 
 
-def canonical(data: dict[str, Any]) -> dict[str, Any]:
+def canonical(data: ReplayDocument | dict[str, Any]) -> ReplayDocument:
     """A replay document in canonical order: targets by label, results by (target, case)."""
-    out = {key: value for key, value in data.items() if key not in ("targets", "results", "shard", "shards", "matrix")}
+    out: dict[str, Any] = {
+        key: value for key, value in data.items() if key not in ("targets", "results", "shard", "shards", "matrix")
+    }
     out["schema"] = REPLAY_SCHEMA
     out["targets"] = sorted(data.get("targets", []), key=lambda t: str(t.get("label")))
     out["results"] = sorted(data.get("results", []), key=lambda r: (r["target"], r["case"]))
-    return out
+    return cast(ReplayDocument, out)
 
 
-def _shard_coverage(documents: list[tuple[Path, dict[str, Any]]]) -> list[str]:
+def _shard_coverage(documents: list[tuple[Path, ReplayDocument]]) -> list[str]:
     """Problems with the set of shards: a K/N never given, or (when the documents say which
     matrix they slice) the same slice twice. A CI matrix runs `--shard K/N` once per target
     job, so without that `matrix` field the same K/N may legitimately repeat."""
@@ -198,14 +175,14 @@ def merge_reports(paths: list[Path], allow_partial: bool = False) -> MergedRepor
     """
     if not paths:
         raise ShardError("merge needs at least one result file")
-    documents = [(path, load_report(path)) for path in paths]
+    documents = [(path, read_replay_document(path)) for path in paths]
     warnings: list[str] = []
     coverage = _shard_coverage(documents)
     if coverage and not allow_partial:
         raise ShardError("; ".join(coverage) + " (use --allow-partial to merge anyway)")
     warnings += coverage
     targets: dict[str, dict[str, Any]] = {}
-    results: dict[tuple[str, str], dict[str, Any]] = {}
+    results: dict[tuple[str, str], Any] = {}
     origin: dict[tuple[str, str], Path] = {}
     for path, data in documents:
         for target in data["targets"]:
@@ -224,24 +201,14 @@ def merge_reports(paths: list[Path], allow_partial: bool = False) -> MergedRepor
     merged["shards"] = [str(data["shard"]) for _, data in documents if "shard" in data]
     if not merged["shards"]:
         del merged["shards"]
-    worst = max((Severity(r["severity"]) for r in merged["results"]), key=lambda s: s.rank, default=Severity.INFO)
-    if any(t.get("error") for t in merged["targets"]) and worst.rank < Severity.ERROR.rank:
+    worst = worst_severity(merged)
+    if failed_targets(merged) and worst.rank < Severity.ERROR.rank:
         worst = Severity.ERROR  # a target whose environment failed says nothing good about its cases
     return MergedReport(merged, worst, warnings)
 
 
-def without_volatile(data: dict[str, Any]) -> dict[str, Any]:
+def without_volatile(data: ReplayDocument | dict[str, Any]) -> dict[str, Any]:
     """The document without timings, for comparing two runs of the same matrix."""
-    out = canonical(data)
+    out: dict[str, Any] = dict(canonical(data))
     out["targets"] = [{k: v for k, v in t.items() if k not in VOLATILE_TARGET_FIELDS} for t in out["targets"]]
     return out
-
-
-def fails(worst: Severity, fail_on: str) -> bool:
-    """The replay exit rule: fail when the worst severity reaches --fail-on (never: never)."""
-    if fail_on == "never":
-        return False
-    try:
-        return worst.rank >= Severity(fail_on).rank
-    except ValueError:
-        raise ShardError(f"--fail-on must be error, warn, info or never, not {fail_on!r}") from None

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from casekit.archive import Archive
 from casekit.bundle import sha256_text
 from casekit.classify import classify_case
-from casekit.cli_records import register
+from casekit.cli.records import register
 from casekit.errors import CasekitError, GitError
 from casekit.gitarchive import case_log, commit_paths, log_text, replay_message
 from casekit.model import (

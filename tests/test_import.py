@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from casekit.archive import Archive
 from casekit.bundle import case_to_toml, load_case, parse_case
-from casekit.cli_records import register
+from casekit.cli.records import register
 from casekit.importer import (
     PLACEHOLDER_NAME,
     DraftImportError,

@@ -18,12 +18,12 @@ import typer
 from typer.testing import CliRunner
 
 from casekit.archive import Archive
-from casekit.cli_records import register
+from casekit.cli.records import register
 from casekit.errors import CasekitError
 from casekit.model import Case, ReplayRecord, Severity, SiteClass, SiteVerdict
+from casekit.replay_document import read_replay_document
 from casekit.report.formats import FORMATS, ReportFormat, get_format, write_files
 from casekit.report.summary import ArchiveSummary, summarize
-from casekit.shard import load_report
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 ARCHIVE = FIXTURES / "archive"
@@ -76,7 +76,7 @@ def test_latest_result_per_target_fills_the_matrix(summary: ArchiveSummary) -> N
 
 
 def test_a_results_document_overrides_the_history(summary: ArchiveSummary) -> None:
-    data = load_report(RESULTS)
+    data = read_replay_document(RESULTS)
     data["results"][0]["verdict"], data["results"][0]["severity"] = "regressed", "error"
     overlaid = summarize(starter(), [("ci.json", data)])
     cell = next(c for c in overlaid.cases if c.case.id == data["results"][0]["case"]).cells[

@@ -12,12 +12,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from casekit.cli_records import register
+from casekit.cli.records import register
 from casekit.errors import CasekitError
 from casekit.model import Severity
+from casekit.outcome import FailOn
 from casekit.shard import (
     ShardError,
-    fails,
     merge_reports,
     parse_shard,
     select_shard,
@@ -171,11 +171,11 @@ def test_merge_refuses_the_same_cell_twice(tmp_path: Path) -> None:
 def test_merge_names_the_bad_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "casekit.report/1", "targets": [], "results": []}')
-    with pytest.raises(ShardError, match=r"bad\.json: field 'schema'"):
+    with pytest.raises(CasekitError, match=r"bad\.json: field 'schema'"):
         merge_reports([bad])
     broken = tmp_path / "broken.json"
     broken.write_text("{")
-    with pytest.raises(ShardError, match=r"broken\.json: not valid JSON"):
+    with pytest.raises(CasekitError, match=r"broken\.json: not valid JSON"):
         merge_reports([broken])
 
 
@@ -196,7 +196,7 @@ def test_an_environment_failure_is_an_error_verdict(tmp_path: Path) -> None:
     ],
 )
 def test_fail_rule_matches_replay(worst: str, fail_on: str, expected: bool) -> None:
-    assert fails(Severity(worst), fail_on) is expected
+    assert FailOn(fail_on).reached_by(Severity(worst)) is expected
 
 
 def test_merge_command_exit_codes_and_json(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from casekit.model import (
     ScriptObservation,
     ScriptStatus,
     Site,
+    SiteKind,
 )
 from casekit.observe.logs import (
     FRAME_LINE,
@@ -158,7 +159,7 @@ def site_from_raw(raw: RawBreak, namer: FileNamer, source: str) -> Site | None:
         hints=list(raw.hints) or (list(info.hints) if info else []),
         call_site=call_site if call_site and call_site != inner else None,
         stack=frames,
-        kind="skip" if raw.skip else "break",
+        kind=SiteKind.SKIP if raw.skip else SiteKind.BREAK,
         excerpt=_clean_user_traceback(raw.excerpt, namer),
         sources=[source],
     )

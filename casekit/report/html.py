@@ -16,10 +16,11 @@ from collections import Counter
 from importlib import resources
 from typing import Any
 
-from casekit.model import Case, ReplayRecord, ScriptObservation, Site, SiteClass
+from casekit.model import VERDICT_ORDER, Case, ReplayRecord, ScriptObservation, Site, SiteClass
 from casekit.observe.reasons import describe_category, registry
 from casekit.report.formats import ReportFormat
-from casekit.report.summary import VERDICT_ORDER, ArchiveSummary, CaseSummary, Cell
+from casekit.report.summary import ArchiveSummary, CaseSummary, Cell
+from casekit.report.text import class_counts
 
 GB_ID = re.compile(r"^GB\d{4}$")
 GB_SITE = "https://meta-pytorch.github.io/compile-graph-break-site/gb/{}.html"
@@ -387,11 +388,7 @@ def environment_html(environment: dict[str, Any]) -> str:
 
 
 def record_classes(record: ReplayRecord) -> str:
-    counts = Counter(v.site_class.value for v in record.sites)
-    order = [
-        c.value for c in (SiteClass.NEW, SiteClass.REAPPEARED, SiteClass.MOVED, SiteClass.GONE, SiteClass.PERSISTS)
-    ]
-    return ", ".join(f"{counts[c]} {c}" for c in order if counts.get(c)) or "no breaks"
+    return class_counts(v.site_class for v in record.sites)
 
 
 def timeline_html(case: Case) -> str:

@@ -11,12 +11,13 @@ import datetime as dt
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
-from casekit.model import Case, ReplayRecord, Severity, SiteClass
+from casekit.model import SITE_CLASS_ORDER, Case, ReplayRecord, Severity, SiteClass
 
-VERDICT_ORDER = ["fix_broken", "regressed", "env_failed", "changed", "improved", "unchanged"]
-CLASS_ORDER = [SiteClass.NEW, SiteClass.REAPPEARED, SiteClass.MOVED, SiteClass.GONE, SiteClass.PERSISTS]
+if TYPE_CHECKING:
+    from casekit.replay_document import ReplayDocument
+
 DRAFT_TAG = "draft"
 
 
@@ -39,7 +40,7 @@ class Cell:
         """'2 moved, 1 gone' (persisting breaks only when nothing else happened)."""
         moving = [
             f"{self.classes[c.value]} {c.value}"
-            for c in CLASS_ORDER
+            for c in SITE_CLASS_ORDER
             if c is not SiteClass.PERSISTS and self.classes.get(c.value)
         ]
         if moving:
@@ -129,7 +130,7 @@ def cell_from_record(case_id: str, record: ReplayRecord) -> Cell:
     )
 
 
-def cells_from_results(data: dict[str, Any], source: str) -> list[Cell]:
+def cells_from_results(data: ReplayDocument, source: str) -> list[Cell]:
     """Cells from a `casekit.replay/1` document (`replay --json`, `merge --json`)."""
     torch_of = {str(t.get("label")): str(t.get("torch") or "?") for t in data.get("targets", [])}
     cells = []
@@ -144,14 +145,14 @@ def cells_from_results(data: dict[str, Any], source: str) -> list[Cell]:
             for site in script.get("sites") or []:
                 classes[str(site.get("class"))] += 1
                 if site.get("class") != SiteClass.PERSISTS.value and site.get("note"):
-                    side = site.get("observed") or site.get("recorded") or {}
-                    details.append(
-                        f"{which} {site.get('class')} {side.get('file')}:{side.get('line')}: {site.get('note')}"
-                    )
+                    side = site.get("observed") or site.get("recorded")
+                    where = f"{side.get('file')}:{side.get('line')}" if side else "None:None"
+                    details.append(f"{which} {site.get('class')} {where}: {site.get('note')}")
             details += [f"{which}: {note}" for note in script.get("notes") or []]
         rollback = result.get("rollback")
         if rollback and rollback.get("needed"):
-            state = {True: "verified", False: "NOT verified"}.get(rollback.get("verified"), "not checked")
+            verified = rollback.get("verified")
+            state = "not checked" if verified is None else ("verified" if verified else "NOT verified")
             details.append(f"rollback ({state}): {rollback.get('detail', '')}")
         cells.append(
             Cell(
@@ -171,7 +172,7 @@ def cells_from_results(data: dict[str, Any], source: str) -> list[Cell]:
 
 def summarize(
     cases: list[Case],
-    results: list[tuple[str, dict[str, Any]]] | None = None,
+    results: list[tuple[str, ReplayDocument]] | None = None,
     title: str = "casekit archive",
     now: dt.datetime | None = None,
 ) -> ArchiveSummary:

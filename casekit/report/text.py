@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from casekit.classify import CaseResult
-from casekit.model import Case, ScriptObservation, Site, SiteClass
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from casekit.model import SITE_CLASS_ORDER, Case, ScriptObservation, Site, SiteClass
 from casekit.observe.reasons import describe_category
+
+if TYPE_CHECKING:
+    from casekit.classify import CaseResult
+    from casekit.replay_document import ResultEntry
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
@@ -15,6 +22,24 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     out = [line, "  ".join("-" * w for w in widths)]
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     return "\n".join(line.rstrip() for line in out)
+
+
+def case_rows(cases: Iterable[Case]) -> list[list[str]]:
+    """`casekit list`: id, title, tags, breaks in the repro, the last replay."""
+    rows = []
+    for case in cases:
+        pre = case.observations.get("pre")
+        last = case.replays[-1] if case.replays else None
+        rows.append(
+            [
+                case.id,
+                case.title,
+                ",".join(case.tags),
+                str(len(pre.sites)) if pre else "-",
+                f"{last.target} {last.verdict.value}" if last else "-",
+            ]
+        )
+    return rows
 
 
 def _seconds(value: float | None) -> str:
@@ -128,24 +153,21 @@ def case_summary(case: Case) -> str:
     return "\n".join(lines)
 
 
-CLASS_ORDER = [SiteClass.NEW, SiteClass.REAPPEARED, SiteClass.MOVED, SiteClass.GONE, SiteClass.PERSISTS]
+def class_counts(classes: Iterable[str]) -> str:
+    """'1 new, 2 persists': site classes counted, in the canonical order (attention first)."""
+    counts = Counter(classes)
+    return ", ".join(f"{counts[c]} {c.value}" for c in SITE_CLASS_ORDER if counts.get(c)) or "no breaks"
 
 
-def site_counts(result: CaseResult) -> str:
-    counts = []
-    for site_class in CLASS_ORDER:
-        n = sum(script.count(site_class) for script in result.scripts.values())
-        if n:
-            counts.append(f"{n} {site_class.value}")
-    return ", ".join(counts) or "no breaks"
-
-
-def replay_table(label: str, results: list[CaseResult]) -> str:
+def replay_table(results: Iterable[ResultEntry]) -> str:
+    """The one replay table (replay and merge): a row per case on one target, from the replay document."""
     rows = []
     for result in results:
-        statuses = "/".join(f"{w}:{s.status.value}" for w, s in result.scripts.items())
-        rows.append([result.case_id, result.verdict, result.severity.value, statuses, site_counts(result)])
-    return f"target {label}\n" + table(["case", "verdict", "severity", "status", "sites"], rows)
+        scripts = [(which, script) for which, script in result["scripts"].items() if script]
+        statuses = "/".join(f"{which}:{script['status']}" for which, script in scripts)
+        classes = class_counts(site["class"] for _, script in scripts for site in script.get("sites") or [])
+        rows.append([result["case"], result["verdict"], result["severity"], statuses, classes])
+    return table(["case", "verdict", "severity", "status", "sites"], rows)
 
 
 def result_details(result: CaseResult) -> str:

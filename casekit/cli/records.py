@@ -1,12 +1,7 @@
-"""The record-keeping commands: report, log, import, merge. Thin: parse, call one core function, print.
-
-Registered on the main app by `casekit.cli` (`register(app)`); CasekitErrors
-raised here become one line and exit code 2 in `casekit.cli.main`.
-"""
+"""The record-keeping commands: report, log, import, merge. Thin: parse, call one core function, render."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -14,13 +9,9 @@ from typing import Annotated
 import typer
 
 from casekit.archive import Archive, archive_dir
+from casekit.cli.common import ArchiveOption, FailOnOption, report_invalid
 from casekit.errors import CasekitError
-
-ArchiveOption = Annotated[
-    Path | None,
-    typer.Option("--archive", help="Archive folder of case bundles [default: $CASEKIT_ARCHIVE or ./cases]"),
-]
-FAIL_ON = ("error", "warn", "info", "never")
+from casekit.outcome import ExitCode, FailOn
 
 
 def report(
@@ -41,13 +32,13 @@ def report(
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "casekit archive",
 ) -> None:
     """Render the archive: latest replay per case x target, case pages, history."""
+    from casekit.replay_document import read_replay_document
     from casekit.report.formats import get_format, write_files
     from casekit.report.summary import summarize
-    from casekit.shard import load_report
 
     chosen = [get_format(name) for name in dict.fromkeys(formats or ["html"])]
-    cases = Archive(archive_dir(archive)).load_all()
-    documents = [(path.name, load_report(path)) for path in results or []]
+    cases, invalid = Archive(archive_dir(archive)).load_all_tolerant()
+    documents = [(path.name, read_replay_document(path)) for path in results or []]
     summary = summarize(cases, documents, title=title)
     for warning in summary.warnings:
         typer.echo(f"warning: {warning}", err=True)
@@ -56,10 +47,13 @@ def report(
             raise CasekitError("--out - prints one md, json or junit report; the HTML report is a folder")
         files = chosen[0].render(summary)
         sys.stdout.write(files[chosen[0].main_file])
-        return
-    for fmt in chosen:
-        written = write_files(fmt.render(summary), out)
-        typer.echo(f"wrote {out / fmt.main_file}" + (f" (+{len(written) - 1} file(s))" if len(written) > 1 else ""))
+    else:
+        for fmt in chosen:
+            written = write_files(fmt.render(summary), out)
+            typer.echo(f"wrote {out / fmt.main_file}" + (f" (+{len(written) - 1} file(s))" if len(written) > 1 else ""))
+    if invalid:  # the report holds every valid case; the invalid ones are named, and CI sees a non-zero exit
+        report_invalid(invalid)
+        raise typer.Exit(ExitCode.PROBLEM)
 
 
 def log(
@@ -130,54 +124,35 @@ def merge(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write the merged casekit.replay/1 JSON here.")
     ] = None,
-    fail_on: Annotated[
-        str, typer.Option("--fail-on", help="Exit 1 when a result reaches this severity: error, warn, info or never.")
-    ] = "error",
+    fail_on: FailOnOption = "error",
     allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Merge even when shards are missing.")] = False,
 ) -> None:
-    """Combine shard results into one report and verdict (exit 1 at --fail-on, like replay)."""
-    from casekit.report.text import table
-    from casekit.shard import fails, merge_reports
+    """Combine shard results into one report and verdict (exit codes as replay: 1 at --fail-on, 2 when an environment failed)."""
+    from casekit.replay_document import write_replay_document
+    from casekit.report.text import replay_table
+    from casekit.shard import merge_reports
 
-    if fail_on not in FAIL_ON:
-        raise CasekitError(f"--fail-on must be error, warn, info or never, not {fail_on!r}")
+    threshold = FailOn.parse(fail_on)
     merged = merge_reports(results, allow_partial=allow_partial)
     for warning in merged.warnings:
         typer.echo(f"warning: {warning}", err=True)
     data = merged.data
     if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        write_replay_document(data, json_out)
     for target in data["targets"]:
-        rows = []
-        for result in data["results"]:
-            if result["target"] != target.get("label"):
-                continue
-            scripts = result.get("scripts") or {}
-            statuses = "/".join(f"{w}:{s['status']}" for w, s in scripts.items() if s)
-            classes: dict[str, int] = {}
-            for script in (s for s in scripts.values() if s):
-                for site in script.get("sites") or []:
-                    classes[site["class"]] = classes.get(site["class"], 0) + 1
-            rows.append(
-                [
-                    result["case"],
-                    result["verdict"],
-                    result["severity"],
-                    statuses,
-                    ", ".join(f"{n} {c}" for c, n in sorted(classes.items())) or "no breaks",
-                ]
-            )
+        label = target["label"]
         typer.echo(
-            f"\ntarget {target.get('label')} (torch {target.get('torch')})"
+            f"\ntarget {label} (torch {target.get('torch')})"
             + (f": environment failed: {target['error']}" if target.get("error") else "")
         )
-        typer.echo(table(["case", "verdict", "severity", "status", "sites"], rows))
+        typer.echo(replay_table([r for r in data["results"] if r["target"] == label]))
     typer.echo(f"\n{len(data['results'])} result(s) from {len(results)} file(s); worst severity: {merged.worst.value}")
     if json_out:
         typer.echo(f"wrote {json_out}")
-    if fails(merged.worst, fail_on):
-        raise typer.Exit(1)
+    for target in data["targets"]:
+        if target.get("error"):
+            typer.echo(f"casekit: error: {target['label']}: {target['error']}", err=True)
+    raise typer.Exit(merged.exit_code(threshold))
 
 
 def register(app: typer.Typer) -> None:

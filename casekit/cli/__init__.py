@@ -1,0 +1,53 @@
+"""The casekit command line: each command parses, calls one core function, renders.
+
+Every CasekitError becomes one line on stderr and its exit code (2) in `main`;
+nothing here holds logic a test would have to go through the CLI to reach.
+The commands live by theme: cases (capture, list, show, validate), replay,
+records (report, log, import, merge), environments (images, envs), and
+bisection (`casekit.cli_bisect`).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from casekit.cli import cases, environments, records
+from casekit.cli import replay as replay_command
+from casekit.cli_bisect import register as register_bisect
+from casekit.errors import CasekitError
+
+app = typer.Typer(
+    name="casekit",
+    help=(
+        "Reproducible case archive and bisection for torch.compile graph breaks.\n\n"
+        "capture a triaged repro as a case; replay the archive on a new PyTorch to see,\n"
+        "break by break, what is gone / moved / reappeared / persists / new; bisect to\n"
+        "find the release or commit that changed a case."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+cases.register(app)
+replay_command.register(app)
+environments.register(app)
+register_bisect(app)
+records.register(app)
+
+
+def main() -> None:
+    """Console entry point: one clear line for every casekit error."""
+    try:
+        app()
+    except CasekitError as error:
+        typer.echo(f"casekit: error: {error}", err=True)
+        sys.exit(error.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("casekit: interrupted; the archive holds only complete results", err=True)
+        sys.exit(130)
+
+
+__all__ = ["app", "main"]

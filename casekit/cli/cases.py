@@ -1,0 +1,159 @@
+"""The case commands: capture, list, show, validate. Parse, call one core function, render."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from casekit.cli.common import (
+    ArchiveOption,
+    default_runner_factory,
+    fail,
+    open_archive,
+    progress,
+    report_invalid,
+)
+from casekit.errors import CasekitError
+from casekit.outcome import ExitCode, check_seconds
+from casekit.runners.interface import TargetSpec
+
+CAPTURE_EXAMPLES = """Examples:
+
+  casekit capture repro.py --fixed repro_fixed.py --title "item() branch in step" --tag data-dependent --rollback "drop fullgraph=True"
+
+  casekit capture repro.py --python ~/envs/torch25/bin/python --id item-branch-251
+"""
+
+
+def capture(
+    script: Annotated[Path, typer.Argument(help="The minimal repro (pre-fix) script.")],
+    fixed: Annotated[Path | None, typer.Option("--fixed", help="The fixed (post-fix) script.")] = None,
+    case_id: Annotated[
+        str | None, typer.Option("--id", help="Case id (a slug) [default: from the title or file name]")
+    ] = None,
+    title: Annotated[str | None, typer.Option("--title", help="One-line title of the case.")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="A tag (repeatable).")] = None,
+    notes: Annotated[str, typer.Option("--notes", help="What breaks and why (the triage reading).")] = "",
+    fix_summary: Annotated[str, typer.Option("--fix-summary", help="What the fix changes.")] = "",
+    rollback: Annotated[
+        str, typer.Option("--rollback", help="How to return to fullgraph=False / eager if the fix stops holding.")
+    ] = "",
+    archive: ArchiveOption = None,
+    python: Annotated[
+        str | None, typer.Option("--python", help="Interpreter to run the probe with [default: this one].")
+    ] = None,
+    backend: Annotated[
+        str,
+        typer.Option(
+            "--backend", help="torch.compile backend forced for the runs; 'eager' is fast and enough for graph breaks."
+        ),
+    ] = "eager",
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run of a script may take.")] = 300.0,
+    fullgraph: Annotated[
+        bool,
+        typer.Option(
+            "--fullgraph/--no-fullgraph", help="Also run with fullgraph=True to record the first break as an error."
+        ),
+    ] = True,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing case with the same id.")] = False,
+    commit: Annotated[
+        bool, typer.Option("--commit", help="Commit the new bundle to the archive's git repository.")
+    ] = False,
+) -> None:
+    """Run a repro (and its fix) for real and file it as a case bundle."""
+    from casekit.capture import CaptureRequest
+    from casekit.capture import capture as do_capture
+    from casekit.report.text import case_summary
+
+    request = CaptureRequest(
+        script=script,
+        fixed=fixed,
+        case_id=case_id,
+        title=title,
+        tags=tag or [],
+        notes=notes,
+        fix_summary=fix_summary,
+        rollback_notes=rollback,
+        backend=backend,
+        timeout=check_seconds("--timeout", timeout),
+        fullgraph=fullgraph,
+        force=force,
+    )
+    store = open_archive(archive)
+    if commit:
+        from casekit.gitarchive import require_repo
+
+        require_repo(store.root)
+    runner = default_runner_factory(TargetSpec(runner="python", python=python))
+    case = do_capture(request, runner, store, progress)
+    typer.echo(case_summary(case))
+    typer.echo(f"\nsaved {store.path_for(case.id)}")
+    if commit:
+        from casekit.gitarchive import commit_paths
+
+        typer.echo(commit_paths(store.root, [store.path_for(case.id)], f"capture {case.id}: {case.title}"))
+
+
+def list_cases(archive: ArchiveOption = None) -> None:
+    """List the cases in the archive (invalid bundles: one line each on stderr, exit 2)."""
+    from casekit.report.text import case_rows, table
+
+    cases, invalid = open_archive(archive).load_all_tolerant()
+    typer.echo(table(["id", "title", "tags", "breaks", "last replay"], case_rows(cases)))
+    if invalid:
+        report_invalid(invalid)
+        raise typer.Exit(ExitCode.PROBLEM)
+
+
+def show(
+    case_id: Annotated[str, typer.Argument(help="Case id.")],
+    archive: ArchiveOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the whole case as JSON.")] = False,
+) -> None:
+    """Show one case: sites, graphs, recompiles, inputs, checks, timings, pre vs post."""
+    from casekit.model import to_plain
+    from casekit.report.text import case_summary
+
+    case = open_archive(archive).load(case_id)
+    if as_json:
+        typer.echo(json.dumps(to_plain(case), indent=2))
+    else:
+        typer.echo(case_summary(case))
+
+
+def validate(
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Bundle files [default: every bundle in the archive].")
+    ] = None,
+    archive: ArchiveOption = None,
+) -> None:
+    """Check bundles: TOML, schema version, every field, script hashes."""
+    from casekit.bundle import load_case
+
+    store = open_archive(archive)
+    files = list(paths or [store.root / f"{i}.toml" for i in store.ids()])
+    if not files:
+        fail(f"no bundles to validate in {store.root}")
+    bad = 0
+    for path in files:
+        try:
+            case = load_case(path)
+            if case.id != path.stem:
+                raise CasekitError(f"{path}: field 'id': {case.id!r} does not match the file name")
+            typer.echo(f"ok      {path}")
+        except CasekitError as error:
+            bad += 1
+            typer.echo(f"invalid {error}")
+    if bad:
+        fail(f"{bad} of {len(files)} bundle(s) invalid", 1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add capture, list, show and validate to the casekit app."""
+    app.command(epilog=CAPTURE_EXAMPLES)(capture)
+    app.command("list")(list_cases)
+    app.command()(show)
+    app.command()(validate)

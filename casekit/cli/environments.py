@@ -1,0 +1,103 @@
+"""The environment commands: `images` (docker runner) and `envs` (venv runner). Parse, call, render."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from casekit.cli.common import progress
+from casekit.runners.interface import TargetSpec
+
+images_app = typer.Typer(help="Replay images for the docker runner: list, build, prune.", no_args_is_help=True)
+
+
+@images_app.command("list")
+def images_list() -> None:
+    """The casekit replay images on the Docker engine (DOCKER_HOST is honoured)."""
+    from casekit.images import list_images
+    from casekit.report.text import table
+
+    rows = [
+        [
+            ", ".join(r.tags) or r.id[:19],
+            r.torch,
+            r.cuda,
+            r.python,
+            r.base,
+            f"{r.size_bytes / 1e9:.2f} GB",
+            r.created[:19],
+        ]
+        for r in list_images()
+    ]
+    typer.echo(
+        table(["image", "torch", "cuda", "python", "base", "size", "created"], rows) if rows else "no casekit images"
+    )
+
+
+@images_app.command("build")
+def images_build(
+    torch: Annotated[str, typer.Option("--torch", help="torch version to install in the image.")],
+    cuda: Annotated[
+        str | None, typer.Option("--cuda", help="CUDA tag (cu124...); default CPU / the index default.")
+    ] = None,
+    index_url: Annotated[str | None, typer.Option("--index-url", help="Package index for torch.")] = None,
+    base_image: Annotated[
+        str | None,
+        typer.Option(
+            "--base-image",
+            help="Base image [default: python:3.11-slim, or the CUDA base for --cuda]; casekit-base:bookworm on hosts without a registry (see containers/make-base-image.sh).",
+        ),
+    ] = None,
+) -> None:
+    """Build (or reuse) the replay image for a torch version."""
+    from casekit.images import ensure_image
+
+    options = (("base_image", base_image),) if base_image else ()
+    image = ensure_image(
+        TargetSpec(runner="docker", torch=torch, cuda=cuda, index_url=index_url, options=options), progress
+    )
+    typer.echo(f"ready: {', '.join(image.tags) or image.id}")
+
+
+@images_app.command("prune")
+def images_prune() -> None:
+    """Remove every casekit replay image."""
+    from casekit.images import prune_images
+
+    removed = prune_images(progress)
+    typer.echo(f"removed {len(removed)} image(s)")
+
+
+envs_app = typer.Typer(
+    help="Managed virtual environments of the venv runner ($CASEKIT_CACHE/envs).", no_args_is_help=True
+)
+
+
+@envs_app.command("list")
+def envs_list() -> None:
+    """The cached environments: key, torch, state."""
+    from casekit.report.text import table
+    from casekit.runners.venv import envs_dir, list_envs
+
+    rows = [
+        [env.key, env.torch or "-", "ready" if env.complete else "incomplete (rebuilt on next use)"]
+        for env in list_envs()
+    ]
+    typer.echo(table(["key", "torch", "state"], rows) if rows else f"no environments in {envs_dir()}")
+
+
+@envs_app.command("remove")
+def envs_remove(keys: Annotated[list[str], typer.Argument(help="Environment keys (see `casekit envs list`).")]) -> None:
+    """Delete cached environments (a build in progress is waited for)."""
+    from casekit.runners.venv import remove_env
+
+    for key in keys:
+        remove_env(key, progress=progress)
+        typer.echo(f"removed {key}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the images and envs command groups to the casekit app."""
+    app.add_typer(images_app, name="images")
+    app.add_typer(envs_app, name="envs")

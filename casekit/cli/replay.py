@@ -1,0 +1,161 @@
+"""The `replay` command: parse the flags into a ReplayRequest, call `run_replay`, render the outcome."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from casekit.cli.common import (
+    ArchiveOption,
+    FailOnOption,
+    default_runner_factory,
+    notice,
+    open_archive,
+    progress,
+)
+from casekit.model import Severity, Verdict
+from casekit.outcome import FailOn
+
+if TYPE_CHECKING:  # the replay core (runners, classification) is imported only when the command runs
+    from casekit.replay_plan import ReplayOutcome
+
+REPLAY_EXAMPLES = """Examples:
+
+  casekit replay                                   (the local torch)
+
+  casekit replay --torch 2.5.1 --torch 2.13 --json replay.json --fail-on warn
+
+  casekit replay --runner docker --torch 2.13.0 --base-image casekit-base:bookworm --find-links /opt/wheels
+
+  casekit replay --python ~/envs/nightly/bin/python --case item-branch --no-record
+"""
+
+
+def replay(
+    torch: Annotated[
+        list[str] | None,
+        typer.Option("--torch", help="A torch version for a managed target (repeatable; '2.13' = newest 2.13.x)."),
+    ] = None,
+    python: Annotated[
+        list[str] | None, typer.Option("--python", help="An existing interpreter as a target (repeatable).")
+    ] = None,
+    runner: Annotated[
+        str | None, typer.Option("--runner", help="How --torch targets are provided: venv (default) or docker.")
+    ] = None,
+    cuda: Annotated[str | None, typer.Option("--cuda", help="CUDA tag for --torch targets, e.g. cu124.")] = None,
+    index_url: Annotated[str | None, typer.Option("--index-url", help="Package index for torch.")] = None,
+    find_links: Annotated[str | None, typer.Option("--find-links", help="A folder of wheels to install from.")] = None,
+    image: Annotated[str | None, typer.Option("--image", help="Docker: use this image as is.")] = None,
+    case: Annotated[list[str] | None, typer.Option("--case", help="Replay only these case ids (repeatable).")] = None,
+    archive: ArchiveOption = None,
+    backend: Annotated[str | None, typer.Option("--backend", help="Override each case's recorded backend.")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run of a script may take.")] = 300.0,
+    json_out: Annotated[
+        Path | None,
+        typer.Option("--json", help="Write the casekit.replay/1 JSON here (written whatever the exit code)."),
+    ] = None,
+    fail_on: FailOnOption = "error",
+    record: Annotated[
+        bool, typer.Option("--record/--no-record", help="Append this replay to each bundle's history.")
+    ] = True,
+    pin_packages: Annotated[
+        bool,
+        typer.Option(
+            "--pin-packages/--no-pin-packages",
+            help="Install the library versions the cases recorded beside torch (managed targets).",
+        ),
+    ] = True,
+    shard: Annotated[
+        str | None, typer.Option("--shard", help="K/N: run a stable slice of the case x target matrix.")
+    ] = None,
+    base_image: Annotated[
+        str | None,
+        typer.Option(
+            "--base-image",
+            help="Docker: base image for the replay image (casekit-base:bookworm on hosts without a registry).",
+        ),
+    ] = None,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow",
+            help="Docker sandbox relaxation KEY=VALUE (network=bridge, memory=8g, pids=1024, read_only=false, gpus=all).",
+        ),
+    ] = None,
+    allow_invalid: Annotated[
+        bool,
+        typer.Option(
+            "--allow-invalid", help="Invalid bundles are reported but do not make the exit code 2 by themselves."
+        ),
+    ] = False,
+    commit: Annotated[
+        bool, typer.Option("--commit", help="Commit the updated bundles with a message saying what changed.")
+    ] = False,
+) -> None:
+    """Replay the archive on one or more targets and classify every break."""
+    from casekit.replay import ReplayOptions
+    from casekit.replay_plan import ReplayRequest, TargetChoice, run_replay
+
+    request = ReplayRequest(
+        targets=TargetChoice(
+            pythons=tuple(python or ()),
+            torches=tuple(torch or ()),
+            runner=runner,
+            cuda=cuda,
+            index_url=index_url,
+            find_links=find_links,
+            image=image,
+            allow=tuple(allow or ()),
+            base_image=base_image,
+        ),
+        case_ids=tuple(case or ()),
+        options=ReplayOptions(backend=backend, timeout=timeout, record=record, pin_packages=pin_packages),
+        fail_on=FailOn.parse(fail_on),
+        shard=shard,
+        json_out=json_out,
+        allow_invalid=allow_invalid,
+        commit=commit,
+    )
+    outcome = run_replay(request, open_archive(archive), default_runner_factory, progress, notice)
+    render(outcome)
+    raise typer.Exit(outcome.exit_code)
+
+
+def render(outcome: ReplayOutcome) -> None:
+    """The terminal view of a replay: per target its environment, the table, what changed."""
+    from casekit.report.text import replay_table, result_details
+
+    report = outcome.report
+    if report is None:
+        typer.echo(f"shard {outcome.document.get('shard')}: nothing to run")
+    for run in report.targets if report else []:
+        typer.echo("")
+        env = run.environment
+        typer.echo(
+            f"torch {env.get('torch', '?')}, python {env.get('python', '?')}, {len(run.results)} case(s) in {run.seconds:.1f} s"
+        )
+        if run.error:
+            typer.echo(f"environment failed: {run.error}")
+        for warning in run.warnings:
+            typer.echo(f"warning: {warning}")
+        rows = [r for r in outcome.document["results"] if r["target"] == run.label]
+        typer.echo(f"target {run.label}\n" + replay_table(rows))
+        for result in run.results:
+            if result.severity is not Severity.INFO or result.verdict != Verdict.UNCHANGED:
+                typer.echo("")
+                typer.echo(result_details(result))
+    if outcome.committed:
+        typer.echo(outcome.committed)
+    if outcome.json_written:
+        typer.echo(f"\nwrote {outcome.json_written}")
+    for line in outcome.failed_targets:
+        typer.echo(f"casekit: error: {line}", err=True)
+    if outcome.invalid:
+        typer.echo(f"casekit: error: {len(outcome.invalid)} invalid bundle(s) were not replayed", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add replay to the casekit app."""
+    app.command(epilog=REPLAY_EXAMPLES)(replay)

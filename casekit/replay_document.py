@@ -1,0 +1,312 @@
+"""The `casekit.replay/1` document: one typed writer, one typed reader, one JSON Schema.
+
+`replay --json` and `merge --json` write it; `merge`, `report --results` and
+bisect read it. The schema ships in the package (data/replay-1.schema.json) and
+its `schema` constant is the only place the document's name is spelled. Results
+files are other people's data: the reader takes only regular files of bounded
+size, rejects anything the schema does not describe, and reports every problem
+as one line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+
+from casekit.bundle import write_atomic
+from casekit.errors import CasekitError
+from casekit.model import Severity
+
+if TYPE_CHECKING:  # the writer reads replay's results; importing replay at run time would pull in the runners
+    from casekit.classify import CaseResult
+    from casekit.replay import ReplayReport, TargetRun
+
+SCHEMA_FILE = "replay-1.schema.json"
+MAX_DOCUMENT_BYTES = 256 * 1024 * 1024  # far above a 10,000-case matrix; below what would exhaust memory
+
+
+class ReplayDocumentError(CasekitError):
+    """A results file that is not a readable, valid casekit.replay/1 document."""
+
+
+class SideEntry(TypedDict):
+    file: str
+    line: int
+    function: str
+    source: str
+    gb_id: str | None
+    reason: str
+    category: str
+    call_site: str | None
+
+
+# "class" is a Python keyword, so this TypedDict takes the functional form
+SiteEntry = TypedDict(
+    "SiteEntry", {"class": str, "observed": SideEntry | None, "recorded": SideEntry | None, "note": str}
+)
+
+
+class ScriptEntry(TypedDict):
+    status: str
+    recorded_status: str | None
+    detail: str
+    graphs: int
+    fallback_frames: list[str]
+    recompiles: int
+    recompiles_recorded: int
+    sites: list[SiteEntry]
+    notes: list[str]
+
+
+class RollbackEntry(TypedDict):
+    needed: bool
+    verified: bool | None
+    detail: str
+    notes: str
+    path: str | None
+
+
+class ResultEntry(TypedDict):
+    case: str
+    target: str
+    verdict: str
+    severity: str
+    reasons: list[str]
+    scripts: dict[str, ScriptEntry | None]
+    rollback: RollbackEntry | None
+
+
+class TargetEntry(TypedDict):
+    label: str
+    torch: NotRequired[str | None]
+    cuda: NotRequired[str | None]
+    python: NotRequired[str | None]
+    runner: NotRequired[str | None]
+    error: NotRequired[str | None]
+    warnings: NotRequired[list[str]]
+    seconds: NotRequired[float | None]
+    import_s: NotRequired[float | None]
+
+
+class Matrix(TypedDict):
+    cases: list[str]
+    targets: list[str]
+
+
+class ReplayDocument(TypedDict):
+    schema: str
+    targets: list[TargetEntry]
+    results: list[ResultEntry]
+    shard: NotRequired[str]
+    shards: NotRequired[list[str]]
+    matrix: NotRequired[Matrix]
+
+
+@cache
+def replay_schema() -> dict[str, Any]:
+    """The JSON Schema of casekit.replay/1, as shipped in the package."""
+    text = resources.files("casekit.data").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+REPLAY_SCHEMA: str = replay_schema()["properties"]["schema"]["const"]
+
+
+# --------------------------------------------------------------------- writer
+
+
+def _side(site: Any) -> SideEntry | None:
+    if site is None:
+        return None
+    return {
+        "file": site.file,
+        "line": site.line,
+        "function": site.function,
+        "source": site.source,
+        "gb_id": site.gb_id,
+        "reason": site.reason,
+        "category": site.category,
+        "call_site": site.call_site.where() if site.call_site else None,
+    }
+
+
+def result_entry(result: CaseResult) -> ResultEntry:
+    """One case on one target, as the document holds it."""
+    scripts: dict[str, ScriptEntry | None] = {"pre": None, "post": None}
+    for which, script in result.scripts.items():
+        observation = script.observation
+        scripts[which] = {
+            "status": script.status.value,
+            "recorded_status": script.recorded_status.value if script.recorded_status else None,
+            "detail": observation.detail,
+            "graphs": observation.graphs,
+            "fallback_frames": [f"{f.function} ({f.file}:{f.line})" for f in observation.fallback_frames],
+            "recompiles": len(observation.recompiles),
+            "recompiles_recorded": script.recompiles_before,
+            "sites": [
+                {
+                    "class": p.site_class.value,
+                    "observed": _side(p.observed),
+                    "recorded": _side(p.recorded),
+                    "note": p.note,
+                }
+                for p in script.sites
+            ],
+            "notes": script.notes,
+        }
+    rollback = result.rollback
+    return {
+        "case": result.case_id,
+        "target": result.target,
+        "verdict": str(result.verdict),
+        "severity": result.severity.value,
+        "reasons": result.reasons,
+        "scripts": scripts,
+        "rollback": None
+        if rollback is None
+        else {
+            "needed": rollback.needed,
+            "verified": rollback.verified,
+            "detail": rollback.detail,
+            "notes": rollback.notes,
+            "path": rollback.path,
+        },
+    }
+
+
+def target_entry(run: TargetRun) -> TargetEntry:
+    """One target's environment and timing, as the document holds it."""
+    return {
+        "label": run.label,
+        "torch": run.environment.get("torch"),
+        "cuda": run.environment.get("torch_cuda"),
+        "python": run.environment.get("python"),
+        "runner": run.spec.runner,
+        "error": run.error,
+        "warnings": run.warnings,
+        "seconds": round(run.seconds, 2),
+        "import_s": run.import_s,
+    }
+
+
+def replay_document(
+    report: ReplayReport | None, shard: str | None = None, matrix: Matrix | None = None
+) -> ReplayDocument:
+    """The document for a replay (None: a shard with nothing to run); shard and matrix say which slice."""
+    document: ReplayDocument = {
+        "schema": REPLAY_SCHEMA,
+        "targets": [target_entry(run) for run in report.targets] if report else [],
+        "results": [result_entry(result) for result in report.results] if report else [],
+    }
+    if shard is not None:
+        document["shard"] = shard
+    if matrix is not None:
+        document["matrix"] = matrix
+    return document
+
+
+def write_replay_document(document: ReplayDocument, path: Path) -> Path:
+    """Write atomically (parent folders created): readers see the old file or the new one."""
+    try:
+        write_atomic(path, json.dumps(document, indent=2) + "\n")
+    except OSError as error:
+        raise ReplayDocumentError(f"{path}: cannot write: {error.strerror or error}") from None
+    return path
+
+
+# --------------------------------------------------------------------- reader
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The bytes of a regular file no larger than MAX_DOCUMENT_BYTES (FIFOs, devices, folders refused)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: a FIFO must not hang the open
+    except FileNotFoundError:
+        raise ReplayDocumentError(f"{path}: no such file") from None
+    except OSError as error:
+        raise ReplayDocumentError(f"{path}: cannot read: {error.strerror or error}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            raise ReplayDocumentError(f"{path}: {kind}; expected a casekit.replay/1 JSON file")
+        if info.st_size > MAX_DOCUMENT_BYTES:
+            raise ReplayDocumentError(f"{path}: {info.st_size} bytes, over the {MAX_DOCUMENT_BYTES} byte limit")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as error:
+        raise ReplayDocumentError(f"{path}: cannot read: {error.strerror or error}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise ReplayDocumentError(f"{path}: over the {MAX_DOCUMENT_BYTES} byte limit")
+    return data
+
+
+def _field(parts: Any) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def parse_replay_document(data: Any, origin: Path | str) -> ReplayDocument:
+    """Check parsed JSON against the schema; the typed document, or one line naming the field."""
+    import jsonschema  # imported on use: only the commands that read documents pay for it
+
+    if not isinstance(data, dict) or data.get("schema") != REPLAY_SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ReplayDocumentError(
+            f"{origin}: field 'schema': expected {REPLAY_SCHEMA!r}, got {_short(repr(found), 60)} "
+            "(is this `casekit replay --json` output?)"
+        )
+    validator = jsonschema.Draft202012Validator(replay_schema())
+    error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    if error is not None:
+        where = _field(error.absolute_path) or "(document)"
+        raise ReplayDocumentError(f"{origin}: field '{where}': {_short(error.message)}")
+    document: ReplayDocument = data  # type: ignore[assignment]
+    return document
+
+
+def read_replay_document(path: Path) -> ReplayDocument:
+    """Read one casekit.replay/1 file; every problem is one ReplayDocumentError line naming the file."""
+    raw = _read_bounded(path)
+    try:
+        text = raw.decode("utf-8")
+        data = json.loads(text, parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise ReplayDocumentError(f"{path}: not UTF-8 text") from None
+    except RecursionError:
+        raise ReplayDocumentError(f"{path}: not valid JSON: nested too deeply") from None
+    except ValueError as error:  # JSONDecodeError, NaN/Infinity, integers too long to convert
+        raise ReplayDocumentError(f"{path}: not valid JSON: {_short(str(error))}") from None
+    try:
+        return parse_replay_document(data, path)
+    except RecursionError:
+        raise ReplayDocumentError(f"{path}: nested too deeply to validate") from None
+
+
+def worst_severity(document: ReplayDocument) -> Severity:
+    """The worst result severity in a document (info when it holds none)."""
+    return max((Severity(r["severity"]) for r in document["results"]), key=lambda s: s.rank, default=Severity.INFO)
+
+
+def failed_targets(document: ReplayDocument) -> list[TargetEntry]:
+    """Targets whose environment never ran: the document says nothing about their cases."""
+    return [target for target in document["targets"] if target.get("error")]

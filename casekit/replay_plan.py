@@ -1,0 +1,199 @@
+"""What `casekit replay` decides before and after the runs: which cases and targets, which
+shard, what the JSON says, and how the run ends.
+
+`run_replay` is the one core call behind the command, so every policy here
+(draft skipping, invalid bundles, sharding, the document written even for an
+empty shard, the exit code) is testable in-process with a fake runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from casekit.archive import Archive
+from casekit.errors import BundleError, CasekitError
+from casekit.model import Case, Severity
+from casekit.outcome import ExitCode, FailOn, exit_code
+from casekit.replay import ReplayOptions, ReplayReport, RunnerFactory, replay
+from casekit.replay_document import Matrix, ReplayDocument, replay_document, write_replay_document
+from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.runners.registry import RUNNER_NAMES
+from casekit.shard import parse_shard, select_shard
+
+DRAFT_TAG = "draft"  # imported drafts have no repro yet (their script only raises)
+
+
+@dataclass(frozen=True)
+class TargetChoice:
+    """The target flags of `replay`: interpreters, managed torch versions and how they are provided."""
+
+    pythons: tuple[str, ...] = ()
+    torches: tuple[str, ...] = ()
+    runner: str | None = None
+    cuda: str | None = None
+    index_url: str | None = None
+    find_links: str | None = None
+    image: str | None = None
+    allow: tuple[str, ...] = ()  # docker sandbox relaxations KEY=VALUE
+    base_image: str | None = None
+
+    def specs(self) -> list[TargetSpec]:
+        """One TargetSpec per target, in the order given; the local torch when none is given."""
+        if self.runner is not None and self.runner not in RUNNER_NAMES:
+            raise CasekitError(f"--runner must be one of {', '.join(RUNNER_NAMES)}, not {self.runner!r}")
+        options = []
+        for item in self.allow:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise CasekitError(f"--allow takes KEY=VALUE, not {item!r}")
+            options.append((key, value))
+        if self.base_image:
+            options.append(("base_image", self.base_image))
+        specs = [TargetSpec(runner="python", python=p) for p in self.pythons]
+        kind = self.runner or "venv"
+        if kind == "python" and self.torches:
+            raise CasekitError("--runner python takes --python PATH, not --torch")
+        for version in self.torches:
+            specs.append(
+                TargetSpec(
+                    runner=kind,
+                    torch=version,
+                    cuda=self.cuda,
+                    index_url=self.index_url,
+                    find_links=self.find_links,
+                    image=self.image,
+                    options=tuple(options),
+                )
+            )
+        if self.image and not self.torches:
+            specs.append(TargetSpec(runner="docker", image=self.image, options=tuple(options)))
+        if not specs:
+            specs.append(TargetSpec(runner="python"))  # the local torch
+        return specs
+
+
+@dataclass(frozen=True)
+class ReplayRequest:
+    """Everything `casekit replay` was asked, checked on construction (bad flags: one clear line)."""
+
+    targets: TargetChoice = field(default_factory=TargetChoice)
+    case_ids: tuple[str, ...] = ()
+    options: ReplayOptions = field(default_factory=ReplayOptions)
+    fail_on: FailOn = FailOn.ERROR
+    shard: str | None = None
+    json_out: Path | None = None
+    allow_invalid: bool = False
+    commit: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fail_on", FailOn.parse(self.fail_on))
+        if self.shard is not None:
+            parse_shard(self.shard)
+
+
+@dataclass
+class ReplayOutcome:
+    """What a replay did and how it ends; the CLI only renders this."""
+
+    document: ReplayDocument
+    exit_code: ExitCode
+    report: ReplayReport | None = None  # None: this shard had nothing to run
+    skipped_drafts: list[str] = field(default_factory=list)
+    invalid: list[BundleError] = field(default_factory=list)
+    failed_targets: list[str] = field(default_factory=list)  # "label: why", one per environment that failed
+    json_written: Path | None = None
+    committed: str | None = None
+
+    @property
+    def worst(self) -> Severity:
+        return self.report.worst() if self.report else Severity.INFO
+
+
+@dataclass
+class _Selection:
+    cases: list[Case]
+    specs: list[TargetSpec]
+    cells: set[tuple[str, str]] | None  # the shard's (case id, label) cells; None = the whole matrix
+    matrix: Matrix | None
+
+
+def _select(request: ReplayRequest, cases: list[Case]) -> _Selection:
+    """The shard's rectangle of the case x target matrix (everything when not sharded)."""
+    specs = request.targets.specs()
+    if request.shard is None:
+        return _Selection(cases, specs, None, None)
+    k, n = parse_shard(request.shard)
+    all_ids, all_labels = [c.id for c in cases], [s.label for s in specs]
+    cells = select_shard(all_ids, all_labels, k, n)
+    chosen_cases = [c for c in cases if any(case_id == c.id for case_id, _ in cells)]
+    chosen_specs = [s for s in specs if any(label == s.label for _, label in cells)]
+    return _Selection(chosen_cases, chosen_specs, cells, {"cases": all_ids, "targets": all_labels})
+
+
+def run_replay(
+    request: ReplayRequest,
+    archive: Archive,
+    make_runner: RunnerFactory,
+    progress: ProgressFn,
+    notice: Callable[[str], None] = lambda message: None,
+) -> ReplayOutcome:
+    """Replay the archive as asked: load (invalid bundles reported), skip drafts, shard, run,
+    write the casekit.replay/1 JSON (whatever the exit code), commit, and decide the exit code.
+
+    `notice` receives the lines a user should see before the runs start.
+    """
+    if request.commit:
+        from casekit.gitarchive import require_repo
+
+        require_repo(archive.root)  # before a replay that can take minutes, not after
+    cases, invalid = archive.load_all_tolerant(list(request.case_ids) or None)
+    for error in invalid:
+        notice(f"invalid bundle: {error}")
+    drafts = [c.id for c in cases if DRAFT_TAG in c.tags and not request.case_ids]
+    if drafts:
+        notice(f"skipping {len(drafts)} draft case(s) without a repro: {', '.join(drafts)}")
+        cases = [c for c in cases if c.id not in drafts]
+    if not cases and invalid:
+        raise CasekitError(f"no valid case to replay: {len(invalid)} invalid bundle(s), the first: {invalid[0]}")
+    selection = _select(request, cases)
+    problems = 0 if request.allow_invalid else len(invalid)
+    if not selection.cases:  # a shard with nothing to run still writes its (empty) document
+        outcome = ReplayOutcome(
+            replay_document(None, request.shard, selection.matrix),
+            exit_code(Severity.INFO, request.fail_on, problems),
+            skipped_drafts=drafts,
+            invalid=invalid,
+        )
+        return _write(request, outcome)
+    notice(
+        f"replaying {len(selection.cases)} case(s) on {len(selection.specs)} target(s): "
+        + ", ".join(s.label for s in selection.specs)
+    )
+    report = replay(selection.cases, selection.specs, request.options, archive, make_runner, progress)
+    if selection.cells is not None:
+        for run in report.targets:
+            run.results = [r for r in run.results if (r.case_id, run.label) in selection.cells]
+    failed = [f"{run.label}: {run.error}" for run in report.targets if run.error]
+    outcome = ReplayOutcome(
+        replay_document(report, request.shard, selection.matrix),
+        exit_code(report.worst(), request.fail_on, problems + len(failed)),
+        report=report,
+        skipped_drafts=drafts,
+        invalid=invalid,
+        failed_targets=failed,
+    )
+    outcome = _write(request, outcome)
+    if request.commit and request.options.record:
+        from casekit.gitarchive import commit_paths, replay_message
+
+        paths = [archive.path_for(c.id) for c in selection.cases]
+        outcome.committed = commit_paths(archive.root, paths, replay_message(report))
+    return outcome
+
+
+def _write(request: ReplayRequest, outcome: ReplayOutcome) -> ReplayOutcome:
+    if request.json_out is not None:
+        outcome.json_written = write_replay_document(outcome.document, request.json_out)
+    return outcome
