@@ -32,3 +32,15 @@ def test_golden_transcript(name: str, args: list[str]):
     if os.environ.get("CASEKIT_UPDATE_GOLDEN"):
         golden.write_text(text)
     assert text == golden.read_text()
+
+
+def test_golden_merge_transcript():
+    """`merge` renders with the one replay table (site classes in canonical order, not alphabetical)."""
+    results = FIXTURES / "report" / "replay-torch-2.5.1.json"
+    result = run_casekit("merge", str(results), "--fail-on", "never")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.replace(str(results.parent), "<fixtures>")
+    golden = GOLDEN / "merge.txt"
+    if os.environ.get("CASEKIT_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()

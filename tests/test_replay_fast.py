@@ -217,3 +217,21 @@ def test_cli_list_and_report_go_on_past_an_invalid_bundle(archive: Archive, tmp_
     reported = run_casekit("report", "--archive", str(archive.root), "--format", "json", "--out", str(out))
     assert reported.returncode == 2 and "Traceback" not in reported.stderr
     assert len(json.loads((out / "report.json").read_text())["cases"]) == 5
+
+
+def test_the_replay_command_renders_the_outcome(archive: Archive, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command only parses, calls run_replay and renders: site classes in canonical order, exit code as decided."""
+    from typer.testing import CliRunner
+
+    import casekit.cli.replay as replay_command
+    from casekit.cli import app
+
+    _, factory, _ = recorded_targets({"t": Target("2.13.0", serve_as={"deepcopy_state": "breaks"})})
+    monkeypatch.setattr(replay_command, "default_runner_factory", factory)
+    args = ["replay", "--archive", str(archive.root), "--python", "t", "--case", "fixcase", "--no-record"]
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 1, done.output
+    [row] = [line for line in done.stdout.splitlines() if line.startswith("fixcase ") and " on " not in line]
+    assert row.split()[1:4] == ["fix_broken", "error", "pre:ok/post:ok"]
+    assert row.endswith("2 reappeared, 1 gone, 2 persists")  # attention first, never alphabetical
+    assert "rollback (verified): post-fix breaks again at deepcopy_state.py:6" in done.stdout
