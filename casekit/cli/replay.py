@@ -33,66 +33,80 @@ REPLAY_EXAMPLES = """Examples:
 """
 
 
+# The replay flags, declared once here so the command reads as what it does.
+Torches = Annotated[
+    list[str] | None,
+    typer.Option("--torch", help="A torch version for a managed target (repeatable; '2.13' = newest 2.13.x)."),
+]
+Pythons = Annotated[
+    list[str] | None, typer.Option("--python", help="An existing interpreter as a target (repeatable).")
+]
+RunnerName = Annotated[
+    str | None, typer.Option("--runner", help="How --torch targets are provided: venv (default) or docker.")
+]
+Cuda = Annotated[str | None, typer.Option("--cuda", help="CUDA tag for --torch targets, e.g. cu124.")]
+IndexUrl = Annotated[str | None, typer.Option("--index-url", help="Package index for torch.")]
+FindLinks = Annotated[str | None, typer.Option("--find-links", help="A folder of wheels to install from.")]
+Image = Annotated[str | None, typer.Option("--image", help="Docker: use this image as is.")]
+CaseIds = Annotated[list[str] | None, typer.Option("--case", help="Replay only these case ids (repeatable).")]
+Backend = Annotated[str | None, typer.Option("--backend", help="Override each case's recorded backend.")]
+Timeout = Annotated[float, typer.Option("--timeout", help="Seconds each run of a script may take.")]
+JsonOut = Annotated[
+    Path | None, typer.Option("--json", help="Write the casekit.replay/1 JSON here (written whatever the exit code).")
+]
+Record = Annotated[bool, typer.Option("--record/--no-record", help="Append this replay to each bundle's history.")]
+PinPackages = Annotated[
+    bool,
+    typer.Option(
+        "--pin-packages/--no-pin-packages",
+        help="Install the library versions the cases recorded beside torch (managed targets).",
+    ),
+]
+Shard = Annotated[str | None, typer.Option("--shard", help="K/N: run a stable slice of the case x target matrix.")]
+BaseImage = Annotated[
+    str | None,
+    typer.Option(
+        "--base-image",
+        help="Docker: base image for the replay image (casekit-base:bookworm on hosts without a registry).",
+    ),
+]
+Allow = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow",
+        help="Docker sandbox relaxation KEY=VALUE (network=bridge, memory=8g, pids=1024, read_only=false, gpus=all).",
+    ),
+]
+AllowInvalid = Annotated[
+    bool,
+    typer.Option("--allow-invalid", help="Invalid bundles are reported but do not make the exit code 2 by themselves."),
+]
+Commit = Annotated[
+    bool, typer.Option("--commit", help="Commit the updated bundles with a message saying what changed.")
+]
+
+
 def replay(
-    torch: Annotated[
-        list[str] | None,
-        typer.Option("--torch", help="A torch version for a managed target (repeatable; '2.13' = newest 2.13.x)."),
-    ] = None,
-    python: Annotated[
-        list[str] | None, typer.Option("--python", help="An existing interpreter as a target (repeatable).")
-    ] = None,
-    runner: Annotated[
-        str | None, typer.Option("--runner", help="How --torch targets are provided: venv (default) or docker.")
-    ] = None,
-    cuda: Annotated[str | None, typer.Option("--cuda", help="CUDA tag for --torch targets, e.g. cu124.")] = None,
-    index_url: Annotated[str | None, typer.Option("--index-url", help="Package index for torch.")] = None,
-    find_links: Annotated[str | None, typer.Option("--find-links", help="A folder of wheels to install from.")] = None,
-    image: Annotated[str | None, typer.Option("--image", help="Docker: use this image as is.")] = None,
-    case: Annotated[list[str] | None, typer.Option("--case", help="Replay only these case ids (repeatable).")] = None,
+    torch: Torches = None,
+    python: Pythons = None,
+    runner: RunnerName = None,
+    cuda: Cuda = None,
+    index_url: IndexUrl = None,
+    find_links: FindLinks = None,
+    image: Image = None,
+    case: CaseIds = None,
     archive: ArchiveOption = None,
-    backend: Annotated[str | None, typer.Option("--backend", help="Override each case's recorded backend.")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run of a script may take.")] = 300.0,
-    json_out: Annotated[
-        Path | None,
-        typer.Option("--json", help="Write the casekit.replay/1 JSON here (written whatever the exit code)."),
-    ] = None,
+    backend: Backend = None,
+    timeout: Timeout = 300.0,
+    json_out: JsonOut = None,
     fail_on: FailOnOption = "error",
-    record: Annotated[
-        bool, typer.Option("--record/--no-record", help="Append this replay to each bundle's history.")
-    ] = True,
-    pin_packages: Annotated[
-        bool,
-        typer.Option(
-            "--pin-packages/--no-pin-packages",
-            help="Install the library versions the cases recorded beside torch (managed targets).",
-        ),
-    ] = True,
-    shard: Annotated[
-        str | None, typer.Option("--shard", help="K/N: run a stable slice of the case x target matrix.")
-    ] = None,
-    base_image: Annotated[
-        str | None,
-        typer.Option(
-            "--base-image",
-            help="Docker: base image for the replay image (casekit-base:bookworm on hosts without a registry).",
-        ),
-    ] = None,
-    allow: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allow",
-            help="Docker sandbox relaxation KEY=VALUE (network=bridge, memory=8g, pids=1024, read_only=false, gpus=all).",
-        ),
-    ] = None,
-    allow_invalid: Annotated[
-        bool,
-        typer.Option(
-            "--allow-invalid", help="Invalid bundles are reported but do not make the exit code 2 by themselves."
-        ),
-    ] = False,
-    commit: Annotated[
-        bool, typer.Option("--commit", help="Commit the updated bundles with a message saying what changed.")
-    ] = False,
+    record: Record = True,
+    pin_packages: PinPackages = True,
+    shard: Shard = None,
+    base_image: BaseImage = None,
+    allow: Allow = None,
+    allow_invalid: AllowInvalid = False,
+    commit: Commit = False,
 ) -> None:
     """Replay the archive on one or more targets and classify every break."""
     from casekit.replay import ReplayOptions
