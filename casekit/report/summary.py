@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from casekit.model import SITE_CLASS_ORDER, Case, ReplayRecord, Severity, SiteClass
+from casekit.model import SITE_CLASS_ORDER, Case, ReplayRecord, Severity, SiteClass, Verdict
 
 if TYPE_CHECKING:
     from casekit.replay_document import ReplayDocument
@@ -28,7 +28,7 @@ class Cell:
     case_id: str
     target: str
     torch: str
-    verdict: str
+    verdict: Verdict
     severity: Severity
     statuses: dict[str, str] = field(default_factory=dict)  # script -> status
     classes: dict[str, int] = field(default_factory=dict)  # site class -> count
@@ -96,7 +96,7 @@ class ArchiveSummary:
     def severity_counts(self) -> Counter[str]:
         return Counter(cell.severity.value for cell in self.cells())
 
-    def verdict_counts(self) -> Counter[str]:
+    def verdict_counts(self) -> Counter[Verdict]:
         return Counter(cell.verdict for cell in self.cells())
 
 
@@ -159,8 +159,8 @@ def cells_from_results(data: ReplayDocument, source: str) -> list[Cell]:
                 case_id=str(result["case"]),
                 target=str(result["target"]),
                 torch=torch_of.get(str(result["target"]), "?"),
-                verdict=str(result.get("verdict")),
-                severity=Severity(result.get("severity", "info")),
+                verdict=Verdict(result["verdict"]),
+                severity=Severity(result["severity"]),
                 statuses=statuses,
                 classes=dict(classes),
                 details=details,
