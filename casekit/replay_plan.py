@@ -91,6 +91,8 @@ class ReplayRequest:
         object.__setattr__(self, "fail_on", FailOn.parse(self.fail_on))
         if self.shard is not None:
             parse_shard(self.shard)
+        if self.json_out is not None and self.json_out.is_dir():  # found now, not after a long replay
+            raise CasekitError(f"--json {self.json_out}: is a folder; give a file name")
 
 
 @dataclass
@@ -157,6 +159,8 @@ def run_replay(
         cases = [c for c in cases if c.id not in drafts]
     if not cases and invalid:
         raise CasekitError(f"no valid case to replay: {len(invalid)} invalid bundle(s), the first: {invalid[0]}")
+    if not cases and request.shard is None:
+        raise CasekitError(f"the archive {archive.root} holds no cases to replay")
     selection = _select(request, cases)
     problems = 0 if request.allow_invalid else len(invalid)
     if not selection.cases:  # a shard with nothing to run still writes its (empty) document

@@ -164,6 +164,17 @@ def test_drafts_are_skipped_and_invalid_bundles_reported_not_fatal(archive: Arch
     assert allowed.exit_code is ExitCode.OK
 
 
+def test_nothing_to_replay_is_a_problem_unless_it_is_an_empty_shard(tmp_path: Path) -> None:
+    empty = Archive(tmp_path / "empty")
+    empty.root.mkdir()
+    _, factory, _ = recorded_targets({"t": Target("2.13.0")})
+    with pytest.raises(CasekitError, match="holds no cases to replay"):
+        run_replay(request_for(["t"]), empty, factory, quiet)
+    assert run_replay(request_for(["t"], shard="1/2"), empty, factory, quiet).exit_code is ExitCode.OK
+    with pytest.raises(CasekitError, match="is a folder"):
+        request_for(["t"], json_out=tmp_path)
+
+
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 0.0, -1.0])
 def test_a_timeout_must_be_finite_and_positive(value: float) -> None:
     with pytest.raises(CasekitError, match="--timeout must be a finite number of seconds greater than 0"):
