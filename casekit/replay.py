@@ -73,6 +73,8 @@ class TargetRun:
 
 @dataclass
 class ReplayReport:
+    """Every target's run of one replay, in the order the targets were given."""
+
     targets: list[TargetRun]
 
     @property

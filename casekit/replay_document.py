@@ -239,7 +239,7 @@ def _read_bounded(path: Path) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-            raise ReplayDocumentError(f"{path}: {kind}; expected a casekit.replay/1 JSON file")
+            raise ReplayDocumentError(f"{path}: {kind}; expected a {REPLAY_SCHEMA} JSON file")
         if info.st_size > MAX_DOCUMENT_BYTES:
             raise ReplayDocumentError(f"{path}: {info.st_size} bytes, over the {MAX_DOCUMENT_BYTES} byte limit")
         with os.fdopen(fd, "rb", closefd=False) as handle:
