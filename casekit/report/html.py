@@ -19,6 +19,7 @@ from typing import Any
 from casekit.model import Case, ReplayRecord, ScriptObservation, Site, SiteClass
 from casekit.observe.reasons import describe_category, registry
 from casekit.report.formats import ReportFormat
+from casekit.report.pictures import heatmap_section, timeline_section
 from casekit.report.summary import VERDICT_ORDER, ArchiveSummary, CaseSummary, Cell
 
 GB_ID = re.compile(r"^GB\d{4}$")
@@ -104,6 +105,7 @@ def index_page(summary: ArchiveSummary) -> str:
     for warning in summary.warnings:
         parts.append(f'<p class="muted">warning: {h(warning)}</p>')
     parts.append("</section>")
+    parts.append(heatmap_section(summary))
     parts.append(matrix_html(summary))
     parts.append(case_index_html(summary))
     return page(summary.title, h(summary.title), subtitle, "\n".join(parts), summary.generated)
@@ -461,6 +463,7 @@ def case_page(summary: CaseSummary, generated: str) -> str:
         )
         facts.append(("from", origin))
     body.append('<dl class="facts">' + "".join(f"<dt>{h(k)}</dt><dd>{h(v)}</dd>" for k, v in facts if v) + "</dl>")
+    body.append(timeline_section(case))
     for label, text, css in (
         ("Notes", case.notes, ""),
         ("Fix", case.fix_summary, ""),
