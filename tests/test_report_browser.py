@@ -218,3 +218,16 @@ def test_a_case_page_prints_with_its_timeline(pictures_site: Path, tmp_path: Pat
     assert pdf.exists(), done.stderr[-2000:]
     data = pdf.read_bytes()
     assert data.startswith(b"%PDF") and len(data) > 20_000
+
+
+def test_bisect_page_renders_its_steps(tmp_path: Path) -> None:
+    import json
+
+    from casekit.report.pictures import render_bisect_html
+
+    doc = json.loads((PICTURES.parent / "bisect-logging-in-forward.json").read_text(encoding="utf-8"))
+    page = tmp_path / "bisect.html"
+    page.write_text(render_bisect_html(doc), encoding="utf-8")
+    _, _, rows = png_pixels(screenshot(tmp_path, page.as_uri(), "bisect-logging-in-forward.png", "1280,640"))
+    assert colour_count(rows, "#aceebb") > 400 and colour_count(rows, "#ff8182") > 400  # good and bad steps
+    assert colour_count(rows, "#cf222e") > 50  # the dashed line where the outcome changes

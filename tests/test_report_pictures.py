@@ -8,6 +8,7 @@ tests/fixtures/pictures/archive holds the nine starter cases replayed with
 from __future__ import annotations
 
 import copy
+import json
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
@@ -265,3 +266,22 @@ def test_no_pictures_before_any_replay(cases: dict[str, Case]) -> None:
     files = get_format("html").render(summarize([fresh]))
     assert "heatmap-svg" not in files["index.html"]
     assert "timeline-svg" in files["cases/tensor-if.html"]  # the capture alone is still a column
+
+
+REAL_BISECT = (
+    Path(__file__).parent / "fixtures" / "pictures" / "bisect-logging-in-forward.json"
+)  # `casekit bisect --json`
+
+
+def test_a_real_bisection_renders_with_its_boundary_and_on_the_timeline(cases: dict[str, Case]) -> None:
+    doc = json.loads(REAL_BISECT.read_text(encoding="utf-8"))
+    assert doc["schema"] == "casekit.bisect/1"
+    root = parse_svg(bisect_svg(doc))
+    steps = groups(root, "bisect-step")
+    assert [texts(g)[1] for g in steps] == doc["searched"]["candidates"]
+    assert sorted(texts(g)[0] for g in steps) == sorted(
+        f"#{n} {'good' if s['outcome'] == doc['good_outcome'] else 'bad'}" for n, s in enumerate(doc["steps"], 1)
+    )
+    timeline = parse_svg(timeline_svg(timeline_from_case(cases[doc["subject"]]), [doc]))
+    line = groups(timeline, "bisect-boundary")
+    assert len(line) == 1 and doc["first_bad"] in " ".join(texts(line[0]))
