@@ -146,6 +146,8 @@ def test_a_failed_script_is_red_and_its_breaks_unobserved(cases: dict[str, Case]
     errors = groups(root, "status-error")
     assert len(errors) == 1 and "compile_error" in texts(errors[0])
     assert errors[0].find(f"{SVG}rect").get("fill") == STATUS_ERROR  # type: ignore[union-attr]
+    graphs = next(iter(groups(root, "chart-graphs")))
+    assert texts(graphs)[-1] == "n/a"  # a record without figures says so, it does not draw a zero
 
 
 def test_every_bundle_string_is_escaped() -> None:
