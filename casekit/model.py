@@ -251,6 +251,8 @@ class ReplayRecord:
     sites: list[SiteVerdict] = field(default_factory=list)
     observed: dict[str, list[str]] = field(default_factory=dict)  # script -> "file:line|category" keys seen
     reasons: list[str] = field(default_factory=list)  # why the verdict, in a line each
+    graphs: dict[str, int] | None = None  # script -> graph count (the report's timeline charts them)
+    compile_s: dict[str, float] | None = None  # script -> first-call seconds summed over entry points
 
 
 @dataclass

@@ -288,6 +288,12 @@ def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
         sites=sites,
         observed=observed,
         reasons=list(result.reasons),
+        graphs={which: script.observation.graphs for which, script in result.scripts.items()},
+        compile_s={
+            which: round(sum(e.first_call_s for e in script.observation.entries if e.first_call_s is not None), 4)
+            for which, script in result.scripts.items()
+            if any(e.first_call_s is not None for e in script.observation.entries)
+        },
     )
 
 

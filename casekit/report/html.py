@@ -19,6 +19,7 @@ from typing import Any
 from casekit.model import VERDICT_ORDER, Case, ReplayRecord, ScriptObservation, Site, SiteClass
 from casekit.observe.reasons import describe_category, registry
 from casekit.report.formats import ReportFormat
+from casekit.report.pictures import heatmap_section, timeline_section
 from casekit.report.summary import ArchiveSummary, CaseSummary, Cell
 from casekit.report.text import class_counts
 
@@ -105,6 +106,7 @@ def index_page(summary: ArchiveSummary) -> str:
     for warning in summary.warnings:
         parts.append(f'<p class="muted">warning: {h(warning)}</p>')
     parts.append("</section>")
+    parts.append(heatmap_section(summary))
     parts.append(matrix_html(summary))
     parts.append(case_index_html(summary))
     return page(summary.title, h(summary.title), subtitle, "\n".join(parts), summary.generated)
@@ -458,6 +460,7 @@ def case_page(summary: CaseSummary, generated: str) -> str:
         )
         facts.append(("from", origin))
     body.append('<dl class="facts">' + "".join(f"<dt>{h(k)}</dt><dd>{h(v)}</dd>" for k, v in facts if v) + "</dl>")
+    body.append(timeline_section(case))
     for label, text, css in (
         ("Notes", case.notes, ""),
         ("Fix", case.fix_summary, ""),

@@ -1,0 +1,624 @@
+"""Pictures for the HTML report: inline SVG built from plain data, no scripts, no network.
+
+Three pictures, each a pure function from data to an SVG string:
+
+- `timeline_svg`: one case across releases. Columns are the capture and each
+  replay (ordered by torch version, then by date when a release repeats), rows
+  are the case's break sites; a mark per cell says persists / moved / gone /
+  new / reappeared / unobserved, failed scripts are red, and two small charts
+  give the graph count and the first-call (compile) time per column.
+- `heatmap_svg`: the archive as release x case, cells coloured by verdict.
+- `bisect_svg`: a bisection's candidates with each step's outcome and the
+  place where the outcome changes (`render_bisect_html` wraps it in a page).
+
+Every string that comes from a bundle or a document goes through `esc`; marks
+carry a letter as well as a colour, and every shape has a <title>, so the
+pictures read in greyscale, in print and in a screen reader.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from casekit.model import Case, ReplayRecord
+
+FONT = 'font-family="-apple-system, Segoe UI, Helvetica, Arial, sans-serif"'
+
+# mark -> (fill, stroke, letter, legend text); the letter keeps the picture readable without colour
+MARKS: dict[str, tuple[str, str, str, str]] = {
+    "recorded": ("#ddf4ff", "#0969da", "C", "recorded at capture"),
+    "persists": ("#eaeef2", "#57606a", "P", "persists"),
+    "moved": ("#fff8c5", "#9a6700", "M", "moved"),
+    "gone": ("#dafbe1", "#1a7f37", "G", "gone"),
+    "new": ("#ffebe9", "#cf222e", "N", "new"),
+    "reappeared": ("#ffebe9", "#82071e", "R", "reappeared"),
+    "unobserved": ("#ffffff", "#8c959f", "?", "unobserved (the script did not run to the end)"),
+}
+# when one row holds several verdicts in one replay, the most telling one is drawn
+MARK_PRIORITY = ["reappeared", "new", "moved", "gone", "persists", "recorded", "unobserved"]
+
+VERDICT_FILL: dict[str, tuple[str, str]] = {  # verdict -> (fill, text colour)
+    "unchanged": ("#aceebb", "#0f5323"),
+    "improved": ("#4ac26b", "#ffffff"),
+    "changed": ("#eac54f", "#3b2300"),
+    "regressed": ("#ff8182", "#5d0011"),
+    "fix_broken": ("#cf222e", "#ffffff"),
+    "env_failed": ("#82071e", "#ffffff"),
+}
+NO_RESULT_FILL = ("#f6f8fa", "#8c959f")
+SEVERITY_STROKE = {"error": "#cf222e", "warn": "#9a6700", "info": "#0969da"}
+STATUS_ERROR = "#cf222e"
+
+
+def esc(value: object) -> str:
+    """Escape a value for SVG/HTML text and attributes."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def version_sort_key(torch: str) -> tuple[int, Version | str]:
+    """Releases in version order ('2.5.1+cu124' < '2.13.0'); what is not a version sorts last, by name."""
+    try:
+        return (0, Version(torch))
+    except InvalidVersion:
+        return (1, torch)
+
+
+def clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(1, width - 1)] + "\u2026"
+
+
+# ------------------------------------------------------------------ timeline data
+
+
+@dataclass
+class TimelineRow:
+    """One break site of the case: a script line (where the break is anchored in the script)."""
+
+    script: str  # "pre" | "post"
+    where: str  # "repro.py:8"
+    function: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.script}|{self.where}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.script} {self.where}" + (f" {self.function}" if self.function else "")
+
+
+@dataclass
+class TimelineColumn:
+    """The capture or one replay: its marks per row, script statuses and the two charted figures."""
+
+    label: str  # "2.5.1", or "2.5.1 11-30 23:55" when the release repeats
+    torch: str
+    target: str = ""
+    at: str = ""
+    verdict: str = ""  # "" for the capture
+    severity: str = ""
+    statuses: dict[str, str] = field(default_factory=dict)
+    marks: dict[str, Counter[str]] = field(default_factory=dict)  # row key -> how many of each mark
+    graphs: dict[str, int] = field(default_factory=dict)
+    compile_s: dict[str, float] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+
+    def marks_at(self, key: str) -> list[str]:
+        """The marks of one row, most telling first (a line can hold a gone break and a persisting one)."""
+        return sorted(self.marks.get(key, {}), key=MARK_PRIORITY.index)
+
+    def add(self, key: str, mark: str) -> None:
+        self.marks.setdefault(key, Counter())[mark] += 1
+
+    def describe(self) -> str:
+        head = f"{self.target or 'capture'} on torch {self.torch}" + (f" at {self.at}" if self.at else "")
+        states = ", ".join(f"{w} {s}" for w, s in self.statuses.items())
+        verdict = f": {self.verdict} ({self.severity})" if self.verdict else ""
+        return "; ".join(part for part in (head + verdict, states, *self.reasons[:4]) if part)
+
+
+@dataclass
+class Timeline:
+    case_id: str
+    title: str
+    rows: list[TimelineRow]
+    columns: list[TimelineColumn]
+    scripts: list[str]  # the scripts the case has, in order
+
+
+def _capture_column(case: Case, functions: dict[str, str]) -> TimelineColumn | None:
+    if not case.observations:
+        return None
+    column = TimelineColumn(label="recorded", torch=str(case.environment.get("torch", "?")), at=case.created)
+    for which, observation in case.observations.items():
+        column.statuses[which] = observation.status.value
+        column.graphs[which] = observation.graphs
+        firsts = [e.first_call_s for e in observation.entries if e.first_call_s is not None]
+        if firsts:
+            column.compile_s[which] = sum(firsts)
+        for site in observation.sites:
+            anchor = site.anchor
+            key = TimelineRow(which, anchor.where()).key
+            functions.setdefault(key, anchor.function)
+            column.add(key, "recorded")
+    return column
+
+
+def _replay_column(record: ReplayRecord, label: str) -> TimelineColumn:
+    column = TimelineColumn(
+        label=label,
+        torch=record.torch,
+        target=record.target,
+        at=record.at,
+        verdict=record.verdict,
+        severity=record.severity.value,
+        statuses=dict(record.statuses),
+        graphs=dict(record.graphs or {}),
+        compile_s=dict(record.compile_s or {}),
+        reasons=list(record.reasons),
+    )
+    for verdict in record.sites:
+        key = TimelineRow(verdict.script, verdict.where).key
+        column.add(key, verdict.site_class.value)
+    return column
+
+
+def _column_labels(records: Sequence[ReplayRecord]) -> list[str]:
+    """The torch release; with the replay date when the same release appears more than once."""
+    seen: dict[str, int] = {}
+    for record in records:
+        seen[record.torch] = seen.get(record.torch, 0) + 1
+    return [
+        record.torch if seen[record.torch] == 1 else f"{record.torch} {record.at[5:16].replace('T', ' ')}"
+        for record in records
+    ]
+
+
+def timeline_from_case(case: Case) -> Timeline:
+    """The case's history as rows (break sites) x columns (capture, then replays in release order)."""
+    functions: dict[str, str] = {}
+    columns: list[TimelineColumn] = []
+    capture = _capture_column(case, functions)
+    if capture is not None:
+        columns.append(capture)
+    records = sorted(case.replays, key=lambda r: (version_sort_key(r.torch), r.at, r.target))
+    columns += [_replay_column(r, label) for r, label in zip(records, _column_labels(records), strict=True)]
+    scripts = ["pre", "post"] if case.post is not None else ["pre"]
+    keys: dict[str, TimelineRow] = {}
+    for column in columns:
+        for key in column.marks:
+            script, where = key.split("|", 1)
+            keys.setdefault(key, TimelineRow(script, where, functions.get(key, "")))
+    rows = sorted(keys.values(), key=lambda r: (scripts.index(r.script) if r.script in scripts else 9, _line_key(r)))
+    for column in columns:  # a script that did not finish observed nothing: say so rather than leave a blank
+        for row in rows:
+            if row.key not in column.marks and column.statuses.get(row.script, "ok") != "ok":
+                column.add(row.key, "unobserved")
+    return Timeline(case.id, case.title, rows, columns, scripts)
+
+
+def _line_key(row: TimelineRow) -> tuple[str, int]:
+    file, _, line = row.where.rpartition(":")
+    return (file, int(line) if line.isdigit() else 0)
+
+
+# ------------------------------------------------------------------ shared drawing
+
+
+def svg_open(width: int, height: int, title: str, desc: str, css_class: str) -> str:
+    ident = css_class.replace(" ", "-")
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="{esc(css_class)}" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-labelledby="{ident}-t {ident}-d" {FONT} font-size="12">'
+        f'<title id="{ident}-t">{esc(title)}</title><desc id="{ident}-d">{esc(desc)}</desc>'
+    )
+
+
+def text(
+    x: float, y: float, value: str, *, anchor: str = "start", size: int = 12, fill: str = "#1f2328", bold: bool = False
+) -> str:
+    weight = ' font-weight="600"' if bold else ""
+    return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}" fill="{fill}"{weight}>{esc(value)}</text>'
+
+
+def mark_shape(mark: str, cx: float, cy: float, tip: str) -> str:
+    fill, stroke, letter, _ = MARKS[mark]
+    dash = ' stroke-dasharray="3 2"' if mark == "unobserved" else ""
+    return (
+        f'<g class="mark mark-{esc(mark)}"><title>{esc(tip)}</title>'
+        f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="9" fill="{fill}" stroke="{stroke}" stroke-width="2"{dash}/>'
+        f"{text(cx, cy + 4, letter, anchor='middle', size=11, fill=stroke, bold=True)}</g>"
+    )
+
+
+def legend(items: Sequence[tuple[str, str]], x: float, y: float, width: float) -> tuple[str, float]:
+    """Swatches (svg of a swatch drawn at 0,0; label) in rows that fit `width`; returns the svg and its height."""
+    out, cursor, row = [f'<g class="legend" transform="translate({x:.1f},{y:.1f})">'], 0.0, 0
+    for swatch, label in items:
+        step = 30 + 6.8 * len(label)
+        if cursor and cursor + step > width:
+            cursor, row = 0.0, row + 1
+        out.append(f'<g transform="translate({cursor:.1f},{row * 20})">{swatch}{text(12, 4, label, size=11)}</g>')
+        cursor += step
+    out.append("</g>")
+    return "".join(out), (row + 1) * 20.0
+
+
+def finish_svg(
+    body: list[str], width: int, bottom: float, swatches: Sequence[tuple[str, str]], head: tuple[str, str, str]
+) -> str:
+    """Frame a picture: its <title>/<desc>, a white ground, the body, and the legend below `bottom`."""
+    title, desc, css_class = head
+    legend_svg, legend_h = legend(swatches, 16, bottom + 18, width - 32)
+    height = int(bottom + legend_h + 10)
+    ground = f'<rect width="{width}" height="{height}" fill="#ffffff"/>'
+    return svg_open(width, height, title, desc, css_class) + ground + "".join(body) + legend_svg + "</svg>"
+
+
+def _width_of(labels: Iterable[str], per_char: float, least: int, most: int) -> int:
+    return int(min(most, max([least, *(per_char * len(label) + 16 for label in labels)])))
+
+
+# ------------------------------------------------------------------ the timeline picture
+
+COL_W = 100
+ROW_H = 26
+HEAD_H = 58
+CHART_H = 54
+SCRIPT_FILL = {"pre": "#0969da", "post": "#8250df"}
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def _header(column: TimelineColumn, x: float) -> str:
+    fill, ink = VERDICT_FILL.get(column.verdict, NO_RESULT_FILL) if column.verdict else ("#ddf4ff", "#0969da")
+    stroke = SEVERITY_STROKE.get(column.severity, "#d0d7de")
+    release, _, when = column.label.partition(" ")  # "2.13.0+cpu 11-30 23:55" when the release repeats
+    lines = [(release, 12, True), *([(when, 10, False)] if when else []), (column.verdict or "capture", 11, False)]
+    texts = "".join(
+        text(x + COL_W / 2, 19 + 14 * i, clip(line, 15), anchor="middle", size=size, bold=bold, fill=ink)
+        for i, (line, size, bold) in enumerate(lines)
+    )
+    return (
+        f'<g class="column-head"><title>{esc(column.describe())}</title>'
+        f'<rect x="{x + 3:.1f}" y="4" width="{COL_W - 6}" height="{HEAD_H - 8}" rx="4" fill="{fill}" stroke="{stroke}"/>'
+        f"{texts}</g>"
+    )
+
+
+def _status_cell(column: TimelineColumn, script: str, x: float, y: float) -> str:
+    status = column.statuses.get(script)
+    if status is None:
+        return text(x + COL_W / 2, y + 17, "-", anchor="middle", fill="#8c959f")
+    if status == "ok":
+        return f'<g class="status-ok"><title>{esc(script)}: ok</title>{text(x + COL_W / 2, y + 17, "ok", anchor="middle", fill="#1a7f37")}</g>'
+    return (
+        f'<g class="status-error"><title>{esc(script)}: {esc(status)} ({esc(column.describe())})</title>'
+        f'<rect x="{x + 4:.1f}" y="{y + 3:.1f}" width="{COL_W - 8}" height="{ROW_H - 6}" rx="3" fill="{STATUS_ERROR}"/>'
+        f"{text(x + COL_W / 2, y + 17, clip(status, 14), anchor='middle', size=11, fill='#ffffff', bold=True)}</g>"
+    )
+
+
+def _chart(name: str, values: list[dict[str, float]], scripts: list[str], x0: float, y0: float, fmt: Any) -> str:
+    """Bars per column and script, scaled to the largest figure; 'n/a' where the figure was not recorded."""
+    top = max([v for column in values for v in column.values()] or [0.0])
+    out = [f'<g class="chart chart-{esc(name.split()[0])}">']
+    bar_w = (COL_W - 24) / max(1, len(scripts))
+    for i, column in enumerate(values):
+        x = x0 + i * COL_W + 12
+        if not column:
+            out.append(
+                text(x0 + i * COL_W + COL_W / 2, y0 + CHART_H - 6, "n/a", anchor="middle", size=10, fill="#8c959f")
+            )
+            continue
+        for j, script in enumerate(scripts):
+            value = column.get(script)
+            if value is None:
+                continue
+            height = 2 + (CHART_H - 20) * (value / top if top else 0)
+            bx, by = x + j * bar_w, y0 + CHART_H - 4 - height
+            out.append(
+                f"<g><title>{esc(name)}, {esc(script)}: {esc(fmt(value))}</title>"
+                f'<rect x="{bx:.1f}" y="{by:.1f}" width="{bar_w - 3:.1f}" height="{height:.1f}" fill="{SCRIPT_FILL.get(script, "#57606a")}"/>'
+                f"{text(bx + (bar_w - 3) / 2, by - 2, fmt(value), anchor='middle', size=9, fill='#57606a')}</g>"
+            )
+    out.append("</g>")
+    return "".join(out)
+
+
+def _bisect_line(timeline: Timeline, doc: dict[str, Any], left: float, bottom: float) -> str:
+    """A dashed line before the first replayed release at or after the bisection's first bad one."""
+    if doc.get("kind") != "versions" or doc.get("subject") != timeline.case_id:
+        return ""
+    first_bad = version_sort_key(str(doc.get("first_bad", "")))
+    replays = [(i, c) for i, c in enumerate(timeline.columns) if c.verdict]
+    for position, (index, column) in enumerate(replays):
+        if version_sort_key(column.torch.split("+")[0]) >= first_bad and position > 0:
+            x = left + index * COL_W
+            tip = f"bisect: {doc.get('last_good')} -> {doc.get('first_bad')} ({doc.get('predicate')})"
+            note = "bisect: " + clip(str(doc.get("first_bad")), 12)
+            return (
+                f'<g class="bisect-boundary"><title>{esc(tip)}</title>'
+                f'<line x1="{x:.1f}" y1="2" x2="{x:.1f}" y2="{bottom:.1f}" stroke="#cf222e" stroke-width="2" stroke-dasharray="6 3"/>'
+                f"{text(x + 3, HEAD_H + 10, note, size=10, fill='#cf222e')}</g>"
+            )
+    return ""
+
+
+def _cell_marks(column: TimelineColumn, row: TimelineRow, x: float, y: float) -> str:
+    """Up to two marks side by side (the two most telling); the <title> counts them all."""
+    marks = column.marks_at(row.key)[:2]
+    counts = column.marks.get(row.key, Counter())
+    said = ", ".join(f"{counts[m]} {MARKS[m][3]}" for m in column.marks_at(row.key))
+    tip = f"{row.label}: {said} on {column.describe()}"
+    offsets = [0.0] if len(marks) == 1 else [-11.0, 11.0]
+    return "".join(
+        mark_shape(mark, x + COL_W / 2 + dx, y + ROW_H / 2, tip) for mark, dx in zip(marks, offsets, strict=False)
+    )
+
+
+def timeline_svg(timeline: Timeline, bisects: Sequence[dict[str, Any]] = ()) -> str:
+    """The case across releases: a mark per break site and column, script statuses, graphs and compile time."""
+    labels = [clip(row.label, 56) for row in timeline.rows] or ["no break recorded or observed"]
+    left = _width_of(labels + ["compile time (first call)"], 6.6, 170, 400)
+    n = len(timeline.columns)
+    width = max(460, int(left + max(n, 1) * COL_W + 16))
+    rows_h = max(1, len(timeline.rows)) * ROW_H
+    status_y = HEAD_H + rows_h + 8
+    chart_y = status_y + len(timeline.scripts) * ROW_H + 10
+    desc = f"{len(timeline.rows)} break site(s) of case {timeline.case_id} over {n} column(s): " + "; ".join(
+        column.describe() for column in timeline.columns
+    )
+    out = [text(8, 30, "break site", bold=True, fill="#57606a")]
+    for i, column in enumerate(timeline.columns):
+        out.append(_header(column, left + i * COL_W))
+    if not timeline.rows:
+        out.append(text(8, HEAD_H + 17, labels[0], fill="#57606a"))
+    for r, row in enumerate(timeline.rows):
+        y = HEAD_H + r * ROW_H
+        if r % 2 == 0:
+            out.append(f'<rect x="0" y="{y}" width="{width}" height="{ROW_H}" fill="#f6f8fa"/>')
+        out.append(
+            f"<g><title>{esc(row.label)}</title>{text(8, y + 17, labels[r], fill=SCRIPT_FILL.get(row.script, '#1f2328'))}</g>"
+        )
+        out += [_cell_marks(column, row, left + i * COL_W, y) for i, column in enumerate(timeline.columns)]
+    for s, script in enumerate(timeline.scripts):
+        y = status_y + s * ROW_H
+        out.append(text(8, y + 17, f"{script} status", fill="#57606a"))
+        out += [_status_cell(column, script, left + i * COL_W, y) for i, column in enumerate(timeline.columns)]
+    charts = (
+        ("graphs", [{k: float(v) for k, v in c.graphs.items()} for c in timeline.columns], lambda v: f"{v:.0f}"),
+        ("compile time (first call)", [dict(c.compile_s) for c in timeline.columns], _seconds),
+    )
+    for k, (name, values, fmt) in enumerate(charts):
+        y = chart_y + k * (CHART_H + 12)
+        out.append(
+            f'<line x1="{left}" y1="{y + CHART_H - 4}" x2="{width - 16}" y2="{y + CHART_H - 4}" stroke="#d0d7de"/>'
+        )
+        out.append(text(8, y + CHART_H / 2 + 4, name, fill="#57606a"))
+        out.append(_chart(name, values, timeline.scripts, left, y, fmt))
+    out += [_bisect_line(timeline, doc, left, chart_y - 4) for doc in bisects]
+    swatches = [(mark_shape(m, 0, 0, MARKS[m][3]).replace('r="9"', 'r="7"'), MARKS[m][3].split(" (")[0]) for m in MARKS]
+    swatches += [(f'<rect x="-7" y="-7" width="14" height="14" fill="{STATUS_ERROR}"/>', "status error")]
+    swatches += [
+        (f'<rect x="-7" y="-7" width="14" height="14" fill="{SCRIPT_FILL[s]}"/>', f"{s} script")
+        for s in timeline.scripts
+    ]
+    head = (f"Timeline of {timeline.case_id}: {timeline.title}", desc, "timeline-svg")
+    return finish_svg(out, width, chart_y + 2 * (CHART_H + 12), swatches, head)
+
+
+# ------------------------------------------------------------------ the archive heatmap
+
+
+@dataclass
+class HeatCell:
+    verdict: str
+    severity: str
+    detail: str = ""  # the tooltip: what changed
+
+
+@dataclass
+class Heatmap:
+    """Cases (rows) x targets (columns, in release order) with the latest verdict per cell."""
+
+    cases: list[str]
+    targets: list[tuple[str, str]]  # (label, torch)
+    cells: dict[tuple[str, str], HeatCell]  # (case id, target label) -> cell
+    links: dict[str, str] = field(default_factory=dict)  # case id -> relative page
+
+
+SHORT_VERDICT = {"fix_broken": "fix broken", "env_failed": "env failed"}
+
+
+def heatmap_svg(heatmap: Heatmap) -> str:
+    """Release x case: one coloured, labelled cell per latest result, with a <title> saying why."""
+    targets = sorted(heatmap.targets, key=lambda t: (version_sort_key(t[1].split("+")[0]), t[0]))
+    left = _width_of(heatmap.cases, 7.0, 120, 300)
+    cell_w, cell_h, head = 112, 30, 52
+    width = max(560, int(left + max(1, len(targets)) * cell_w + 16))
+    desc = f"{len(heatmap.cases)} case(s) x {len(targets)} target(s), cells coloured by the latest verdict"
+    out = []
+    for i, (label, torch) in enumerate(targets):
+        x = left + i * cell_w + cell_w / 2
+        out.append(
+            f"<g><title>{esc(label)} (torch {esc(torch)})</title>{text(x, 20, clip(torch, 16), anchor='middle', bold=True)}"
+            f"{text(x, 36, clip(label, 17), anchor='middle', size=10, fill='#57606a')}</g>"
+        )
+    for r, case_id in enumerate(heatmap.cases):
+        y = head + r * cell_h
+        name = text(8, y + 19, clip(case_id, 40))
+        link = heatmap.links.get(case_id)
+        out.append(f'<a href="{esc(link)}">{name}</a>' if link else name)
+        for i, (label, _torch) in enumerate(targets):
+            out.append(
+                _heat_cell(heatmap.cells.get((case_id, label)), case_id, label, left + i * cell_w, y, cell_w, cell_h)
+            )
+    swatches = [
+        (f'<rect x="-7" y="-7" width="14" height="14" fill="{fill}" stroke="#d0d7de"/>', SHORT_VERDICT.get(v, v))
+        for v, (fill, _) in VERDICT_FILL.items()
+    ]
+    swatches.append(
+        (f'<rect x="-7" y="-7" width="14" height="14" fill="{NO_RESULT_FILL[0]}" stroke="#d0d7de"/>', "not replayed")
+    )
+    bottom = head + max(1, len(heatmap.cases)) * cell_h
+    return finish_svg(out, width, bottom, swatches, ("Release x case heatmap", desc, "heatmap-svg"))
+
+
+def _heat_cell(cell: HeatCell | None, case_id: str, target: str, x: float, y: float, w: float, h: float) -> str:
+    if cell is None:
+        fill, ink = NO_RESULT_FILL
+        word, tip, stroke = "-", f"{case_id} on {target}: not replayed", "#d0d7de"
+    else:
+        fill, ink = VERDICT_FILL.get(cell.verdict, NO_RESULT_FILL)
+        word = SHORT_VERDICT.get(cell.verdict, cell.verdict)
+        tip = f"{case_id} on {target}: {cell.verdict} ({cell.severity})" + (f" - {cell.detail}" if cell.detail else "")
+        stroke = "#ffffff"
+    return (
+        f'<g class="heat-cell" data-verdict="{esc(cell.verdict if cell else "none")}"><title>{esc(tip)}</title>'
+        f'<rect x="{x + 1:.1f}" y="{y + 1:.1f}" width="{w - 2:.1f}" height="{h - 2:.1f}" fill="{fill}" stroke="{stroke}"/>'
+        f"{text(x + w / 2, y + h / 2 + 4, clip(word, 14), anchor='middle', size=11, fill=ink, bold=True)}</g>"
+    )
+
+
+# ------------------------------------------------------------------ a bisection
+
+OUTCOME_FILL = {"good": ("#aceebb", "#0f5323"), "bad": ("#ff8182", "#5d0011"), "unknown": ("#eaeef2", "#57606a")}
+
+
+def _step_side(doc: dict[str, Any], outcome: str) -> str:
+    if outcome == doc.get("good_outcome"):
+        return "good"
+    if outcome == doc.get("bad_outcome"):
+        return "bad"
+    return "unknown"
+
+
+def bisect_svg(doc: dict[str, Any]) -> str:
+    """A `casekit.bisect/1` document: every candidate in order, the tried ones coloured, the change marked."""
+    searched = doc.get("searched") or {}
+    candidates = [str(c) for c in searched.get("candidates") or []]
+    labels = {str(k): str(v) for k, v in (doc.get("labels") or {}).items()}
+    steps = {str(s.get("target")): (n, s) for n, s in enumerate(doc.get("steps") or [], start=1)}
+    cell_w = 84 if len(candidates) <= 14 else 56
+    width = max(460, int(16 + max(1, len(candidates)) * cell_w + 16))
+    desc = (
+        f"bisection of {doc.get('subject')} by {doc.get('predicate')}: last good {doc.get('last_good')}, "
+        f"first bad {doc.get('first_bad')}; {len(steps)} of {len(candidates)} candidate(s) tried"
+    )
+    out = []
+    for i, candidate in enumerate(candidates):
+        x = 16 + i * cell_w
+        tried = steps.get(candidate)
+        if tried is None:
+            fill, ink, word, tip = "#ffffff", "#8c959f", "not tried", f"{candidate}: not tried"
+        else:
+            number, step = tried
+            side = _step_side(doc, str(step.get("outcome")))
+            fill, ink = OUTCOME_FILL[side]
+            word = f"#{number} {side}"
+            tip = f"step {number}: {labels.get(candidate, candidate)} -> {step.get('outcome')} ({side}); {step.get('detail', '')}"
+        out.append(
+            f'<g class="bisect-step"><title>{esc(tip)}</title>'
+            f'<rect x="{x + 2}" y="40" width="{cell_w - 4}" height="40" rx="4" fill="{fill}" stroke="#d0d7de"/>'
+            f"{text(x + cell_w / 2, 64, clip(word, 12), anchor='middle', size=11, fill=ink, bold=True)}"
+            f"{text(x + cell_w / 2, 98, clip(labels.get(candidate, candidate), cell_w // 7), anchor='middle', size=10)}</g>"
+        )
+        if candidate == doc.get("first_bad") and i > 0:
+            out.append(
+                f'<g class="bisect-boundary"><title>the outcome changes between {esc(doc.get("last_good"))} and {esc(candidate)}</title>'
+                f'<line x1="{x:.1f}" y1="30" x2="{x:.1f}" y2="108" stroke="#cf222e" stroke-width="3" stroke-dasharray="6 3"/>'
+                f"{text(x, 24, 'changes here', anchor='middle', size=11, fill='#cf222e', bold=True)}</g>"
+            )
+    swatches = [
+        (f'<rect x="-7" y="-7" width="14" height="14" fill="{f}" stroke="#d0d7de"/>', n)
+        for n, (f, _) in OUTCOME_FILL.items()
+    ]
+    swatches.append(('<rect x="-7" y="-7" width="14" height="14" fill="#ffffff" stroke="#d0d7de"/>', "not tried"))
+    return finish_svg(out, width, 108, swatches, (f"Bisection of {doc.get('subject')}", desc, "bisect-svg"))
+
+
+def render_bisect_html(bisect_doc: dict[str, Any], generated: str = "") -> str:
+    """A whole static page for one bisection: the picture, the steps in order, what changed, how to reproduce."""
+    from casekit.report.html import page  # html.py imports this module: import its page frame late
+
+    doc = bisect_doc
+    rows = "".join(
+        f"<tr><td>{n}</td><td><code>{esc((doc.get('labels') or {}).get(s.get('target'), s.get('target')))}</code></td>"
+        f"<td>{esc(s.get('outcome'))} ({esc(_step_side(doc, str(s.get('outcome'))))})</td><td>{esc(s.get('detail'))}</td>"
+        f"<td>{'cache' if s.get('cached') else esc(s.get('seconds'))}</td></tr>"
+        for n, s in enumerate(doc.get("steps") or [], start=1)
+    )
+    changes = "".join(f"<li>{esc(c)}</li>" for c in doc.get("changes") or [])
+    verdict = f"last good <code>{esc(doc.get('last_good'))}</code>, first bad <code>{esc(doc.get('first_bad'))}</code>"
+    if doc.get("ambiguous"):
+        verdict += f" (ambiguous: {esc(', '.join(map(str, doc['ambiguous'])))})"
+    body = (
+        f'<section id="bisect"><h2>Where the outcome changes</h2><p>{verdict}; predicate <code>{esc(doc.get("predicate"))}</code>, '
+        f"good = <code>{esc(doc.get('good_outcome'))}</code>, bad = <code>{esc(doc.get('bad_outcome'))}</code></p>"
+        f'<figure class="picture">{bisect_svg(doc)}</figure></section>'
+        '<section id="steps"><h2>Steps in the order tried</h2><table><thead><tr><th>#</th><th>candidate</th>'
+        f"<th>outcome</th><th>detail</th><th>seconds</th></tr></thead><tbody>{rows}</tbody></table></section>"
+        + (f'<section id="changes"><h2>What changed</h2><ul>{changes}</ul></section>' if changes else "")
+        + f'<section id="reproduce"><h2>Reproduce</h2><pre class="log">{esc(doc.get("reproduce"))}</pre></section>'
+    )
+    title = f"bisect {doc.get('subject')}"
+    subtitle = f"{esc(doc.get('kind'))} bisection over {esc(len((doc.get('searched') or {}).get('candidates') or []))} candidate(s), runner {esc(doc.get('runner'))}"
+    return page(title, esc(title), subtitle, body, generated or "-")
+
+
+# ------------------------------------------------------------------ report glue
+
+
+def heatmap_from_summary(summary: Any) -> Heatmap:
+    """The heatmap's plain data from an `ArchiveSummary` (cases, targets, latest cells)."""
+    cells = {
+        (case.case.id, label): HeatCell(
+            cell.verdict, cell.severity.value, "; ".join(cell.details[:4]) or cell.class_summary()
+        )
+        for case in summary.cases
+        for label, cell in case.cells.items()
+    }
+    return Heatmap(
+        cases=[case.case.id for case in summary.cases],
+        targets=[(t.label, t.torch) for t in summary.targets],
+        cells=cells,
+        links={case.case.id: f"cases/{case.case.id}.html" for case in summary.cases},
+    )
+
+
+def heatmap_section(summary: Any) -> str:
+    """The index page's heatmap figure ('' before any replay)."""
+    if not summary.targets:
+        return ""
+    return (
+        '<section id="heatmap"><h2>Release &times; case heatmap</h2>'
+        f'<figure class="picture">{heatmap_svg(heatmap_from_summary(summary))}'
+        "<figcaption>Latest verdict per case and target, releases in version order. "
+        "Hover a cell for what changed.</figcaption></figure></section>"
+    )
+
+
+def timeline_section(case: Case, bisects: Sequence[dict[str, Any]] = ()) -> str:
+    """The case page's timeline figure, with the bisections of this case when given."""
+    timeline = timeline_from_case(case)
+    if not timeline.columns:
+        return ""
+    strips = "".join(
+        f'<figure class="picture">{bisect_svg(doc)}</figure>' for doc in bisects if doc.get("subject") == case.id
+    )
+    return (
+        '<section id="timeline"><h2>Timeline across releases</h2>'
+        f'<figure class="picture">{timeline_svg(timeline, bisects)}'
+        "<figcaption>Columns: the capture, then each replay in release order (with its date when a release repeats). "
+        "Rows: the case's break sites. Hover a mark for the replay and its reasons.</figcaption></figure>"
+        f"{strips}</section>"
+    )

@@ -1,0 +1,289 @@
+"""The report's pictures: timeline, heatmap and bisection SVG, from an archive replayed on three releases.
+
+tests/fixtures/pictures/archive holds the nine starter cases replayed with
+`casekit replay` on torch 2.5.1 and 2.8.0 (managed venvs) and twice on 2.13.0
+(this machine's interpreter), so the pictures are drawn from real histories.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from casekit.archive import Archive
+from casekit.bisect.run import BisectReport, Step
+from casekit.model import Case, ReplayRecord, Severity, SiteClass, SiteVerdict
+from casekit.report.formats import get_format
+from casekit.report.pictures import (
+    STATUS_ERROR,
+    VERDICT_FILL,
+    TimelineRow,
+    bisect_svg,
+    heatmap_from_summary,
+    heatmap_svg,
+    render_bisect_html,
+    timeline_from_case,
+    timeline_svg,
+    version_sort_key,
+)
+from casekit.report.summary import summarize
+
+ARCHIVE = Path(__file__).parent / "fixtures" / "pictures" / "archive"
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+@pytest.fixture(scope="module")
+def cases() -> dict[str, Case]:
+    return {case.id: case for case in Archive(ARCHIVE).load_all()}
+
+
+def parse_svg(svg: str) -> ET.Element:
+    """Well-formed XML, an <svg> root that names itself to assistive technology."""
+    root = ET.fromstring(svg)
+    assert root.tag == f"{SVG}svg"
+    assert root.get("role") == "img" and root.get("aria-labelledby")
+    assert root.find(f"{SVG}title") is not None and root.find(f"{SVG}desc") is not None
+    return root
+
+
+def texts(root: ET.Element) -> list[str]:
+    return [t.text or "" for t in root.iter(f"{SVG}text")]
+
+
+def groups(root: ET.Element, css: str) -> list[ET.Element]:
+    return [g for g in root.iter(f"{SVG}g") if css in (g.get("class") or "").split()]
+
+
+def test_the_fixture_is_replayed_on_three_releases(cases: dict[str, Case]) -> None:
+    releases = {r.torch.split("+")[0] for case in cases.values() for r in case.replays}
+    assert len(releases) >= 3 and {"2.5.1", "2.8.0", "2.13.0"} <= releases
+
+
+def test_versions_sort_as_versions_not_strings() -> None:
+    ordered = sorted(["2.13.0+cpu", "2.5.1", "nightly", "2.8.0", "2.10.0.dev20250101"], key=version_sort_key)
+    assert ordered == ["2.5.1", "2.8.0", "2.10.0.dev20250101", "2.13.0+cpu", "nightly"]
+
+
+def test_timeline_columns_follow_release_order_and_date_a_repeated_release(cases: dict[str, Case]) -> None:
+    for case in cases.values():
+        timeline = timeline_from_case(case)
+        assert timeline.columns[0].label == "recorded"
+        replays = timeline.columns[1:]
+        assert len(replays) == len(case.replays)
+        keys = [(version_sort_key(c.torch), c.at) for c in replays]
+        assert keys == sorted(keys)
+        repeats = Counter(c.torch for c in replays)
+        for column in replays:
+            assert (column.label == column.torch) == (repeats[column.torch] == 1)
+            if repeats[column.torch] > 1:
+                assert column.label.startswith(column.torch + " ") and column.at[11:16] in column.label
+
+
+def test_timeline_marks_are_the_history_classes(cases: dict[str, Case]) -> None:
+    """Each replay column carries exactly its record's site classes, per script line."""
+    for case in cases.values():
+        timeline = timeline_from_case(case)
+        by_at = {c.at: c for c in timeline.columns[1:]}
+        for record in case.replays:
+            expected: dict[str, Counter[str]] = {}
+            for verdict in record.sites:
+                key = TimelineRow(verdict.script, verdict.where).key
+                expected.setdefault(key, Counter())[verdict.site_class.value] += 1
+            assert by_at[record.at].marks == expected
+        rows = {row.key for row in timeline.rows}
+        assert rows == {key for column in timeline.columns for key in column.marks}
+
+
+def test_a_line_with_a_gone_and_a_persisting_break_shows_both(cases: dict[str, Case]) -> None:
+    case = cases["logging-in-forward"]
+    record = next(r for r in case.replays if r.torch == "2.5.1")
+    classes = Counter(v.site_class.value for v in record.sites if v.where == "repro.py:16")
+    assert classes["gone"] and classes["persists"]  # the fixture's 2.5.1 replay: 5 library breaks gone
+    root = parse_svg(timeline_svg(timeline_from_case(case)))
+    pair = [g for g in groups(root, "mark") if "2.5.1" in (g.findtext(f"{SVG}title") or "")]
+    assert {g.get("class") for g in pair} == {"mark mark-gone", "mark mark-persists"}
+    assert f"{classes['gone']} gone, {classes['persists']} persists" in (pair[0].findtext(f"{SVG}title") or "")
+
+
+def test_timeline_charts_graphs_and_compile_time_from_the_history(cases: dict[str, Case]) -> None:
+    case = cases["metrics-disable"]
+    root = parse_svg(timeline_svg(timeline_from_case(case)))
+    tips = [g.findtext(f"{SVG}title") or "" for g in root.iter(f"{SVG}g")]
+    for record in case.replays:
+        assert record.graphs and record.compile_s  # the fixture history carries both figures
+    capture = case.observations["pre"]
+    assert f"graphs, pre: {capture.graphs}" in tips
+    graph_bars = [t for t in tips if t.startswith("graphs, ")]
+    time_bars = [t for t in tips if t.startswith("compile time (first call), ")]
+    assert len(graph_bars) == len(time_bars) == 2 * (1 + len(case.replays))  # pre and post per column
+
+
+def test_a_failed_script_is_red_and_its_breaks_unobserved(cases: dict[str, Case]) -> None:
+    case = copy.deepcopy(cases["item-branch"])
+    case.replays.append(
+        ReplayRecord(
+            at="2030-01-01T00:00:00+00:00",
+            target="venv:torch-2.14.0",
+            torch="2.14.0",
+            runner="venv",
+            verdict="regressed",
+            severity=Severity.ERROR,
+            statuses={"pre": "compile_error", "post": "ok"},
+            reasons=["pre: ok -> compile_error"],
+        )
+    )
+    timeline = timeline_from_case(case)
+    last = timeline.columns[-1]
+    assert last.torch == "2.14.0"
+    pre_rows = [row.key for row in timeline.rows if row.script == "pre"]
+    assert pre_rows and all(last.marks_at(key) == ["unobserved"] for key in pre_rows)
+    root = parse_svg(timeline_svg(timeline))
+    errors = groups(root, "status-error")
+    assert len(errors) == 1 and "compile_error" in texts(errors[0])
+    assert errors[0].find(f"{SVG}rect").get("fill") == STATUS_ERROR  # type: ignore[union-attr]
+    graphs = next(iter(groups(root, "chart-graphs")))
+    assert texts(graphs)[-1] == "n/a"  # a record without figures says so, it does not draw a zero
+
+
+def test_every_bundle_string_is_escaped() -> None:
+    hostile = '<script>alert("x")</script> & ]]>'
+    case = copy.deepcopy(next(iter(Archive(ARCHIVE).load_all())))
+    case.id, case.title = "hostile", hostile
+    case.replays = [
+        ReplayRecord(
+            at="2030-01-01T00:00:00+00:00",
+            target=hostile,
+            torch=hostile,
+            runner="python",
+            verdict=hostile,
+            severity=Severity.WARN,
+            statuses={"pre": hostile},
+            sites=[SiteVerdict("pre", SiteClass.NEW, f"{hostile}:3", hostile)],
+            reasons=[hostile],
+        )
+    ]
+    svg = timeline_svg(timeline_from_case(case))
+    root = parse_svg(svg)
+    assert "<script" not in svg and root.find(f".//{SVG}script") is None
+    assert any(hostile in (t.findtext(f"{SVG}title") or "") for t in root.iter(f"{SVG}g"))
+    heat = heatmap_svg(heatmap_from_summary(summarize([case])))
+    assert "<script" not in heat and parse_svg(heat) is not None
+
+
+def test_heatmap_cells_match_the_summary_in_release_order(cases: dict[str, Case]) -> None:
+    summary = summarize(list(cases.values()))
+    root = parse_svg(heatmap_svg(heatmap_from_summary(summary)))
+    cells = groups(root, "heat-cell")
+    assert len(cells) == len(summary.cases) * len(summary.targets) == 27
+    expected = Counter(cell.verdict for cell in summary.cells())
+    assert Counter(g.get("data-verdict") for g in cells) == expected
+    for g in cells:
+        rect = g.find(f"{SVG}rect")
+        assert rect is not None and rect.get("fill") == VERDICT_FILL[g.get("data-verdict") or ""][0]
+        assert (g.findtext(f"{SVG}title") or "").count(" on ") >= 1
+    heads = [t for t in texts(root) if t[:1].isdigit()]
+    assert heads == ["2.5.1", "2.8.0", "2.13.0+cpu"]
+    legend = " ".join(texts(next(iter(groups(root, "legend")))))
+    assert all(word in legend for word in ("unchanged", "improved", "changed", "regressed", "not replayed"))
+
+
+def bisect_doc(subject: str = "item-branch") -> dict[str, object]:
+    report = BisectReport(
+        kind="versions",
+        subject=subject,
+        predicate="verdict",
+        runner="venv",
+        candidates=["2.5.1", "2.6.0", "2.7.1", "2.8.0", "2.9.0"],
+        good_outcome="changed",
+        bad_outcome="unchanged",
+        last_good="2.6.0",
+        first_bad="2.7.1",
+        ambiguous=[],
+        steps=[
+            Step("2.5.1", "changed", "pre: recompiles 1 -> 2"),
+            Step("2.9.0", "unchanged"),
+            Step("2.7.1", "unchanged", cached=True),
+            Step("2.6.0", "changed", "<b>detail</b>"),
+        ],
+        changes=["torch 2.6.0 -> 2.7.1: the recompile is gone"],
+        reproduce="casekit bisect item-branch --from 2.5.1 --to 2.9.0",
+    )
+    return report.to_json()
+
+
+def test_bisect_picture_marks_steps_and_the_change() -> None:
+    doc = bisect_doc()
+    root = parse_svg(bisect_svg(doc))
+    steps = groups(root, "bisect-step")
+    assert len(steps) == 5
+    words = [texts(g)[0] for g in steps]
+    assert words == ["#1 good", "#4 good", "#3 bad", "not tried", "#2 bad"]
+    boundary = groups(root, "bisect-boundary")
+    assert len(boundary) == 1 and "2.6.0 and 2.7.1" in (boundary[0].findtext(f"{SVG}title") or "")
+
+
+def test_render_bisect_html_is_a_whole_escaped_page() -> None:
+    page = render_bisect_html(bisect_doc())
+    assert page.startswith("<!DOCTYPE html>") and "bisect-svg" in page
+    assert "&lt;b&gt;detail&lt;/b&gt;" in page and "<b>detail</b>" not in page
+    svg = page[page.index("<svg") : page.index("</svg>") + len("</svg>")]
+    parse_svg(svg)
+    assert "casekit bisect item-branch --from 2.5.1 --to 2.9.0" in page
+
+
+def test_timeline_draws_the_bisected_boundary(cases: dict[str, Case]) -> None:
+    timeline = timeline_from_case(cases["item-branch"])
+    root = parse_svg(timeline_svg(timeline, [bisect_doc()]))
+    boundary = groups(root, "bisect-boundary")
+    assert len(boundary) == 1 and "2.6.0 -> 2.7.1" in (boundary[0].findtext(f"{SVG}title") or "")
+    line = boundary[0].find(f"{SVG}line")
+    heads = groups(root, "column-head")
+    first_after = next(g for g in heads if texts(g)[0] == "2.8.0")  # first replayed release >= 2.7.1
+    assert line is not None and float(line.get("x1") or 0) == pytest.approx(
+        float(first_after.find(f"{SVG}rect").get("x") or 0) - 3  # type: ignore[union-attr]
+    )
+    other = parse_svg(timeline_svg(timeline, [bisect_doc("another-case")]))
+    assert not groups(other, "bisect-boundary")
+
+
+def test_html_report_embeds_the_pictures(cases: dict[str, Case]) -> None:
+    files = get_format("html").render(summarize(list(cases.values())))
+    index = files["index.html"]
+    assert index.count('class="heatmap-svg"') == 1 and index.index("heatmap-svg") < index.index('id="matrix"')
+    for case_id in cases:
+        page = files[f"cases/{case_id}.html"]
+        assert page.count('class="timeline-svg"') == 1
+        parse_svg(page[page.index("<svg") : page.index("</svg>") + len("</svg>")])
+    assert "@media print" in index
+
+
+def test_no_pictures_before_any_replay(cases: dict[str, Case]) -> None:
+    fresh = copy.deepcopy(cases["tensor-if"])
+    fresh.replays = []
+    files = get_format("html").render(summarize([fresh]))
+    assert "heatmap-svg" not in files["index.html"]
+    assert "timeline-svg" in files["cases/tensor-if.html"]  # the capture alone is still a column
+
+
+REAL_BISECT = (
+    Path(__file__).parent / "fixtures" / "pictures" / "bisect-logging-in-forward.json"
+)  # `casekit bisect --json`
+
+
+def test_a_real_bisection_renders_with_its_boundary_and_on_the_timeline(cases: dict[str, Case]) -> None:
+    doc = json.loads(REAL_BISECT.read_text(encoding="utf-8"))
+    assert doc["schema"] == "casekit.bisect/1"
+    root = parse_svg(bisect_svg(doc))
+    steps = groups(root, "bisect-step")
+    assert [texts(g)[1] for g in steps] == doc["searched"]["candidates"]
+    assert sorted(texts(g)[0] for g in steps) == sorted(
+        f"#{n} {'good' if s['outcome'] == doc['good_outcome'] else 'bad'}" for n, s in enumerate(doc["steps"], 1)
+    )
+    timeline = parse_svg(timeline_svg(timeline_from_case(cases[doc["subject"]]), [doc]))
+    line = groups(timeline, "bisect-boundary")
+    assert len(line) == 1 and doc["first_bad"] in " ".join(texts(line[0]))
