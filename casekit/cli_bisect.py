@@ -33,6 +33,14 @@ def parse_python_for(items: list[str]) -> dict[str, str]:
     return mapping
 
 
+def runner_for(runner: str | None, pythons: dict[str, str]) -> str:
+    """--runner, or python when --python-for maps versions to interpreters (which only that runner takes)."""
+    kind = runner or ("python" if pythons else "venv")
+    if pythons and kind != "python":
+        raise BisectError(f"--python-for maps versions to interpreters for --runner python, not --runner {kind}")
+    return kind
+
+
 def parse_predicate(site: str | None, status: str | None, post_holds: bool) -> Predicate:
     """--site / --status / --post-holds (at most one) as the predicate to follow; the verdict by default."""
     from casekit.bisect.predicates import Predicate
@@ -123,9 +131,7 @@ def bisect(
     from casekit.bisect.versions import read_version_list
 
     pythons = parse_python_for(python_for or [])
-    kind = runner or ("python" if pythons else "venv")
-    if pythons and kind != "python":
-        raise BisectError(f"--python-for maps versions to interpreters for --runner python, not --runner {kind}")
+    kind = runner_for(runner, pythons)
     config = ReleaseBisect(
         good,
         bad,

@@ -273,7 +273,8 @@ def test_real_commit_bisection_finds_the_commit_that_added_a_print(tmp_path: Pat
         "break",
     )
     assert f"regression in {culprit[:7]} debug print in step" in output
-    assert any("new break at model.py:7 in step" in change for change in report["changes"])
+    assert any(change.startswith("script: new: model.py:7 in step") for change in report["changes"])
+    assert [(s["site_class"], s["where"]) for s in report["sites"]] == [("new", "model.py:7")]
     assert any("files changed" in change and "model.py" in change for change in report["changes"])
     assert snapshot(repo) == before, "the user's repository must be left exactly as it was"
 

@@ -155,7 +155,7 @@ def test_real_bisection_over_torch_releases_names_the_release_and_resumes_from_c
 
     # the printed report says the same
     assert f"regression in {MIDDLE}" in out and f"last good {GOOD}" in out and f"first bad {MIDDLE}" in out
-    assert "what changed:" in out and f"reproduce with: {reproduce}" in out
+    assert f"what changed from {GOOD} (good end) to {MIDDLE}:" in out and f"reproduce with: {reproduce}" in out
     assert "3 step(s): 3 run, 0 from the cache" in out
 
     # 3. the same command again: every step comes from the cache, nothing is run or built

@@ -323,10 +323,7 @@ def report_from_json(data: Any, source: str = "bisect report") -> BisectReport:
     if data["baseline"] is not None:
         sites = [SiteChange(**site) for site in data["sites"]]
         changed = WhatChanged(data["baseline"], data["changes"], sites, data["verdict"] or "", data["reasons"])
-    steps = [
-        Step(s["target"], s["outcome"], s["detail"], s["cached"], s["ran"] or s["cached"], s["seconds"])
-        for s in data["steps"]
-    ]
+    steps = [Step(s["target"], s["outcome"], s["detail"], s["cached"], s["ran"], s["seconds"]) for s in data["steps"]]
     return BisectReport(
         kind=data["kind"],
         subject=data["subject"],
