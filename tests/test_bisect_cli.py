@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from casekit.archive import Archive
 from casekit.bisect import releases
-from casekit.cli_bisect import parse_python_for, register
+from casekit.cli.bisect import parse_python_for, register
 from casekit.errors import BisectError, CasekitError
 from tests.test_bisect_commits import git, make_dirty, snapshot
 from tests.test_bisect_releases_fast import HISTORY, VERSIONS, FakeReplay, make_case

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from casekit.archive import Archive
 from casekit.bisect import releases
-from casekit.cli_bisect import register
+from casekit.cli.bisect import register
 from casekit.model import ScriptObservation, ScriptStatus
 from tests.test_bisect_releases_fast import HISTORY, VERSIONS, FakeReplay, item_break, make_case, observed
 

@@ -14,9 +14,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from casekit.bisect.run import BisectReport, Step
 
 from casekit.archive import Archive
-from casekit.bisect.run import BisectReport, Step
 from casekit.model import Case, ReplayRecord, Severity, SiteClass, SiteVerdict
 from casekit.report.formats import get_format
 from casekit.report.pictures import (

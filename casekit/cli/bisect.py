@@ -55,14 +55,20 @@ def parse_predicate(site: str | None, status: str | None, post_holds: bool) -> P
     return Predicate.parse("post-holds" if post_holds else "verdict")
 
 
-def _finish(report: BisectReport, json_out: Path | None) -> None:
-    from casekit.bisect.report import bisect_exit_code, render_text, write_report
+def _finish(report: BisectReport, json_out: Path | None, html_out: Path | None = None) -> None:
+    from casekit.bisect.report import bisect_exit_code, render_text, report_to_json, write_report
 
     typer.echo("")
     typer.echo(render_text(report))
     if json_out:
         write_report(report, json_out)
         typer.echo(f"wrote {json_out}")
+    if html_out:
+        from casekit.bundle import write_atomic as write_text_atomic
+        from casekit.report.pictures import render_bisect_html
+
+        write_text_atomic(html_out, render_bisect_html(report_to_json(report)))
+        typer.echo(f"wrote {html_out}")
     raise typer.Exit(bisect_exit_code(report))
 
 
@@ -116,6 +122,9 @@ def bisect(
         typer.Option("--archive", help="Archive folder of case bundles [default: $CASEKIT_ARCHIVE or ./cases]"),
     ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the casekit.bisect/1 report here.")] = None,
+    html_out: Annotated[
+        Path | None, typer.Option("--html", help="Write the bisection as a static HTML page (steps drawn as a strip).")
+    ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the result cache.")] = False,
     retry_unknown: Annotated[
         bool, typer.Option("--retry-unknown", help="Re-run targets the cache knows as unknown.")
@@ -153,7 +162,7 @@ def bisect(
         report = bisect_releases(case, config, ReleaseSeams(progress=_progress))
     except KeyboardInterrupt:
         raise _interrupted(config.cache.path) from None
-    _finish(report, json_out)
+    _finish(report, json_out, html_out)
 
 
 def bisect_commits_command(
@@ -192,6 +201,9 @@ def bisect_commits_command(
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run may take.")] = 300.0,
     archive: Annotated[Path | None, typer.Option("--archive", help="Archive folder for --case.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the casekit.bisect/1 report here.")] = None,
+    html_out: Annotated[
+        Path | None, typer.Option("--html", help="Write the bisection as a static HTML page (steps drawn as a strip).")
+    ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the result cache.")] = False,
     retry_unknown: Annotated[
         bool, typer.Option("--retry-unknown", help="Re-run commits the cache knows as unknown.")
@@ -227,7 +239,7 @@ def bisect_commits_command(
         report = bisect_commits(config, progress=_progress)
     except KeyboardInterrupt:
         raise _interrupted(config.cache.path) from None
-    _finish(report, json_out)
+    _finish(report, json_out, html_out)
 
 
 def register(app: typer.Typer) -> None:
