@@ -31,6 +31,7 @@ class SiteClass(str, enum.Enum):
     GONE = "gone"
     REAPPEARED = "reappeared"
     NEW = "new"
+    UNOBSERVED = "unobserved"  # recorded, but the script did not run far enough to tell (not gone)
 
 
 class Severity(str, enum.Enum):

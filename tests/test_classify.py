@@ -76,8 +76,11 @@ def test_one_line_further_down_is_moved():
 def test_into_a_lambda_on_the_same_line_is_moved():
     [p] = pair_sites([site(6, function="step")], [site(6, function="<lambda>", file="repro.py")], set(), set())
     assert p.site_class is SiteClass.PERSISTS  # same file:line, same category: the frame name alone does not move it
-    [p] = pair_sites([site(6)], [site(6, file="helpers.py")], set(), set())
+    below = Frame("repro.py", 6, "step", "y = helper(x)")
+    [p] = pair_sites([site(6)], [site(6, file="helpers.py", call_site=below)], set(), set())
     assert p.site_class is SiteClass.MOVED
+    # without a shared script call site, the same id in another file is another break
+    assert sorted(classes(pair_sites([site(6)], [site(6, file="helpers.py")], set(), set()))) == ["gone", "new"]
 
 
 def test_into_a_library_below_the_same_script_line_is_moved_not_gone_plus_new():
@@ -141,10 +144,12 @@ def test_functional_failures_are_errors(status):
     assert result.severity is Severity.ERROR and result.verdict == "regressed"
 
 
-def test_env_failed_is_an_error_without_site_claims():
+def test_env_failed_is_an_error_and_its_sites_are_unobserved_never_gone():
     case = case_with(obs(site(6)))
     result = classify_case(case, "t", {"pre": ScriptObservation(status=ScriptStatus.ENV_FAILED, detail="no torch")})
-    assert result.verdict == "env_failed" and result.scripts["pre"].sites == []
+    assert result.verdict == "env_failed"
+    assert classes(result.scripts["pre"].sites) == ["unobserved"]
+    assert result.scripts["pre"].cleared_fallbacks == []
 
 
 def test_crash_fixed_upstream_and_persisting_crash():

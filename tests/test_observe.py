@@ -12,7 +12,7 @@ import pytest
 
 from casekit.observe import interpret
 from casekit.observe.logs import parse_frames, parse_graph_break, parse_recompile, parse_wont_convert
-from casekit.observe.reasons import categorize, normalize_function
+from casekit.observe.reasons import categorize, legacy_key, named_subject, normalize_function
 
 from .conftest import FIXTURES
 
@@ -157,7 +157,37 @@ def test_categories_survive_rewording(reason, category):
     assert categorize(reason)[0] == category
 
 
-def test_unknown_legacy_reasons_get_a_stable_normalized_key():
+def test_unknown_legacy_reasons_get_a_stable_normalized_key_that_keeps_what_they_name():
     a = categorize("some new thing at 0x7f00 with 'x' 3")[0]
-    b = categorize("some new thing at 0x7faa with 'y' 4")[0]
+    b = categorize("some new thing at 0x7faa with 'x' 4")[0]
     assert a == b and a.startswith("legacy:")
+    assert categorize("some new thing at 0x7f00 with 'y' 3")[0] != a  # another name, another key
+    one = legacy_key("'skip function g in file /usr/lib/python3.11/contextlib.py'")
+    other = legacy_key("'skip function h in file /opt/env/lib/python3.11/site-packages/m.py'")
+    assert one == "legacy:skip function g in file contextlib.py" and one != other
+
+
+@pytest.mark.parametrize(
+    ("reason", "category", "subject"),
+    [
+        # 2.5.1's "skip function X in file Y" family is today's GB0007 (marked as skipped) ...
+        (
+            "'skip function manual_seed in file /env/lib/python3.11/site-packages/torch/random.py'",
+            "GB0007",
+            "manual_seed in random.py",
+        ),
+        ("Graph break due to unsupported builtin time.time. This function is either", "GB0007", "time.time"),
+        ("Graph break due to unsupported builtin None.datetime.now. This function is", "GB0007", "datetime.now"),
+        # ... except graph_break() itself, which has its own id
+        (
+            "'skip function graph_break in file /env/torch/_dynamo/decorators.py'",
+            "GB0025",
+            "graph_break in decorators.py",
+        ),
+        ("call torch._dynamo.disable() wrapped function <function f at 0x7f70d861b100>", "GB0098", "f"),
+        ("builtin: repr [<class 'TensorVariable'>] False", "GB0059", "repr"),
+    ],
+)
+def test_legacy_wording_maps_to_registry_ids_and_keeps_what_it_names(reason, category, subject):
+    assert categorize(reason)[0] == category
+    assert named_subject(reason) == subject
