@@ -142,8 +142,10 @@ def _produced_then_used(a: Site, b: Site) -> bool:
 
 def _depth(site: Site) -> int:
     """Frames below the script call site (0: the break is on the script line itself)."""
-    if site.call_site is None or not site.stack:
+    if site.call_site is None:
         return 0
+    if not site.stack:
+        return 1
     for index in range(len(site.stack) - 1, -1, -1):
         if site.stack[index] == site.call_site:
             return len(site.stack) - 1 - index

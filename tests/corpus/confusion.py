@@ -40,24 +40,25 @@ class Row:
     note: str = ""
 
 
-def observation(case: str, release: str) -> ScriptObservation:
-    raw = json.loads((HERE / case / "probe" / f"{release}.json").read_text())
+def observation(case: str, release: str, fixtures: Path = HERE) -> ScriptObservation:
+    """The observation of one case on one release, from its recorded probe result."""
+    raw = json.loads((fixtures / case / "probe" / f"{release}.json").read_text())
     source = (HERE / case / "repro.py").read_text()
     return interpret(raw, raw["script"], "repro.py", source)
 
 
-def classify_direction(case: str, direction: str) -> dict[str, tuple[str, str]]:
+def classify_direction(case: str, direction: str, fixtures: Path = HERE) -> dict[str, tuple[str, str]]:
     """site name -> (class, note) as casekit classifies `case` captured on one release, replayed on the other."""
     captured_on, replayed_on = DIRECTIONS[direction]
     source = (HERE / case / "repro.py").read_text()
-    recorded = observation(case, captured_on)
+    recorded = observation(case, captured_on, fixtures)
     bundle = Case(
         id=case,
         title=case,
         pre=ScriptSource("repro.py", sha256_text(source), source),
         observations={"pre": recorded},
     )
-    result = classify_case(bundle, replayed_on, {"pre": observation(case, replayed_on)})
+    result = classify_case(bundle, replayed_on, {"pre": observation(case, replayed_on, fixtures)})
     got: dict[str, tuple[str, str]] = {}
     for pairing in result.scripts["pre"].sites:
         side = pairing.recorded if pairing.site_class.value in RECORDED_SIDE else pairing.observed
@@ -69,12 +70,18 @@ def classify_direction(case: str, direction: str) -> dict[str, tuple[str, str]]:
     return got
 
 
-def classify_corpus() -> list[Row]:
-    expected = tomllib.loads((HERE / "expected.toml").read_text())
+def expected_classes() -> dict[str, dict]:
+    return tomllib.loads((HERE / "expected.toml").read_text())
+
+
+def classify_corpus(names: list[str] | None = None, fixtures: Path = HERE) -> list[Row]:
+    """Every expected site of the corpus (or of `names`) with the class casekit gives it, both directions."""
     rows: list[Row] = []
-    for case, spec in sorted(expected.items()):
+    for case, spec in sorted(expected_classes().items()):
+        if names and case not in names:
+            continue
         for direction in DIRECTIONS:
-            got = classify_direction(case, direction)
+            got = classify_direction(case, direction, fixtures)
             for item in spec[direction]:
                 cls, note = got.pop(item["site"], ("none", ""))
                 rows.append(Row(case, direction, item["site"], item["class"], cls, item["why"], note))
@@ -101,7 +108,7 @@ def agreement(rows: list[Row]) -> float:
     return 100.0 * sum(r.expected == r.got for r in rows) / len(rows) if rows else 0.0
 
 
-def render(rows: list[Row], explanations: dict[str, str], rules: str) -> str:
+def render(rows: list[Row], why: dict[str, str], rules: str) -> str:
     wrong = [r for r in rows if r.expected != r.got]
     cases = sorted({r.case for r in rows})
     out = [
@@ -128,7 +135,7 @@ def render(rows: list[Row], explanations: dict[str, str], rules: str) -> str:
     for r in wrong:
         key = f"{r.case}/{r.direction}/{r.site}"
         out.append(f"- `{key}`: expected **{r.expected}**, got **{r.got}** ({r.note or 'no note'}).")
-        out.append(f"  Why: {explanations.get(key, 'UNEXPLAINED')}")
+        out.append(f"  Why: {why.get(key, 'UNEXPLAINED')}")
     out += ["", "## Every site", "", "| case | direction | site | expected | got | note |", "|---|---|---|---|---|---|"]
     for r in rows:
         mark = "" if r.expected == r.got else " ✗"
@@ -137,16 +144,25 @@ def render(rows: list[Row], explanations: dict[str, str], rules: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def explanations() -> dict[str, str]:
+    """Why each known disagreement is what it is ("case/direction/site" -> text)."""
+    path = HERE / "disagreements.toml"
+    data = tomllib.loads(path.read_text()) if path.exists() else {}
+    return {key: value for key, value in data.get("explained", {}).items() if isinstance(value, str)}
+
+
+def document() -> str:
+    """docs/identity.md as the corpus makes it now."""
+    rules_file = HERE / "rules.md"
+    return render(classify_corpus(), explanations(), rules_file.read_text() if rules_file.exists() else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "identity.md")
     args = parser.parse_args(argv)
     rows = classify_corpus()
-    explained = HERE / "disagreements.toml"
-    explanations = tomllib.loads(explained.read_text()) if explained.exists() else {}
-    rules_file = HERE / "rules.md"
-    rules = rules_file.read_text() if rules_file.exists() else ""
-    text = render(rows, {k: v for k, v in explanations.items() if isinstance(v, str)}, rules)
+    text = document()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(text)
