@@ -258,6 +258,13 @@ def match_sites(recorded: list[Site], observed: list[Site]) -> tuple[list[SitePa
     return pairings, left_recorded, left_observed
 
 
+def same_break(recorded: Site, observed: Site) -> bool:
+    """Whether two sites are one break by place alone (same place, or the same script line traced
+    to another depth): what import uses to tell an already-archived break, without a full pairing."""
+    link = _link(recorded, observed)
+    return link is not None and link[0] <= 3
+
+
 def pair_sites(
     recorded: list[Site],
     observed: list[Site],

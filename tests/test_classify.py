@@ -370,3 +370,12 @@ def test_gone_advice_only_for_a_real_gone():
     assert not any("removable" in n for n in moved.scripts["pre"].notes)
     failed = ScriptObservation(status=ScriptStatus.EAGER_FAILED, detail="eager baseline: boom")
     assert not any("removable" in n for n in classify_case(case, "t", {"pre": failed}).scripts["pre"].notes)
+
+
+def test_same_break_by_place_for_import():
+    from casekit.classify import same_break
+
+    anchor = frame(8, "snapshot")
+    assert same_break(site(8, "GB0179"), site(8, "GB0124"))  # same place, another id
+    assert same_break(site(8, "GB0179"), site(153, "GB4198", file="copy.py", call_site=anchor))
+    assert not same_break(site(8, "GB0179"), site(9, "GB0179"))  # a move needs the whole pairing

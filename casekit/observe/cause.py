@@ -73,7 +73,7 @@ def not_run_cause(
     text = "\n".join(
         [observation.detail, observation.error.message if observation.error else "", observation.stdout_tail]
     )
-    torch = target_torch(target)
+    torch = target_torch(target) or observation.packages.get("torch")
     libraries = {d: v for d, v in sorted(packages.items()) if d.lower() != "torch"}
     named = [d for d in libraries if re.search(rf"\b{re.escape(d)}\b", text, re.IGNORECASE)]
     stated = TORCH_FLOOR.search(text)
