@@ -255,8 +255,11 @@ def collect_fallbacks(run: dict[str, Any], namer: PathNamer, sites: list[Site]) 
             if entry.get("calls"):
                 file, line = namer.name(entry.get("file") or "?"), int(entry.get("line") or 0)
                 candidates.append(FallbackFrame(entry["name"], file, line, "called, but no graph was compiled"))
+    # a skip-type break only guesses which frame fell back (its script line); WON'T CONVERT knows it
+    # (2.10+ say "Skipping the function" for a library frame below the script line too)
+    known = bool(candidates)
     for site in sites:
-        if site.kind == "skip":
+        if site.kind == "skip" and not known:
             frame = site.anchor
             candidates.append(FallbackFrame(frame.function, frame.file, frame.line, site.reason))
     fallbacks: list[FallbackFrame] = []
