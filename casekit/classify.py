@@ -32,6 +32,7 @@ FUNCTIONAL_FAILURES = {
     ScriptStatus.CRASHED,
     ScriptStatus.ENV_FAILED,
 }
+NOT_RUN = {ScriptStatus.EAGER_FAILED, ScriptStatus.ENV_FAILED}
 
 
 @dataclass
@@ -352,7 +353,8 @@ def classify_script(case: Case, which: str, observed: ScriptObservation, target:
     ran = script_ran(observed)
     history = previously_gone(case.replays, which)
     result.sites = pair_sites(recorded_sites, observed.sites, history, fixed_categories, ran=ran)
-    nothing_ran = not ran and not observed.sites and not observed.graphs
+    # the eager baseline (or the environment) failed: the compiled code never ran at all
+    nothing_ran = observed.status in NOT_RUN and not observed.sites and not observed.graphs
     if nothing_ran:  # no fallback cleared, no recompiles compared: nothing was observed at all
         packages = {**(recorded.packages if recorded else {}), **case.environment.get("packages", {})}
         result.notes.append(not_run_cause(observed, packages, target))
@@ -377,8 +379,8 @@ def classify_script(case: Case, which: str, observed: ScriptObservation, target:
 
 def post_fix_broken(post: ScriptResult | None) -> str | None:
     """Why the post-fix no longer holds, or None."""
-    if post is None:
-        return None
+    if post is None or any(note.startswith("nothing ran: ") for note in post.notes):
+        return None  # a post-fix that never ran shows nothing about the fix
     if (
         post.status in FUNCTIONAL_FAILURES
         and post.status is not ScriptStatus.ENV_FAILED
@@ -416,7 +418,9 @@ def judge(case: Case, target: str, scripts: dict[str, ScriptResult]) -> CaseResu
                 reasons.append(f"{which}: {cause}")
             continue
         if cause and result.status != result.recorded_status:
-            raise_to(Severity.ERROR, "regressed", f"{which}: {cause}")
+            # a pinned library refusing the target's torch is the environment's doing, not the script's
+            name = "env_failed" if "(pinned)" in cause else "regressed"
+            raise_to(Severity.ERROR, name, f"{which}: {cause}")
             continue
         if result.status in FUNCTIONAL_FAILURES and result.status != result.recorded_status:
             raise_to(Severity.ERROR, "regressed", f"{which}: {result.status.value}: {result.observation.detail}")

@@ -336,13 +336,14 @@ def test_eager_failure_leaves_sites_unobserved_never_gone_and_clears_no_fallback
 def test_a_pinned_library_refusing_the_target_torch_is_named_with_what_to_do():
     from casekit.observe.cause import not_run_cause
 
-    case = case_with(obs(site(6)))
+    case = case_with(obs(site(6)), obs())
     case.environment = {"packages": {"transformers": "5.24.0"}}
     message = (
         "ImportError: AutoModel requires PyTorch >= 2.6, but PyTorch was not found or an older version is installed."
     )
     failed = ScriptObservation(status=ScriptStatus.EAGER_FAILED, detail=f"eager baseline: {message}")
     result = classify_case(case, "venv:torch-2.5.1", {"pre": failed})
+    assert (result.verdict, result.severity) == ("env_failed", Severity.ERROR)
     [line] = [r for r in result.reasons if "nothing ran" in r]
     assert "transformers 5.24.0 (pinned) requires torch>=2.6 and refuses torch 2.5.1" in line
     assert "--no-pin-packages" in line and "a transformers version that supports torch 2.5.1" in line
