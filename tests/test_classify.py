@@ -352,6 +352,12 @@ def test_a_pinned_library_refusing_the_target_torch_is_named_with_what_to_do():
     metadata = {"transformers": ['torch>=2.6; extra == "torch"', "numpy>=1.17"]}
     line = not_run_cause(quiet, {"transformers": "5.24.0"}, "venv:torch-2.5.1", lambda d, v: metadata.get(d))
     assert "requires torch>=2.6" in line
+    # the library not installed at all (--no-pin-packages): no floor to blame
+    missing = ScriptObservation(
+        status=ScriptStatus.EAGER_FAILED, detail="eager baseline: ModuleNotFoundError: No module named 'transformers'"
+    )
+    line = not_run_cause(missing, {"transformers": "5.24.0"}, "venv:torch-2.5.1", lambda d, v: metadata.get(d))
+    assert line == "nothing ran: eager baseline: ModuleNotFoundError: No module named 'transformers'"
     # no pinned library to blame: the cause as it is
     plain = not_run_cause(quiet, {}, "venv:torch-2.5.1", lambda d, v: None)
     assert plain == "nothing ran: eager baseline: ImportError: transformers"

@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 from casekit.model import ScriptObservation
 
 TORCH_FLOOR = re.compile(r"(?:PyTorch|torch)\s*(?:>=|≥|version\s*>=?)\s*(?P<floor>\d+(?:\.\d+)+)", re.IGNORECASE)
+MISSING_MODULE = re.compile(r"No module named")
 TARGET_TORCH = re.compile(r"torch[-=@ ]?(?P<version>\d+\.\d+(?:\.\d+)?)")
 
 RequiresLookup = Callable[[str, str], list[str] | None]
@@ -78,10 +79,12 @@ def not_run_cause(
     named = [d for d in libraries if re.search(rf"\b{re.escape(d)}\b", text, re.IGNORECASE)]
     stated = TORCH_FLOOR.search(text)
     found: tuple[str, str] | None = None
+    if MISSING_MODULE.search(text):  # not installed at all (--no-pin-packages): nothing to blame on a floor
+        stated, named = None, []
     if stated and (named or len(libraries) == 1):
         found = (named or list(libraries))[0], stated["floor"]
     elif torch:
-        for dist in named or list(libraries):
+        for dist in named:  # the error names the library: its own metadata says which torch it accepts
             floor = torch_floor(requires(dist, libraries[dist]) or [])
             if floor and _below(torch, floor):
                 found = dist, floor
