@@ -31,6 +31,7 @@ class SiteClass(enum.StrEnum):
     GONE = "gone"
     REAPPEARED = "reappeared"
     NEW = "new"
+    UNOBSERVED = "unobserved"  # recorded, but the script did not run far enough to tell (not gone)
 
 
 # The order every report lists site classes in: what needs attention first, never alphabetical.
