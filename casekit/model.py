@@ -35,7 +35,14 @@ class SiteClass(enum.StrEnum):
 
 
 # The order every report lists site classes in: what needs attention first, never alphabetical.
-SITE_CLASS_ORDER = (SiteClass.NEW, SiteClass.REAPPEARED, SiteClass.MOVED, SiteClass.GONE, SiteClass.PERSISTS)
+SITE_CLASS_ORDER = (
+    SiteClass.NEW,
+    SiteClass.REAPPEARED,
+    SiteClass.MOVED,
+    SiteClass.GONE,
+    SiteClass.PERSISTS,
+    SiteClass.UNOBSERVED,
+)
 
 
 class ScriptRole(enum.StrEnum):
