@@ -100,6 +100,17 @@ def capture(
         ),
     ] = "eager",
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run of a script may take.")] = 300.0,
+    include: Annotated[
+        list[Path] | None,
+        typer.Option("--include", help="A file or folder beside the script that it imports or reads (repeatable)."),
+    ] = None,
+    waive: Annotated[
+        list[str] | None,
+        typer.Option("--waive", help="Keep the case although this gate fails (eager, compiled, timeout, fix)."),
+    ] = None,
+    keep_failing_gates: Annotated[
+        bool, typer.Option("--keep-failing-gates", help="Keep the case although gates fail (waives every gate).")
+    ] = False,
     fullgraph: Annotated[
         bool,
         typer.Option(
@@ -129,6 +140,8 @@ def capture(
         timeout=timeout,
         fullgraph=fullgraph,
         force=force,
+        includes=list(include or []),
+        waive=list(waive or []) + (["all"] if keep_failing_gates else []),
     )
     store = open_archive(archive)
     if commit:
@@ -192,8 +205,9 @@ def validate(
     ] = None,
     archive: ArchiveOption = None,
 ) -> None:
-    """Check bundles: TOML, schema version, every field, script hashes."""
+    """Check bundles: TOML, schema version, every field, script hashes, and the capture gates."""
     from casekit.bundle import load_case
+    from casekit.capture import validate_gates
 
     store = open_archive(archive)
     files = list(paths or [store.root / f"{i}.toml" for i in store.ids()])
@@ -205,6 +219,8 @@ def validate(
             case = load_case(path)
             if case.id != path.stem:
                 raise CasekitError(f"{path}: field 'id': {case.id!r} does not match the file name")
+            for failure in validate_gates(case)[:1]:
+                raise CasekitError(f"{path}: {failure.line()}")
             typer.echo(f"ok      {path}")
         except CasekitError as error:
             bad += 1
@@ -265,7 +281,10 @@ def replay(
     case: Annotated[list[str] | None, typer.Option("--case", help="Replay only these case ids (repeatable).")] = None,
     archive: ArchiveOption = None,
     backend: Annotated[str | None, typer.Option("--backend", help="Override each case's recorded backend.")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run of a script may take.")] = 300.0,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", help="Seconds each run may take [default: per case, from its capture]."),
+    ] = None,
     json_out: Annotated[
         Path | None,
         typer.Option("--json", help="Write the casekit.replay/1 JSON here (written whatever the exit code)."),
@@ -307,7 +326,7 @@ def replay(
     """Replay the archive on one or more targets and classify every break."""
     from casekit.replay import ReplayOptions, report_json
     from casekit.replay import replay as do_replay
-    from casekit.report.text import replay_table, result_details
+    from casekit.report.text import case_mark, replay_table, result_details
 
     if fail_on not in ("error", "warn", "info", "never"):
         fail(f"--fail-on must be error, warn, info or never, not {fail_on!r}")
@@ -384,7 +403,7 @@ def replay(
             typer.echo(f"environment failed: {run.error}")
         for warning in run.warnings:
             typer.echo(f"warning: {warning}")
-        typer.echo(replay_table(run.label, run.results))
+        typer.echo(replay_table(run.label, run.results, {c.id: case_mark(c) for c in cases}))
         changed = [r for r in run.results if r.severity is not Severity.INFO or r.verdict != "unchanged"]
         for result in changed:
             typer.echo("")

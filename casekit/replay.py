@@ -35,6 +35,7 @@ from casekit.model import (
 )
 from casekit.observe import interpret
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
+from casekit.timeouts import replay_run_timeout
 
 REPLAY_SCHEMA = "casekit.replay/1"
 
@@ -44,7 +45,7 @@ class ReplayOptions:
     """How to replay: the backend (None = each case's recorded one), limits, what to record."""
 
     backend: str | None = None
-    timeout: float = 300.0
+    timeout: float | None = None  # None = each case's bound, derived from its capture (casekit.timeouts)
     record: bool = True
     pin_packages: bool = True
     parallel: int | None = None  # targets at once; None = as many as cores allow
@@ -126,7 +127,8 @@ def _jobs(
             script=path,
             modes=modes,
             backend=options.backend or next(c.backend for c in cases if c.id == case_id),
-            timeout=options.timeout,
+            timeout=replay_run_timeout(next(c.capture for c in cases if c.id == case_id), options.timeout),
+            includes=tuple(next(c.includes for c in cases if c.id == case_id)),
         )
         for (case_id, which), path in paths.items()
     ]
@@ -172,7 +174,8 @@ def _verify_rollbacks(
                         script=paths[(result.case_id, which)],
                         modes=("eager", "rollback"),
                         backend=options.backend or cases[result.case_id].backend,
-                        timeout=options.timeout,
+                        timeout=replay_run_timeout(cases[result.case_id].capture, options.timeout),
+                        includes=tuple(cases[result.case_id].includes),
                     )
                 )
     progress(f"verifying rollback for {len(needing)} case(s) with fullgraph=False")

@@ -89,6 +89,17 @@ def _indent(text: str, prefix: str = "  ") -> str:
     return "\n".join(prefix + line for line in text.splitlines())
 
 
+def case_mark(case: Case) -> str:
+    """'sentinel' / 'waived: eager, fix': how a case was kept, shown wherever the case is listed."""
+    record = case.capture
+    if record is None:
+        return ""
+    marks = ["sentinel"] if record.sentinel else []
+    if record.waived_gates:
+        marks.append("waived: " + ", ".join(record.waived_gates))
+    return "; ".join(marks)
+
+
 def case_summary(case: Case) -> str:
     """The triage summary the seeds ask for: sites, graphs, recompiles, inputs, checks, timings, pre vs post."""
     env = case.environment
@@ -101,6 +112,8 @@ def case_summary(case: Case) -> str:
         lines.append("  packages: " + ", ".join(f"{k} {v}" for k, v in env["packages"].items()))
     if case.tags:
         lines.append("  tags: " + ", ".join(case.tags))
+    if case_mark(case):
+        lines.append(f"  kept as: {case_mark(case)}")
     if case.provenance and case.provenance.path:
         p = case.provenance
         lines.append(f"  from {p.path} at {(p.commit or 'no commit')[:12]}{' (dirty)' if p.dirty else ''}")
@@ -140,11 +153,13 @@ def site_counts(result: CaseResult) -> str:
     return ", ".join(counts) or "no breaks"
 
 
-def replay_table(label: str, results: list[CaseResult]) -> str:
+def replay_table(label: str, results: list[CaseResult], marks: dict[str, str] | None = None) -> str:
+    """One row per case; `marks` (case id -> case_mark) flags sentinels and cases kept with waived gates."""
     rows = []
     for result in results:
         statuses = "/".join(f"{w}:{s.status.value}" for w, s in result.scripts.items())
-        rows.append([result.case_id, result.verdict, result.severity.value, statuses, site_counts(result)])
+        mark = (marks or {}).get(result.case_id)
+        rows.append([result.case_id + (f" [{mark}]" if mark else ""), result.verdict, result.severity.value, statuses, site_counts(result)])
     return f"target {label}\n" + table(["case", "verdict", "severity", "status", "sites"], rows)
 
 
