@@ -13,6 +13,7 @@ from typing import Any
 from casekit.archive import Archive
 from casekit.bundle import check_case_id, check_script_name, sha256_text, slugify
 from casekit.errors import CasekitError, ScriptError, ScriptNameError
+from casekit.importer import DRAFT_TAG
 from casekit.includes import collect_includes, missing_includes
 from casekit.model import (
     CallInfo,
@@ -170,10 +171,18 @@ def check_waivers(waived: Iterable[str]) -> list[str]:
     return sorted(set(waived))
 
 
-class GateError(CasekitError):
-    """A capture failed its gates: nothing was written."""
+class CaptureRefused(CasekitError):
+    """The capture would not make a case that reproduces: nothing was written (exit 1)."""
 
     exit_code = 1
+
+
+class MissingIncludes(CaptureRefused):
+    """The script imports or reads a file beside it that was not passed with --include."""
+
+
+class GateError(CaptureRefused):
+    """A capture failed its gates: nothing was written."""
 
     def __init__(self, failures: list[GateFailure]) -> None:
         self.failures = failures
@@ -354,7 +363,7 @@ def read_includes(request: CaptureRequest, sources: Mapping[str, ScriptSource | 
         if script is not None and source is not None:
             problems.extend(missing_includes(script, source.source, included))
     if problems:
-        raise CasekitError("\n".join(sorted(set(problems))))
+        raise MissingIncludes("\n".join(sorted(set(problems))))
     return tuple(included)
 
 
@@ -426,6 +435,11 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
 
 
 def validate_gates(case: Case) -> list[GateFailure]:
-    """The gates a recorded case breaks that its capture did not waive (what `casekit validate` checks)."""
+    """The gates a recorded case breaks that its capture did not waive (what `casekit validate` checks).
+
+    Drafts imported from logs have no run of a repro yet: there is nothing to gate.
+    """
+    if DRAFT_TAG in case.tags:
+        return []
     waived = case.capture.waived_gates if case.capture else []
     return gates_to_check(check_gates(case.observations), waived)

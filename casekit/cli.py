@@ -283,7 +283,7 @@ def replay(
     backend: Annotated[str | None, typer.Option("--backend", help="Override each case's recorded backend.")] = None,
     timeout: Annotated[
         float | None,
-        typer.Option("--timeout", help="Seconds each run may take [default: per case, from its capture]."),
+        typer.Option("--timeout", help="Seconds each run may take (default: per case, derived from its capture)."),
     ] = None,
     json_out: Annotated[
         Path | None,

@@ -19,6 +19,12 @@ REPLAY_FLOOR_S = 30.0  # never less: a cold import cache or a slower machine mus
 REPLAY_FACTOR = 5.0  # times the slowest run observed at capture
 
 
+class BadTimeout(CasekitError):
+    """A run bound that is not a finite number of seconds above zero: a capture refused (exit 1)."""
+
+    exit_code = 1
+
+
 class TimedJob(Protocol):
     timeout: float
     modes: tuple[str, ...]
@@ -27,7 +33,7 @@ class TimedJob(Protocol):
 def check_timeout(seconds: float, option: str = "--timeout") -> float:
     """A run bound must be a finite number of seconds above zero."""
     if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0:
-        raise CasekitError(f"{option} {seconds}: give a finite number of seconds above 0 (e.g. {option} 120)")
+        raise BadTimeout(f"{option} {seconds}: give a finite number of seconds above 0 (e.g. {option} 120)")
     return float(seconds)
 
 

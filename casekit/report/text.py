@@ -159,7 +159,15 @@ def replay_table(label: str, results: list[CaseResult], marks: dict[str, str] | 
     for result in results:
         statuses = "/".join(f"{w}:{s.status.value}" for w, s in result.scripts.items())
         mark = (marks or {}).get(result.case_id)
-        rows.append([result.case_id + (f" [{mark}]" if mark else ""), result.verdict, result.severity.value, statuses, site_counts(result)])
+        rows.append(
+            [
+                result.case_id + (f" [{mark}]" if mark else ""),
+                result.verdict,
+                result.severity.value,
+                statuses,
+                site_counts(result),
+            ]
+        )
     return f"target {label}\n" + table(["case", "verdict", "severity", "status", "sites"], rows)
 
 
