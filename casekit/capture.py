@@ -80,9 +80,17 @@ class GateFailure:
         return f"gate {self.gate.value} ({self.script}-fix): {self.evidence}; {self.advice}"
 
 
-def findings(observation: ScriptObservation) -> set[str]:
-    """What a script shows that makes it a case: breaks, recompiles, fallbacks, crashes, mismatches."""
-    found = {f"break at {s.where()} ({s.category})" for s in observation.sites}
+def findings(observation: ScriptObservation, script_name: str | None = None) -> set[str]:
+    """What a script shows that makes it a case: breaks, recompiles, fallbacks, crashes, mismatches.
+
+    A break is named by file, function and reason, not line: a fix that only shifts lines fixes nothing;
+    the script's own file is named alike for the pre- and post-fix (repro.py and fixed.py).
+    """
+
+    def file_of(file: str) -> str:
+        return "the script" if file == script_name else file
+
+    found = {f"break in {s.function} ({s.category}) in {file_of(s.file)}" for s in observation.sites}
     found |= {f"recompile of {r.function}" for r in observation.recompiles}
     found |= {f"fallback of {f.function} to eager" for f in observation.fallback_frames}
     if observation.status in (ScriptStatus.COMPILE_ERROR, ScriptStatus.CRASHED):
@@ -103,8 +111,13 @@ def is_sentinel(observations: Mapping[str, ScriptObservation]) -> bool:
     return pre is not None and pre.status is ScriptStatus.OK and not _run_gates("pre", pre) and not findings(pre)
 
 
-def check_gates(observations: Mapping[str, ScriptObservation]) -> list[GateFailure]:
-    """Every gate the observations fail (pure: used by capture before saving and by `casekit validate`)."""
+def check_gates(
+    observations: Mapping[str, ScriptObservation], script_names: Mapping[str, str] | None = None
+) -> list[GateFailure]:
+    """Every gate the observations fail (pure: used by capture before saving and by `casekit validate`).
+
+    `script_names` ("pre" -> "repro.py") lets a break in repro.py and the same break in fixed.py compare equal.
+    """
     failures: list[GateFailure] = []
     for which in ("pre", "post"):
         observation = observations.get(which)
@@ -112,7 +125,9 @@ def check_gates(observations: Mapping[str, ScriptObservation]) -> list[GateFailu
             failures.extend(_run_gates(which, observation))
     pre, post = observations.get("pre"), observations.get("post")
     if pre is not None and post is not None and not any(f.gate is not Gate.FIX for f in failures):
-        failures.extend(_fix_gate(pre, post))
+        names = script_names or {}
+        before, after = findings(pre, names.get("pre")), findings(post, names.get("post"))
+        failures.extend(_fix_gate(before, after, post, _remaining_sites(pre, after, names.get("pre"))))
     return failures
 
 
@@ -133,10 +148,18 @@ def _run_gates(which: str, observation: ScriptObservation) -> list[GateFailure]:
     return []
 
 
-def _fix_gate(pre: ScriptObservation, post: ScriptObservation) -> list[GateFailure]:
-    before, after = findings(pre), findings(post)
+def _remaining_sites(pre: ScriptObservation, after: set[str], script_name: str | None) -> list[str]:
+    """The pre-fix's breaks still present after the fix, by their pre-fix place (the evidence to show)."""
+    remaining = []
+    for site in pre.sites:
+        if findings(ScriptObservation(pre.status, sites=[site]), script_name) <= after:
+            remaining.append(f"{site.where()} in {site.function} ({site.category})")
+    return remaining
+
+
+def _fix_gate(before: set[str], after: set[str], post: ScriptObservation, remaining: list[str]) -> list[GateFailure]:
     if before and before <= after:
-        remained = "; ".join(sorted(before)[:3])
+        remained = "; ".join((remaining or sorted(before))[:3])
         advice = "pass the script that really fixes it as --fixed"
         return [GateFailure(Gate.FIX, "post", f"the fix changes nothing the pre-fix showed: {remained}", advice)]
     if post.status is not ScriptStatus.OK:
@@ -400,7 +423,7 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
         source = sources[which]
         assert source is not None
         observations[which] = observe_batch(batch, job, source)
-    failures = check_gates(observations)
+    failures = check_gates(observations, {which: source.name for which, source in sources.items() if source})
     refused = gates_to_check(failures, waivable)
     if refused:
         raise GateError(refused)
@@ -442,4 +465,5 @@ def validate_gates(case: Case) -> list[GateFailure]:
     if DRAFT_TAG in case.tags:
         return []
     waived = case.capture.waived_gates if case.capture else []
-    return gates_to_check(check_gates(case.observations), waived)
+    names = {which: script.name for which in ("pre", "post") if (script := case.script(which))}
+    return gates_to_check(check_gates(case.observations, names), waived)

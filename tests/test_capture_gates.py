@@ -60,8 +60,8 @@ def ran(status: ScriptStatus = ScriptStatus.OK, sites: list[Site] | None = None,
     return ScriptObservation(status=status, sites=list(sites or []), **fields)
 
 
-def gates(observations: dict[str, ScriptObservation]) -> list[tuple[Gate, str]]:
-    return [(f.gate, f.script) for f in check_gates(observations)]
+def gates(observations: dict[str, ScriptObservation], names: dict[str, str] | None = None) -> list[tuple[Gate, str]]:
+    return [(f.gate, f.script) for f in check_gates(observations, names)]
 
 
 # ---------------------------------------------------------------- gates
@@ -114,7 +114,15 @@ def test_a_clean_pre_fix_with_a_fix_is_a_sentinel_whose_fix_must_still_match_eag
 def test_a_fix_that_leaves_the_break_names_the_site_that_remained():
     failures = check_gates({"pre": ran(sites=[site()]), "post": ran(sites=[site()])})
     assert [(f.gate, f.script) for f in failures] == [(Gate.FIX, "post")]
-    assert "repro.py:9 (GB0124)" in failures[0].evidence
+    assert "repro.py:9 in step (GB0124)" in failures[0].evidence
+
+
+def test_the_same_break_in_fixed_py_is_the_same_break():
+    moved_down = Site("fixed.py", 11, "step", "if x.item() > 0:  # still", "GB0124", "Tensor.item()")
+    observations = {"pre": ran(sites=[site()]), "post": ran(sites=[moved_down])}
+    assert gates(observations, {"pre": "repro.py", "post": "fixed.py"}) == [(Gate.FIX, "post")]
+    isolated = Site("repro.py", 3, "<lambda>", "", "GB0124", "Tensor.item()")
+    assert gates({"pre": ran(sites=[site()]), "post": ran(sites=[isolated])}) == []
 
 
 def test_a_fix_must_match_eager():
@@ -122,8 +130,9 @@ def test_a_fix_must_match_eager():
     assert [f.gate for f in failures] == [Gate.FIX] and "mismatch" in failures[0].evidence
 
 
-def test_a_moved_break_counts_as_a_change():
-    assert check_gates({"pre": ran(sites=[site(9)]), "post": ran(sites=[site(12)])}) == []
+def test_a_break_moved_to_another_function_counts_as_a_change():
+    elsewhere = Site("repro.py", 12, "helper", "x.item()", "GB0124", "Tensor.item()")
+    assert check_gates({"pre": ran(sites=[site(9)]), "post": ran(sites=[elsewhere])}) == []
 
 
 def test_waivers_keep_named_gates_and_unknown_names_are_refused():

@@ -113,7 +113,9 @@ def test_a_fix_that_changes_nothing_is_refused_with_the_site_that_remained(tmp_p
         "capture", str(script), "--fixed", str(tmp_path / "fixed.py"), "--archive", str(tmp_path / "a")
     )
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "gate fix (post-fix): the fix changes nothing the pre-fix showed: break at repro.py:5" in result.stderr
+    assert (
+        "gate fix (post-fix): the fix changes nothing the pre-fix showed: repro.py:5 in step (GB0170)" in result.stderr
+    )
     assert not (tmp_path / "a").exists() or list((tmp_path / "a").iterdir()) == []
 
 
