@@ -107,6 +107,7 @@ class ReplayOutcome:
     failed_targets: list[str] = field(default_factory=list)  # "label: why", one per environment that failed
     json_written: Path | None = None
     committed: str | None = None
+    marks: dict[str, str] = field(default_factory=dict)  # case id -> 'sentinel' / 'waived: ...'
 
     @property
     def worst(self) -> Severity:
@@ -187,6 +188,7 @@ def run_replay(
         skipped_drafts=drafts,
         invalid=invalid,
         failed_targets=failed,
+        marks={c.id: c.capture.mark() for c in selection.cases if c.capture and c.capture.mark()},
     )
     outcome = _write(request, outcome)
     if request.commit and request.options.record:

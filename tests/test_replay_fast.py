@@ -198,9 +198,13 @@ def test_bad_flags_are_one_line_from_the_core() -> None:
 
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-5"])
 def test_cli_timeout_flags_are_one_clear_line(value: str, tmp_path: Path) -> None:
-    for command in (["replay", "--archive", str(tmp_path)], ["capture", str(FIXTURE_SCRIPTS / "breaks.py")]):
+    # a replay flag is a usage error (2); capture refuses the case (1, as every failed capture gate)
+    for command, code in (
+        (["replay", "--archive", str(tmp_path)], 2),
+        (["capture", str(FIXTURE_SCRIPTS / "breaks.py")], 1),
+    ):
         done = run_casekit(*command, "--timeout", value, cwd=tmp_path, timeout=120)
-        assert done.returncode == 2
+        assert done.returncode == code
         assert done.stderr.strip().splitlines() == [
             f"casekit: error: --timeout must be a finite number of seconds greater than 0, not {float(value)!r}"
         ]

@@ -50,7 +50,10 @@ FindLinks = Annotated[str | None, typer.Option("--find-links", help="A folder of
 Image = Annotated[str | None, typer.Option("--image", help="Docker: use this image as is.")]
 CaseIds = Annotated[list[str] | None, typer.Option("--case", help="Replay only these case ids (repeatable).")]
 Backend = Annotated[str | None, typer.Option("--backend", help="Override each case's recorded backend.")]
-Timeout = Annotated[float, typer.Option("--timeout", help="Seconds each run of a script may take.")]
+Timeout = Annotated[
+    float | None,
+    typer.Option("--timeout", help="Seconds each run may take [default: per case, derived from its capture]."),
+]
 JsonOut = Annotated[
     Path | None, typer.Option("--json", help="Write the casekit.replay/1 JSON here (written whatever the exit code).")
 ]
@@ -97,7 +100,7 @@ def replay(
     case: CaseIds = None,
     archive: ArchiveOption = None,
     backend: Backend = None,
-    timeout: Timeout = 300.0,
+    timeout: Timeout = None,
     json_out: JsonOut = None,
     fail_on: FailOnOption = "error",
     record: Record = True,
@@ -155,7 +158,7 @@ def render(outcome: ReplayOutcome) -> None:
         for warning in run.warnings:
             typer.echo(f"warning: {warning}")
         rows = [r for r in outcome.document["results"] if r["target"] == run.label]
-        typer.echo(f"target {run.label}\n" + replay_table(rows))
+        typer.echo(f"target {run.label}\n" + replay_table(rows, outcome.marks))
         for result in run.results:
             if result.severity is not Severity.INFO or result.verdict != Verdict.UNCHANGED:
                 typer.echo("")
