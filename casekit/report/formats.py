@@ -10,7 +10,7 @@ import abc
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from casekit.bundle import write_atomic
+from casekit.fsutil import write_atomic
 from casekit.errors import CasekitError
 from casekit.report.summary import ArchiveSummary
 
