@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from casekit import images
+from casekit.runners.docker import images
 from casekit.errors import DockerUnavailable, EnvironmentFailed
 from casekit.runners.interface import TargetSpec
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from casekit import images
+from casekit.runners.docker import images
 from casekit.errors import DockerUnavailable, RunnerError
 from casekit.runners.docker import RUN_LABEL, DockerRunner
 from casekit.runners.interface import ProbeJob, TargetSpec

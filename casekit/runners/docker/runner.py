@@ -12,7 +12,7 @@ the default and every relaxation is an explicit spec option:
     timeout    seconds for the whole container; default: import allowance + the jobs' timeouts
     gpus       "all" | "N" | "none"           default "all" when spec.cuda names a CUDA tag
     python                                    interpreter inside a foreign spec.image (default python3)
-    base_image, ca_bundle, build_network      image build inputs (casekit.images)
+    base_image, ca_bundle, build_network      image build inputs (casekit.runners.docker.images)
 
 The batch folder is bind-mounted at /casekit/work read-only; only its out/
 is writable, and results come back through it.
@@ -29,9 +29,10 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from casekit import images
+from casekit import settings
 from casekit.errors import DockerUnavailable, RunnerError
 from casekit.runners.batch import lay_out_batch, read_batch
+from casekit.runners.docker import images
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
 
 if TYPE_CHECKING:
@@ -51,8 +52,7 @@ MAX_RESULTS_BYTES = 512 * 1024 * 1024  # what a batch may send back through the 
 def default_transfer() -> str:
     """'bind' for a local engine; 'copy' through the engine's API when DOCKER_HOST points elsewhere
     (tcp://, ssh://): a remote engine cannot see this machine's folders."""
-    host = os.environ.get("DOCKER_HOST", "")
-    return "copy" if host and not host.startswith("unix://") else "bind"
+    return "copy" if settings.docker_host_is_remote() else "bind"
 
 
 class DockerRunner(Runner):
