@@ -10,8 +10,8 @@ from typing import Any
 from casekit.archive import Archive
 from casekit.bundle import check_case_id, check_script_name, sha256_text, slugify
 from casekit.errors import CasekitError, ScriptError, ScriptNameError
-from casekit.model import Case, Provenance, ScriptObservation, ScriptSource
-from casekit.observe import failed_observation, interpret
+from casekit.model import Case, Provenance, ScriptSource
+from casekit.observe.batch import observe_batch
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner
 
 
@@ -85,14 +85,6 @@ def jobs_for(
         ProbeJob(id=f"{case_id}.{which}", script=path, modes=modes, backend=backend, timeout=timeout)
         for which, path in scripts.items()
     ]
-
-
-def observe_batch(batch: ProbeBatchResult, job: ProbeJob, source: ScriptSource) -> ScriptObservation:
-    """The observation for one job of a batch (env_failed when the probe gave nothing)."""
-    raw = batch.results.get(job.id)
-    if raw is None:
-        return failed_observation(batch.failed.get(job.id, "no result from the probe"))
-    return interpret(raw, str(raw.get("script", job.script)), source.name, source.source)
 
 
 def environment_record(batch: ProbeBatchResult, runner: Runner, packages: dict[str, str]) -> dict[str, Any]:

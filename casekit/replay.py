@@ -20,9 +20,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from casekit import settings
 from casekit.archive import Archive
 from casekit.bundle import check_case_id, check_script_name
-from casekit.capture import observe_batch
 from casekit.classify import CaseResult, classify_case, site_key
 from casekit.errors import CasekitError, ScriptNameError
 from casekit.model import (
@@ -34,6 +34,7 @@ from casekit.model import (
     SiteVerdict,
 )
 from casekit.observe import interpret
+from casekit.observe.batch import observe_batch
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
 
 REPLAY_SCHEMA = "casekit.replay/1"
@@ -254,7 +255,7 @@ def run_target(
             except CasekitError as error:
                 run.warnings.append(f"rollback verification could not run: {error}")
     finally:
-        if not os.environ.get("CASEKIT_KEEP_BATCH"):
+        if not settings.keep_batch():
             shutil.rmtree(folder, ignore_errors=True)
     run.seconds = time.monotonic() - started
     return run
