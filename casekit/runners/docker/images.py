@@ -123,7 +123,9 @@ def recipe_for(spec: TargetSpec) -> ImageRecipe:
     index_url = spec.index_url
     if index_url is None and spec.cuda:
         index_url = settings.pytorch_index_url(spec.cuda)
-    wheelhouse = Path(spec.find_links).expanduser() if spec.find_links else None
+    # Like the venv runner: a wheelhouse pip is configured with (PIP_FIND_LINKS) serves image builds too.
+    find_links = spec.find_links or settings.default_find_links()
+    wheelhouse = Path(find_links).expanduser() if find_links else None
     if wheelhouse is not None and not wheelhouse.is_dir():
         raise EnvironmentFailed(f"wheelhouse {wheelhouse} is not a directory (docker images take local wheels only)")
     return ImageRecipe(
@@ -296,12 +298,13 @@ def _ensure_base(base_image: str, progress: ProgressFn, client: docker.DockerCli
 
 def _prune_install_stage(client: docker.DockerClient) -> None:
     """Drop the install stage's dangling layers (a wheelhouse copy, the CA): 1 GB per build otherwise."""
+    import requests
     from docker.errors import APIError
 
     try:
         client.images.prune(filters={"dangling": True, "label": "casekit.stage=install"})
-    except APIError:
-        pass  # another prune is running; the next build tries again
+    except (APIError, requests.exceptions.RequestException):
+        pass  # another prune is running (or the busy engine answers late); the next build tries again
 
 
 def _fill_context(context: Path, recipe: ImageRecipe) -> None:
