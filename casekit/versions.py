@@ -135,6 +135,11 @@ def matches_request(installed: str, requested: str) -> bool:
     return release == requested or release.startswith(requested + ".")
 
 
+def without_local(text: str) -> str:
+    """'2.13.0+cpu' -> '2.13.0': the release, without the build label; any other text unchanged."""
+    return text.split("+", 1)[0]
+
+
 def release_key(text: str) -> tuple[int, ...]:
     """A sort key for reports: '2.13.0+cpu' -> (2, 13, 0); what does not parse sorts last."""
     try:

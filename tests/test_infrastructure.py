@@ -22,6 +22,7 @@ from casekit.versions import (
     pick_newest,
     release_key,
     sort_versions,
+    without_local,
 )
 
 # ------------------------------------------------------------------ versions
@@ -62,6 +63,7 @@ def test_exact_requests_and_prefixes() -> None:
 def test_installed_matches_request_and_report_keys() -> None:
     assert matches_request("2.13.0+cpu", "2.13") and matches_request("2.13.0+cpu", "2.13.0+cpu")
     assert not matches_request("2.13.0", "2.1") and not matches_request("2.13.0+cpu", "2.13.0+cu124")
+    assert without_local("2.13.0+cu124") == "2.13.0" and without_local("?") == "?"
     assert sorted(["2.13.0+cpu", "unknown", "2.5.1", "2.10.0"], key=release_key) == [
         "2.5.1",
         "2.10.0",

@@ -29,7 +29,7 @@ from casekit.runners.interface import ProgressFn, TargetSpec
 from casekit.runners.process import EnvironmentUnusable
 from casekit.runners.python import query_versions
 from casekit.runners.venv.cache import ENV_SCHEMA, MARKER, CachedEnv, EnvRequest, envs_dir, read_marker, why_not_ready
-from casekit.versions import VersionError, is_exact, parse_pip_index_versions, pick_newest
+from casekit.versions import VersionError, is_exact, parse_pip_index_versions, pick_newest, without_local
 
 STREAM_EVERY_S = 5.0
 RESOLVE_TIMEOUT_S = 120.0
@@ -146,7 +146,7 @@ def _resolve_with_uv(request: EnvRequest, requested: str | None, root: Path) -> 
     done = _run_quiet(command, root, requirement)
     for line in done.stdout.splitlines():
         if line.strip().startswith("torch=="):
-            return line.strip().split("==", 1)[1].split("+", 1)[0]  # the release; the local label stays an index matter
+            return without_local(line.strip().split("==", 1)[1])  # the release; the local label stays an index matter
     raise EnvironmentFailed(f"cannot resolve torch {requested or 'latest'} with uv: {_summarize(done.stderr)}")
 
 
