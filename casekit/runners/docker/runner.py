@@ -34,6 +34,7 @@ from casekit.errors import DockerUnavailable, RunnerError
 from casekit.runners.batch import lay_out_batch, read_batch
 from casekit.runners.docker import images
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
+from casekit.runners.process import overall_timeout
 
 if TYPE_CHECKING:
     import docker
@@ -43,7 +44,8 @@ if TYPE_CHECKING:
 ROOT_IN_CONTAINER = "/casekit/work"
 SANDBOX_UID = 10001
 RUN_LABEL = "casekit.run"
-IMPORT_ALLOWANCE_S = 180.0  # torch import + environment collection on a slow machine
+# On top of the host probe's allowance for the torch import: starting the container on a busy engine.
+CONTAINER_START_S = 60.0
 DEFAULTS = {"network": "none", "read_only": "true", "memory": "4g", "pids": "512", "tmpfs": "2g"}
 KNOWN_OPTIONS = set(DEFAULTS) | {"cpus", "timeout", "gpus", "python", "transfer"} | set(images.BUILD_OPTIONS)
 MAX_RESULTS_BYTES = 512 * 1024 * 1024  # what a batch may send back through the engine
@@ -246,7 +248,7 @@ class DockerRunner(Runner):
                 return float(self.options["timeout"])
             except ValueError:
                 raise RunnerError(f"docker option timeout={self.options['timeout']!r} is not a number") from None
-        return IMPORT_ALLOWANCE_S + sum(job.timeout * max(1, len(job.modes)) for job in jobs)
+        return overall_timeout(jobs) + CONTAINER_START_S
 
     def _start_failure(self, error: Exception) -> str:
         text = images._first_line(getattr(error, "explanation", None) or error)
