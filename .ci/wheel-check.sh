@@ -21,8 +21,8 @@ start=$(date +%s)
 stamp() { echo "[wheel-check $(( $(date +%s) - start ))s] $*"; }
 fail() { echo "wheel-check: $*" >&2; exit 1; }
 
-stamp "building the wheel"
-"$PYTHON" -m build --wheel --outdir "$WORK/dist" "$REPO" >"$WORK/build.log" 2>&1 || { tail -20 "$WORK/build.log" >&2; fail "python -m build failed"; }
+stamp "building the sdist, then the wheel from it (no stale build/ folder of the checkout can leak in)"
+"$PYTHON" -m build --outdir "$WORK/dist" "$REPO" >"$WORK/build.log" 2>&1 || { tail -20 "$WORK/build.log" >&2; fail "python -m build failed"; }
 wheel=$(ls "$WORK"/dist/casekit-*.whl)
 unzip -l "$wheel" | grep -q "casekit/runners/docker/Dockerfile" || fail "the wheel lacks casekit/runners/docker/Dockerfile"
 
