@@ -102,4 +102,4 @@ image = images.build_image(recipe, lambda line: None)
 print(f"rebuilt {recipe.tag} from the wheel's Dockerfile: {image.short_id}")
 EOF
 fi
-stamp "done: the wheel captures, replays and builds images"
+stamp "done: the wheel captured, replayed (venv) and had its docker image"
