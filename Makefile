@@ -27,10 +27,15 @@ $(STAMP): pyproject.toml
 bench: $(STAMP)
 	$(PYTHON) bench/replay_bench.py
 
+# ruff (the probe parsed as Python 3.9), mypy on the core, mypy on the probe for the
+# oldest Python mypy targets (3.10; the probe itself must also run on 3.9), and the
+# import-linter layer contracts of pyproject.toml.
 lint: $(STAMP)
 	$(PYTHON) -m ruff check casekit tests bench
 	$(PYTHON) -m ruff format --check casekit tests bench
 	$(PYTHON) -m mypy
+	$(PYTHON) -m mypy --python-version 3.10 casekit/probe.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) -c 'from importlinter.cli import lint_imports_command; lint_imports_command()'
 
 format: $(STAMP)
 	$(PYTHON) -m ruff format casekit tests bench

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from casekit.bundle import check_case_id, load_case, save_case
 from casekit.errors import BundleError, CaseIdError, CasekitError, CaseNotFound
+from casekit.fsutil import exclusive_lock
 from casekit.model import Case
-
-DEFAULT_ARCHIVE = "cases"
+from casekit.settings import archive_root
 
 
 def archive_dir(explicit: str | Path | None = None) -> Path:
     """--archive, else $CASEKIT_ARCHIVE, else ./cases."""
-    return Path(explicit or os.environ.get("CASEKIT_ARCHIVE") or DEFAULT_ARCHIVE)
+    return archive_root(explicit)
 
 
 @dataclass
@@ -91,9 +89,5 @@ class Archive:
     def locked(self) -> Iterator[None]:
         """Serialize read-modify-write of bundles between concurrent casekit processes."""
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".casekit.lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with exclusive_lock(self.root / ".casekit.lock"):
+            yield

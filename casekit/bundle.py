@@ -11,9 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
-import os
 import re
-import tempfile
 import types
 import typing
 from pathlib import Path
@@ -23,6 +21,7 @@ import tomli_w
 import tomllib
 
 from casekit.errors import BundleError, CaseIdError, ScriptNameError
+from casekit.fsutil import write_atomic
 from casekit.model import Case, to_plain
 
 SCHEMA_VERSION = 1
@@ -90,31 +89,6 @@ def content_hash(case: Case) -> str:
     """What defines a case's behaviour (its scripts and backend): the key of bisection caches."""
     post = case.post.sha256 if case.post else ""
     return sha256_text(f"{case.pre.sha256}:{post}:{case.backend}")[:16]
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write then rename: readers and interrupted runs see the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a bundle is a shared, reviewed file
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def save_case(case: Case, path: Path) -> None:

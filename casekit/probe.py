@@ -745,8 +745,8 @@ def block_network():
             raise PermissionError(f"casekit: network access is disabled for repro scripts (address {address!r})")
         return original_connect_ex(self, address)
 
-    socket.socket.connect = connect
-    socket.socket.connect_ex = connect_ex
+    socket.socket.connect = connect  # type: ignore[method-assign]
+    socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -782,7 +782,7 @@ def run_script_in_child(torch, job, mode, result_path, eager_outputs_path):
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
 
-    written = []
+    written: list[bool] = []
 
     def finish(status, exit_code=None):
         if written:

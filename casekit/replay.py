@@ -20,9 +20,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from casekit import settings
 from casekit.archive import Archive
 from casekit.bundle import check_case_id, check_script_name
-from casekit.capture import observe_batch
 from casekit.classify import CaseResult, classify_case, site_key
 from casekit.errors import CasekitError, ScriptNameError
 from casekit.model import (
@@ -36,6 +36,7 @@ from casekit.model import (
     Verdict,
 )
 from casekit.observe import interpret
+from casekit.observe.batch import observe_batch
 from casekit.outcome import check_seconds
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
 from casekit.timeouts import replay_run_timeout
@@ -266,7 +267,7 @@ def run_target(
             except CasekitError as error:
                 run.warnings.append(f"rollback verification could not run: {error}")
     finally:
-        if not os.environ.get("CASEKIT_KEEP_BATCH"):
+        if not settings.keep_batch():
             shutil.rmtree(folder, ignore_errors=True)
     run.seconds = time.monotonic() - started
     return run

@@ -104,9 +104,9 @@ def test_atomic_save_leaves_old_bundle_when_interrupted(tmp_path: Path, monkeypa
     def explode(*args, **kwargs):
         raise KeyboardInterrupt
 
-    import casekit.bundle
+    import casekit.fsutil
 
-    monkeypatch.setattr(casekit.bundle.os, "replace", explode)
+    monkeypatch.setattr(casekit.fsutil.os, "replace", explode)
     changed = make_case()
     changed.title = "changed"
     with pytest.raises(KeyboardInterrupt):

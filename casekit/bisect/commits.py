@@ -43,9 +43,9 @@ from casekit.bisect.predicates import BAD, GOOD, CommitPredicate
 from casekit.bisect.report import BisectReport, ReportHeader, build_report
 from casekit.bisect.search import UNKNOWN, Outcome
 from casekit.bundle import sha256_text
-from casekit.capture import observe_batch
 from casekit.errors import BisectError, CasekitError, EnvironmentFailed, GitError
 from casekit.model import ScriptSource
+from casekit.observe.batch import observe_batch
 from casekit.replay import RunnerFactory
 from casekit.runners.interface import ProbeJob, ProgressFn, Runner, TargetSpec
 

@@ -15,8 +15,8 @@ images_app = typer.Typer(help="Replay images for the docker runner: list, build,
 @images_app.command("list")
 def images_list() -> None:
     """The casekit replay images on the Docker engine (DOCKER_HOST is honoured)."""
-    from casekit.images import list_images
     from casekit.report.text import table
+    from casekit.runners.docker.images import list_images
 
     rows = [
         [
@@ -51,7 +51,7 @@ def images_build(
     ] = None,
 ) -> None:
     """Build (or reuse) the replay image for a torch version."""
-    from casekit.images import ensure_image
+    from casekit.runners.docker.images import ensure_image
 
     options = (("base_image", base_image),) if base_image else ()
     image = ensure_image(
@@ -63,7 +63,7 @@ def images_build(
 @images_app.command("prune")
 def images_prune() -> None:
     """Remove every casekit replay image."""
-    from casekit.images import prune_images
+    from casekit.runners.docker.images import prune_images
 
     removed = prune_images(progress)
     typer.echo(f"removed {len(removed)} image(s)")
