@@ -223,7 +223,7 @@ def build_specs(
     image: str | None,
     options: list[tuple[str, str]],
 ) -> list[TargetSpec]:
-    specs = [TargetSpec(runner="python", python=p) for p in pythons]
+    specs = [TargetSpec(runner="python", python=p, options=tuple(options)) for p in pythons]
     kind = runner or "venv"
     if kind == "python" and torches:
         raise CasekitError("--runner python takes --python PATH, not --torch")
@@ -242,7 +242,7 @@ def build_specs(
     if image and not torches:
         specs.append(TargetSpec(runner="docker", image=image, options=tuple(options)))
     if not specs:
-        specs.append(TargetSpec(runner="python"))  # the local torch
+        specs.append(TargetSpec(runner="python", options=tuple(options)))  # the local torch
     return specs
 
 

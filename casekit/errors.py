@@ -53,3 +53,7 @@ class BisectError(CasekitError):
 
 class GitError(CasekitError):
     """A git repository operation failed."""
+
+
+class SandboxUnavailable(RunnerError):
+    """The host cannot sandbox the scripts (no bwrap, no user namespaces, not Linux) and no opt-out was given."""

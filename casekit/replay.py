@@ -401,6 +401,7 @@ def report_json(report: ReplayReport) -> dict[str, Any]:
                 "cuda": run.environment.get("torch_cuda"),
                 "python": run.environment.get("python"),
                 "runner": run.spec.runner,
+                "sandbox": run.environment.get("sandbox"),
                 "error": run.error,
                 "warnings": run.warnings,
                 "seconds": round(run.seconds, 2),

@@ -35,6 +35,7 @@ from casekit.errors import CasekitError, EnvironmentFailed
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
 from casekit.runners.process import EnvironmentUnusable, run_probe_subprocess
 from casekit.runners.python import query_versions
+from casekit.runners.sandbox import Sandbox
 
 CACHE_ENV = "CASEKIT_CACHE"
 INSTALLER_ENV = "CASEKIT_INSTALLER"  # "uv" or "pip": force one installer
@@ -619,7 +620,10 @@ class VenvRunner(Runner):
         self.prepare(progress)
         assert self.env is not None
         try:
-            return run_probe_subprocess(str(self.env.python_executable), jobs, progress, env=ISOLATING_ENV)
+            sandbox = Sandbox.from_options(self.spec.options)
+            return run_probe_subprocess(
+                str(self.env.python_executable), jobs, progress, env=ISOLATING_ENV, sandbox=sandbox
+            )
         except EnvironmentUnusable as error:
             mark_broken(self.env.path, f"marked broken after a failed run: {error}")
             raise EnvironmentUnusable(f"{error} (env {self.env.key} is rebuilt on next use)") from None
