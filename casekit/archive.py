@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from casekit.errors import BundleError, CaseIdError, CasekitError, CaseNotFound
 from casekit.model import Case
 
 DEFAULT_ARCHIVE = "cases"
+LOCK_NAME = ".casekit.lock"
 
 
 def archive_dir(explicit: str | Path | None = None) -> Path:
@@ -29,7 +31,7 @@ class Archive:
 
     def path_for(self, case_id: str) -> Path:
         check_case_id(case_id)
-        path = (self.root / f"{case_id}.toml").resolve()
+        path = self.root.resolve() / f"{case_id}.toml"  # the file itself is never resolved: no symlink chooses it
         if path.parent != self.root.resolve():  # belt and braces: a slug cannot escape, check anyway
             raise CaseIdError(f"case id {case_id!r} would leave the archive folder")
         return path
@@ -69,9 +71,24 @@ class Archive:
     def locked(self) -> Iterator[None]:
         """Serialize read-modify-write of bundles between concurrent casekit processes."""
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".casekit.lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+        lock = self.root / LOCK_NAME
+        try:  # never through a symlink (it could point anywhere), never a FIFO or device
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+        except OSError as error:
+            raise CasekitError(f"cannot lock the archive: {lock}: {_lock_problem(lock, error)}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CasekitError(f"cannot lock the archive: {lock} is not a regular file")
+            fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 yield
             finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+def _lock_problem(lock: Path, error: OSError) -> str:
+    if lock.is_symlink():
+        return "is a symbolic link (remove it; casekit makes a plain lock file)"
+    return error.strerror or str(error)

@@ -146,6 +146,11 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
         observations=observations,
         provenance=provenance_of(request.script),
     )
-    with archive.locked():
+    with archive.locked():  # the exists check that counts is here, under the lock: two captures, one saves
+        if archive.exists(case_id) and not request.force:
+            raise CasekitError(
+                f"case {case_id!r} was saved meanwhile by another capture in {archive.root} "
+                "(choose --id, or --force to replace it)"
+            )
         archive.save(case)
     return case

@@ -60,10 +60,10 @@ def write_request(batch_dir: Path, jobs: list[ProbeJob], root_in_target: str, is
     request_jobs = []
     for job in jobs:
         folder = f"{root_in_target}/jobs/{job.id}"
-        request = job.to_request(f"{folder}/{job.script.name}")
-        if request["script"] == f"{folder}/{job.script.name}":  # in-place jobs (bisect) run where they lie
-            request["job_dir"] = folder
-        request_jobs.append(request)
+        job_request = job.to_request(f"{folder}/{job.script.name}")
+        if job_request["script"] == f"{folder}/{job.script.name}":  # in-place jobs (bisect) run where they lie
+            job_request["job_dir"] = folder
+        request_jobs.append(job_request)
     request: dict[str, Any] = {"schema": REQUEST_SCHEMA, "out_dir": f"{root_in_target}/out", "jobs": request_jobs}
     if isolate:
         request["runs_dir"] = f"{root_in_target}/runs"

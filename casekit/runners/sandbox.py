@@ -205,7 +205,8 @@ def readable_roots(python: str) -> list[Path]:
 def overhead_ms(python: str, runs: int = 5) -> float:
     """Median extra start time (ms) of `python -c pass` in the sandbox versus without it."""
     sandbox = Sandbox.from_options()
-    plain, wrapped = [], []
+    plain: list[float] = []
+    wrapped: list[float] = []
     for _ in range(runs):
         for command, into in (([python, "-c", "pass"], plain), (sandbox.wrap([python, "-c", "pass"], []), wrapped)):
             started = time.perf_counter()
