@@ -7,6 +7,7 @@ holds logic a test would have to go through the CLI to reach.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -17,6 +18,7 @@ from casekit.archive import Archive, archive_dir
 from casekit.errors import CasekitError
 from casekit.model import Severity
 from casekit.runners.interface import TargetSpec
+from casekit.runners.process import STOPPING, install_stop_handlers
 
 app = typer.Typer(
     name="casekit",
@@ -504,14 +506,22 @@ register_records(app)
 
 def main() -> None:
     """Console entry point: one clear line for every casekit error."""
+    install_stop_handlers()
     try:
         app()
     except CasekitError as error:
         typer.echo(f"casekit: error: {error}", err=True)
         sys.exit(error.exit_code)
-    except KeyboardInterrupt:
-        typer.echo("casekit: interrupted; the archive holds only complete results", err=True)
-        sys.exit(130)
+    except (KeyboardInterrupt, SystemExit) as stop:
+        if not STOPPING.is_set() and isinstance(stop, SystemExit):
+            raise
+        signum = STOPPING.signum if STOPPING.is_set() else signal.SIGINT  # typer turns Ctrl-C into exit 130
+        typer.echo(
+            f"casekit: stopped by {signal.Signals(signum).name}; every process it started was killed, "
+            "the archive holds only complete results",
+            err=True,
+        )
+        sys.exit(128 + signum)
 
 
 if __name__ == "__main__":

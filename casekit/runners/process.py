@@ -11,16 +11,21 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from casekit.errors import EnvironmentFailed, RunnerError
+from casekit.errors import EnvironmentFailed, RunnerError, Stopped
 from casekit.runners.batch import lay_out_batch, read_batch, read_env_record, read_json_file, write_request
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn
 from casekit.runners.sandbox import Sandbox, readable_roots
 
+BATCH_PREFIX = "casekit-batch-"
+REPLAY_PREFIX = "casekit-replay-"  # replay's own script folder: swept the same way
+OWNED_PREFIXES = (BATCH_PREFIX, REPLAY_PREFIX)
 IMPORT_MARGIN_S = 120.0  # importing torch + dynamo takes 7-10 s here; slow disks and cold caches take longer
 POLL_S = 0.2
 KEEP_BATCH_ENV = "CASEKIT_KEEP_BATCH"
@@ -81,7 +86,8 @@ def run_probe_subprocess(
     sandbox.check()
     progress(sandbox.summary())
     limit = overall_timeout(jobs) if timeout is None else timeout
-    batch_dir = Path(tempfile.mkdtemp(prefix="casekit-"))
+    sweep_stale_batches()
+    batch_dir = Path(tempfile.mkdtemp(prefix=f"{BATCH_PREFIX}{os.getpid()}-"))
     keep = os.environ.get(KEEP_BATCH_ENV) == "1"
     try:
         lay_out_batch(batch_dir, jobs, str(batch_dir), isolate=sandbox.isolates)
@@ -193,6 +199,8 @@ def _wait_reporting(
         if time.monotonic() > deadline:
             progress(f"probe exceeded its overall limit of {limit:g} s; stopping it")
             return True
+        if STOPPING.is_set():  # a signal reached casekit's main thread: every target stops now
+            raise Stopped(STOPPING.signum)
         time.sleep(POLL_S)
 
 
@@ -239,6 +247,49 @@ def _tail(path: Path, limit: int = 8000) -> str:
             return handle.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+# ------------------------------------------------------------------ stopping
+
+
+class _StopEvent(threading.Event):
+    signum: int = signal.SIGINT
+
+
+STOPPING = _StopEvent()
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+def install_stop_handlers() -> None:
+    """SIGINT/SIGTERM/SIGHUP: every target's wait loop stops (killing its probe, removing its folder),
+    and the main thread unwinds with `Stopped`, so bundles are left untouched or complete."""
+
+    def stop(signum: int, _frame: object) -> None:
+        if STOPPING.is_set():  # already stopping: a second signal must not cut the cleanup short
+            return
+        STOPPING.signum = signum
+        STOPPING.set()
+        raise Stopped(signum)
+
+    for name in STOP_SIGNALS:
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), stop)
+
+
+def sweep_stale_batches(root: Path | None = None) -> list[Path]:
+    """Remove batch folders of casekit processes that are gone (a SIGKILL leaves its folder behind)."""
+    removed: list[Path] = []
+    folder = Path(root or tempfile.gettempdir())
+    try:
+        entries = [(entry, prefix) for prefix in OWNED_PREFIXES for entry in folder.glob(f"{prefix}*")]
+    except OSError:
+        return removed
+    for entry, prefix in entries:
+        owner = entry.name[len(prefix) :].split("-", 1)[0]
+        if owner.isdigit() and not os.path.exists(f"/proc/{owner}") and sys.platform.startswith("linux"):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
 
 
 # ------------------------------------------------------------------ killing
