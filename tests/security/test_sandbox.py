@@ -18,15 +18,12 @@ import pytest
 from casekit.errors import RunnerError
 from casekit.runners.interface import ProbeJob, TargetSpec
 from casekit.runners.python import PythonRunner
-from casekit.runners.sandbox import Sandbox, overhead_ms, unavailable_reason
+from casekit.runners.sandbox import Sandbox, overhead_ms
 
-from .conftest import SCRIPTS, Listener
+from .conftest import SCRIPTS, Listener, requires_sandbox
 from .procs import wait_unmarked
 
-pytestmark = pytest.mark.skipif(
-    unavailable_reason("bwrap", os.sys.executable) is not None and not os.environ.get("CASEKIT_REQUIRE_SANDBOX"),
-    reason="this host cannot sandbox (no bwrap or user namespaces)",
-)
+pytestmark = requires_sandbox
 
 
 def line_of(result: dict, tag: str) -> dict:

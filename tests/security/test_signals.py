@@ -20,18 +20,16 @@ import pytest
 from casekit.archive import Archive
 from casekit.bundle import load_case
 from casekit.runners.process import sweep_stale_batches
-from casekit.runners.sandbox import unavailable_reason
 
 from ..conftest import ROOT
+from .conftest import requires_sandbox
 from .procs import wait_unmarked
 
 TRIALS = int(os.environ.get("CASEKIT_SIGNAL_TRIALS", "10"))
 SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL]
 STARTERS = ["item-branch", "tensor-if"]
 
-pytestmark = pytest.mark.skipif(
-    unavailable_reason("bwrap", sys.executable) is not None, reason="this host cannot sandbox (no bwrap)"
-)
+pytestmark = requires_sandbox
 
 
 def start_replay(archive: Path, tmpdir: Path, token: str) -> subprocess.Popen[str]:
