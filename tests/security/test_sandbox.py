@@ -107,7 +107,7 @@ def test_a_script_cannot_change_other_cases_results_or_host_files(host_folder: P
 def test_daemons_and_new_sessions_die_with_the_run(monkeypatch: pytest.MonkeyPatch, hang: bool) -> None:
     token = f"casekit-daemon-{uuid.uuid4().hex}"
     monkeypatch.setenv("CASEKIT_TEST_TOKEN", token)
-    jobs = [job("daemons", "daemons.py", *(["hang"] if hang else []), timeout=15 if hang else 120)]
+    jobs = [job("daemons", "daemons.py", token, *(["hang"] if hang else []), timeout=15 if hang else 120)]
     jobs.append(job("victim", "victim.py"))  # runs after: the daemons must already be gone by then
     batch = run_batch(jobs)
     run = batch.results["daemons.pre"]["runs"]["eager"]
