@@ -33,6 +33,7 @@ def test_docker_blocks_every_route_and_kills_daemons(
         ProbeJob("net.pre", SCRIPTS / "network_routes.py", modes=("eager",), argv=(str(loopback_listener.port),)),
         ProbeJob("daemons.pre", SCRIPTS / "daemons.py", modes=("eager",), argv=(token,)),
         ProbeJob("hang.pre", SCRIPTS / "daemons.py", modes=("eager",), argv=(token, "hang"), timeout=10),
+        ProbeJob("census.pre", SCRIPTS / "census.py", modes=("eager",), argv=(token,)),
     ]
     result = DockerRunner(torch_spec(), client=engine).run_probe(jobs, lambda line: None)
     run = eager(result, "net.pre")
@@ -45,4 +46,5 @@ def test_docker_blocks_every_route_and_kills_daemons(
             assert outcome.startswith("blocked"), (route, outcome)
     assert "daemons started" in eager(result, "daemons.pre")["stdout_tail"]
     assert eager(result, "hang.pre")["status"] == "timeout"
+    assert "CASEKIT-CENSUS 0" in eager(result, "census.pre")["stdout_tail"]  # gone after each run, not only at the end
     assert wait_unmarked(token, within=10) == []

@@ -108,8 +108,9 @@ def test_daemons_and_new_sessions_die_with_the_run(monkeypatch: pytest.MonkeyPat
     token = f"casekit-daemon-{uuid.uuid4().hex}"
     monkeypatch.setenv("CASEKIT_TEST_TOKEN", token)
     jobs = [job("daemons", "daemons.py", token, *(["hang"] if hang else []), timeout=15 if hang else 120)]
-    jobs.append(job("victim", "victim.py"))  # runs after: the daemons must already be gone by then
+    jobs.append(job("census", "census.py", token))  # runs after, in the same sandbox: the daemons are gone already
     batch = run_batch(jobs)
+    assert "CASEKIT-CENSUS 0" in batch.results["census.pre"]["runs"]["eager"]["stdout_tail"]
     run = batch.results["daemons.pre"]["runs"]["eager"]
     assert "daemons started" in run["stdout_tail"]
     assert run["status"] == ("timeout" if hang else "ok")
