@@ -718,15 +718,24 @@ def collect_compilation_metrics(torch):
 
 
 def block_network():
-    """Repro scripts must not reach out: refuse every non-loopback connection."""
+    """Refuse non-loopback connections with a clear message: a second layer behind the sandbox."""
     import socket
 
     original_connect = socket.socket.connect
     original_connect_ex = socket.socket.connect_ex
 
+    import ipaddress
+
     def allowed(address):
+        # A second layer only (the sandbox's network namespace is the wall): a literal loopback
+        # address or "localhost"; never a name such as "127.example.com", which DNS resolves anywhere.
         host = address[0] if isinstance(address, tuple) and address else address
-        return isinstance(host, str) and (host.startswith("127.") or host in ("localhost", "::1"))
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except (TypeError, ValueError):
+            return False
 
     def connect(self, address):
         if self.family in (socket.AF_INET, socket.AF_INET6) and not allowed(address):
