@@ -114,8 +114,9 @@ def run_probe_subprocess(
                 break
             missing = [job for job in remaining if job.id in result.failed]
             died_in = next((job for job in missing if "tampered" not in result.failed[job.id]), None)
-            if died_in is None or returncode == 0:
-                break
+            env_record = read_env_record(batch_dir) or {}
+            if died_in is None or returncode == 0 or not env_record.get("ok"):
+                break  # nothing died mid-script, or torch itself fails: a restart would not help
             merged.failed[died_in.id] = (
                 f"the probe died while running this script ({_exit_description(returncode)}); "
                 "the scripts after it ran in a new probe"

@@ -173,6 +173,35 @@ def test_a_sample_of_mutants_through_the_cli(tmp_path: Path) -> None:
     assert sorted(p.name for p in archive.iterdir()) == sorted(f"{i}.toml" for i in ids)
 
 
+@pytest.mark.slow
+def test_accepted_mutants_still_replay(tmp_path: Path) -> None:
+    """What the loader accepts, replay runs for real (one probe): a result per case, no traceback."""
+    archive = tmp_path / "cases"
+    archive.mkdir()
+    accepted: list[str] = []
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(mutants())
+    def collect(text: str) -> None:
+        if len(accepted) >= 4:
+            return
+        try:
+            case = parse_case(text, "mutant.toml")
+        except CasekitError:
+            return
+        if case.id not in accepted:
+            accepted.append(case.id)
+            (archive / f"{case.id}.toml").write_text(text)
+
+    collect()
+    assert accepted
+    out = tmp_path / "replay.json"
+    done = run_casekit("replay", "--archive", str(archive), "--no-record", "--json", str(out), timeout=600)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    assert sorted({r["case"] for r in results}) == sorted(accepted)
+
+
 @pytest.mark.parametrize(
     ("edit", "field"),
     [
