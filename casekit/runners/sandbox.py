@@ -110,18 +110,11 @@ class Sandbox:
         if not self.isolates:
             return f"sandbox: NONE ({self.reason}): scripts run with this user's full rights and network"
         limits = " ".join(f"{key}={self.options[key]}" for key in ("memory", "pids", "cpu"))
+        if shutil.which("prlimit") is None:
+            limits = "no resource limits (prlimit is not installed)"
         return (
             f"sandbox: bwrap network={self.network} filesystem=read-only(batch, /tmp writable) pid-namespace {limits}"
         )
-
-    def describe(self) -> dict[str, object]:
-        limits = "prlimit" if shutil.which("prlimit") else "none (no prlimit)"
-        return {
-            **self.options,
-            "kind": self.kind,
-            "network": self.network if self.isolates else "host",
-            "limits": limits,
-        }
 
     def check(self) -> None:
         """Raise SandboxUnavailable (one line, naming the opt-out) when bwrap cannot run here."""

@@ -20,6 +20,7 @@ from casekit.runners.interface import ProbeJob, TargetSpec
 from casekit.runners.python import PythonRunner
 from casekit.runners.sandbox import Sandbox, overhead_ms
 
+from ..conftest import ROOT, run_casekit
 from .conftest import SCRIPTS, Listener, requires_sandbox
 from .procs import wait_unmarked
 
@@ -147,3 +148,27 @@ def test_sandbox_overhead_is_small() -> None:
     cost = overhead_ms(os.sys.executable, runs=5)
     print(f"sandbox overhead per start: {cost:.1f} ms")
     assert cost < 2000
+
+
+@pytest.mark.slow
+def test_a_host_without_bwrap_refuses_in_one_line_and_the_opt_out_is_recorded(tmp_path: Path) -> None:
+    archive = tmp_path / "cases"
+    archive.mkdir()
+    shutil.copy(ROOT / "cases" / "item-branch.toml", archive)
+    empty_path = tmp_path / "bin"  # no bwrap (and no prlimit) on this PATH
+    empty_path.mkdir()
+    env = {"PATH": str(empty_path)}
+    refused = run_casekit("replay", "--archive", str(archive), "--no-record", env=env, timeout=300)
+    assert refused.returncode == 2, refused.stderr
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith("casekit: error: ")
+    assert "cannot sandbox the scripts on this host (bwrap is not installed)" in last
+    assert "--allow sandbox=none" in last and "Traceback" not in refused.stderr
+    out = tmp_path / "replay.json"
+    allowed = run_casekit(
+        "replay", "--archive", str(archive), "--no-record", "--allow", "sandbox=none", "--json", str(out), env=env
+    )
+    assert "sandbox: NONE (opted out with --allow sandbox=none)" in allowed.stderr + allowed.stdout
+    target = json.loads(out.read_text())["targets"][0]
+    assert target["sandbox"].startswith("sandbox: NONE (opted out with --allow sandbox=none)")
+    assert target["error"] is None

@@ -28,14 +28,20 @@ from .procs import wait_unmarked
 TRIALS = int(os.environ.get("CASEKIT_SIGNAL_TRIALS", "10"))
 SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL]
 STARTERS = ["item-branch", "tensor-if"]
+CAPTURED = "starter/item-branch/repro.py"
+SECOND_PYTHON = str(Path(sys.executable).with_name(f"python{sys.version_info.major}.{sys.version_info.minor}"))
 
 pytestmark = requires_sandbox
 
 
-def start_replay(archive: Path, tmpdir: Path, token: str) -> subprocess.Popen[str]:
+def start_casekit(archive: Path, tmpdir: Path, token: str, command: str) -> subprocess.Popen[str]:
     env = {**os.environ, "TMPDIR": str(tmpdir), "CASEKIT_TEST_TOKEN": token, "PYTHONPATH": str(ROOT)}
+    if command == "capture":
+        args = ["capture", str(ROOT / "examples" / CAPTURED), "--id", "captured", "--archive", str(archive)]
+    else:  # two targets side by side (two threads): a signal must stop both, not wait for them
+        args = ["replay", "--archive", str(archive), "--python", sys.executable, "--python", SECOND_PYTHON]
     return subprocess.Popen(
-        [sys.executable, "-m", "casekit", "replay", "--archive", str(archive), "--runner", "python"],
+        [sys.executable, "-m", "casekit", *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -69,7 +75,8 @@ def test_random_signals_during_replay_leave_nothing_behind(tmp_path: Path) -> No
             originals[case_id] = (archive / f"{case_id}.toml").read_text()
         token = f"casekit-signal-{uuid.uuid4().hex}"
         sig, delay = rng.choice(SIGNALS), rng.uniform(1.0, 12.0)
-        process = start_replay(archive, tmpdir, token)
+        command = "capture" if trial % 3 == 2 else "replay"
+        process = start_casekit(archive, tmpdir, token, command)
         time.sleep(delay)
         process.send_signal(sig)
         try:
@@ -85,5 +92,7 @@ def test_random_signals_during_replay_leave_nothing_behind(tmp_path: Path) -> No
             assert "Traceback" not in stderr
         assert list(tmpdir.iterdir()) == [], f"trial {trial}: left {list(tmpdir.iterdir())} after {sig.name}"
         bundles_whole(archive, originals)
-        outcomes.append((sig.name, round(delay, 1), process.returncode))
+        if (archive / "captured.toml").exists():  # a capture saves whole or not at all
+            Archive(archive).load("captured")
+        outcomes.append((command, sig.name, round(delay, 1), process.returncode))
     print(f"signal trials: {outcomes}")
