@@ -937,6 +937,10 @@ def prepare_run_dir(job, runs_dir):
     shutil.rmtree(run_dir, ignore_errors=True)
     if job.get("job_dir"):
         shutil.copytree(job["job_dir"], run_dir, symlinks=True)
+        for folder, _dirs, files in os.walk(run_dir):  # inputs are read-only; the folder takes new files
+            for name in files:
+                if not os.path.islink(os.path.join(folder, name)):  # a link's target is not ours to change
+                    os.chmod(os.path.join(folder, name), 0o444)
     else:  # an in-place job (bisect across commits) runs the script where it lies
         os.makedirs(run_dir)
     return run_dir
