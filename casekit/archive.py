@@ -13,6 +13,8 @@ from casekit.fsutil import exclusive_lock
 from casekit.model import Case
 from casekit.settings import archive_root
 
+LOCK_NAME = ".casekit.lock"
+
 
 def archive_dir(explicit: str | Path | None = None) -> Path:
     """--archive, else $CASEKIT_ARCHIVE, else ./cases."""
@@ -27,7 +29,7 @@ class Archive:
 
     def path_for(self, case_id: str) -> Path:
         check_case_id(case_id)
-        path = (self.root / f"{case_id}.toml").resolve()
+        path = self.root.resolve() / f"{case_id}.toml"  # the file itself is never resolved: no symlink chooses it
         if path.parent != self.root.resolve():  # belt and braces: a slug cannot escape, check anyway
             raise CaseIdError(f"case id {case_id!r} would leave the archive folder")
         return path
@@ -89,5 +91,5 @@ class Archive:
     def locked(self) -> Iterator[None]:
         """Serialize read-modify-write of bundles between concurrent casekit processes."""
         self.root.mkdir(parents=True, exist_ok=True)
-        with exclusive_lock(self.root / ".casekit.lock"):
+        with exclusive_lock(self.root / LOCK_NAME, what="the archive"):
             yield

@@ -389,7 +389,12 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
     )
     if case.capture and case.capture.sentinel:
         progress("sentinel: the pre-fix compiles cleanly; the case alerts when a break appears")
-    with archive.locked():
+    with archive.locked():  # the exists check that counts is here, under the lock: two captures, one saves
+        if archive.exists(case_id) and not request.force:
+            raise CasekitError(
+                f"case {case_id!r} was saved meanwhile by another capture in {archive.root} "
+                "(choose --id, or --force to replace it)"
+            )
         archive.save(case)
     return case
 

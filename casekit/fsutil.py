@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from casekit.errors import CasekitError
 
 
 def _process_umask() -> int:
@@ -54,7 +57,9 @@ def write_atomic(path: Path, data: str | bytes, mode: int = FILE_MODE) -> None:
 
 
 @contextmanager
-def exclusive_lock(lock_path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+def exclusive_lock(
+    lock_path: Path, on_wait: Callable[[], None] | None = None, what: str | None = None
+) -> Iterator[None]:
     """Hold an exclusive flock on `lock_path` (created if needed) for the block.
 
     `on_wait` is called once when another process holds it, before blocking,
@@ -62,8 +67,13 @@ def exclusive_lock(lock_path: Path, on_wait: Callable[[], None] | None = None) -
     the descriptor closes, even if the process dies.
     """
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # never through a symlink (it could point anywhere), never a FIFO or a device
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as error:
+        raise CasekitError(f"cannot lock {what or lock_path}: {lock_path}: {_lock_problem(lock_path, error)}") from None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CasekitError(f"cannot lock {what or lock_path}: {lock_path} is not a regular file (remove it)")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -73,6 +83,12 @@ def exclusive_lock(lock_path: Path, on_wait: Callable[[], None] | None = None) -
         yield
     finally:
         os.close(fd)
+
+
+def _lock_problem(lock: Path, error: OSError) -> str:
+    if lock.is_symlink():
+        return "it is a symbolic link (remove it; casekit makes a plain lock file)"
+    return error.strerror or str(error)
 
 
 def tail_text(path: Path, limit: int = 8000, start: int = 0) -> str:

@@ -39,6 +39,7 @@ from casekit.observe import interpret
 from casekit.observe.batch import observe_batch
 from casekit.outcome import check_seconds
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
+from casekit.runners.process import REPLAY_PREFIX
 from casekit.timeouts import replay_run_timeout
 
 
@@ -236,7 +237,7 @@ def run_target(
         spec = replace(spec, extra_packages=tuple(spec.extra_packages) + pins)
     run = TargetRun(spec=spec, label=spec.label, warnings=list(pin_warnings))
     say: ProgressFn = lambda message: progress(f"[{spec.label}] {message}")  # noqa: E731
-    folder = Path(tempfile.mkdtemp(prefix="casekit-replay-"))
+    folder = Path(tempfile.mkdtemp(prefix=f"{REPLAY_PREFIX}{os.getpid()}-"))  # the pid: swept if we are killed
     try:
         paths = _write_scripts(cases, folder)
         jobs = _jobs(cases, paths, options, ("eager", "compiled"))

@@ -36,7 +36,7 @@ class TargetChoice:
     index_url: str | None = None
     find_links: str | None = None
     image: str | None = None
-    allow: tuple[str, ...] = ()  # docker sandbox relaxations KEY=VALUE
+    allow: tuple[str, ...] = ()  # sandbox relaxations KEY=VALUE (bubblewrap or docker keys)
     base_image: str | None = None
 
     def specs(self) -> list[TargetSpec]:
@@ -51,7 +51,8 @@ class TargetChoice:
             options.append((key, value))
         if self.base_image:
             options.append(("base_image", self.base_image))
-        specs = [TargetSpec(runner="python", python=p) for p in self.pythons]
+        # python/venv targets take the sandbox keys (sandbox, network, memory, pids, cpu), docker its own
+        specs = [TargetSpec(runner="python", python=p, options=tuple(options)) for p in self.pythons]
         kind = self.runner or "venv"
         if kind == "python" and self.torches:
             raise CasekitError("--runner python takes --python PATH, not --torch")
@@ -70,7 +71,7 @@ class TargetChoice:
         if self.image and not self.torches:
             specs.append(TargetSpec(runner="docker", image=self.image, options=tuple(options)))
         if not specs:
-            specs.append(TargetSpec(runner="python"))  # the local torch
+            specs.append(TargetSpec(runner="python", options=tuple(options)))  # the local torch
         return specs
 
 

@@ -9,6 +9,7 @@ bisection (`casekit.cli.bisect`).
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -17,6 +18,7 @@ from casekit.cli import cases, environments, records
 from casekit.cli import replay as replay_command
 from casekit.cli.bisect import register as register_bisect
 from casekit.errors import CasekitError
+from casekit.runners.process import STOPPING, install_stop_handlers
 
 app = typer.Typer(
     name="casekit",
@@ -40,14 +42,22 @@ records.register(app)
 
 def main() -> None:
     """Console entry point: one clear line for every casekit error."""
+    install_stop_handlers()
     try:
         app()
     except CasekitError as error:
         typer.echo(f"casekit: error: {error}", err=True)
         sys.exit(error.exit_code)
-    except KeyboardInterrupt:
-        typer.echo("casekit: interrupted; the archive holds only complete results", err=True)
-        sys.exit(130)
+    except (KeyboardInterrupt, SystemExit) as stop:
+        if not STOPPING.is_set() and isinstance(stop, SystemExit):
+            raise
+        signum = STOPPING.signum if STOPPING.is_set() else signal.SIGINT  # typer turns Ctrl-C into exit 130
+        typer.echo(
+            f"casekit: stopped by {signal.Signals(signum).name}; every process it started was killed, "
+            "the archive holds only complete results",
+            err=True,
+        )
+        sys.exit(128 + signum)
 
 
 __all__ = ["app", "main"]

@@ -18,6 +18,7 @@ from casekit.cli.common import (
 )
 from casekit.errors import CasekitError
 from casekit.outcome import ExitCode
+from casekit.replay_plan import TargetChoice
 from casekit.runners.interface import TargetSpec
 
 CAPTURE_EXAMPLES = """Examples:
@@ -70,6 +71,10 @@ def capture(
         ),
     ] = True,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing case with the same id.")] = False,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option("--allow", help="Relax the bubblewrap sandbox, KEY=VALUE: sandbox=none, network=host, memory=8g."),
+    ] = None,
     commit: Annotated[
         bool, typer.Option("--commit", help="Commit the new bundle to the archive's git repository.")
     ] = False,
@@ -100,7 +105,8 @@ def capture(
         from casekit.gitarchive import require_repo
 
         require_repo(store.root)
-    runner = default_runner_factory(TargetSpec(runner="python", python=python))
+    options = TargetChoice(allow=tuple(allow or ())).specs()[0].options
+    runner = default_runner_factory(TargetSpec(runner="python", python=python, options=options))
     case = do_capture(request, runner, store, progress)
     typer.echo(case_summary(case))
     typer.echo(f"\nsaved {store.path_for(case.id)}")

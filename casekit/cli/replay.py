@@ -77,7 +77,10 @@ Allow = Annotated[
     list[str] | None,
     typer.Option(
         "--allow",
-        help="Docker sandbox relaxation KEY=VALUE (network=bridge, memory=8g, pids=1024, read_only=false, gpus=all).",
+        help=(
+            "Relax the sandbox, KEY=VALUE (repeatable). python/venv (bubblewrap): sandbox=none, network=host, "
+            "memory=8g, pids=1024, cpu=4. docker: network=bridge, memory=8g, pids=1024, read_only=false, gpus=all."
+        ),
     ),
 ]
 AllowInvalid = Annotated[

@@ -7,6 +7,7 @@ from pathlib import Path
 from casekit.errors import EnvironmentFailed
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
 from casekit.runners.process import EnvironmentUnusable, run_probe_subprocess
+from casekit.runners.sandbox import Sandbox
 from casekit.runners.venv.cache import CachedEnv, EnvRequest, cache_root, list_envs, mark_broken, why_not_ready
 from casekit.runners.venv.install import ISOLATING_ENV, choose_installer, ensure_env, request_for, resolve_torch_version
 from casekit.versions import is_exact, is_release_prefix, pick_newest
@@ -61,7 +62,10 @@ class VenvRunner(Runner):
         self.prepare(progress)
         assert self.env is not None
         try:
-            return run_probe_subprocess(str(self.env.python_executable), jobs, progress, env=ISOLATING_ENV)
+            sandbox = Sandbox.from_options(self.spec.options)
+            return run_probe_subprocess(
+                str(self.env.python_executable), jobs, progress, env=ISOLATING_ENV, sandbox=sandbox
+            )
         except EnvironmentUnusable as error:
             mark_broken(self.env.path, f"marked broken after a failed run: {error}")
             raise EnvironmentUnusable(f"{error} (env {self.env.key} is rebuilt on next use)") from None
