@@ -252,12 +252,13 @@ def replay_document_text(document: ReplayDocument, verbose: bool = False) -> str
     blocks = []
     for target in document["targets"]:
         results = [r for r in document["results"] if r["target"] == target["label"]]
-        lines = [_target_header(target, len(results))]
-        lines += [f"warning: {warning}" for warning in target.get("warnings") or []]
-        if target.get("error"):
-            lines.append(f"environment failed, no case ran: {target['error']}")
+        if target.get("error"):  # its results are all "env_failed": the one line says it all
+            lines = [f"target {target['label']}: environment failed, no case ran: {target['error']}"]
+            lines += [f"warning: {warning}" for warning in target.get("warnings") or []]
             blocks.append("\n".join(lines))
             continue
+        lines = [_target_header(target, len(results))]
+        lines += [f"warning: {warning}" for warning in target.get("warnings") or []]
         lines.append(replay_table(results))
         for result in results:
             if verbose or result["severity"] != "info" or result["verdict"] != "unchanged":
