@@ -226,3 +226,23 @@ def test_a_resume_function_falling_back_is_not_the_whole_function():
     assert resume.startswith("the code after the break at line 8 in step runs eagerly")
     assert "step now falls back to eager entirely" not in resume
     assert describe_fallback("step", "repro.py:6") == "step (repro.py:6) now falls back to eager entirely"
+
+
+def test_a_target_is_labelled_with_the_exact_build_it_ran(archive: Archive, monkeypatch: pytest.MonkeyPatch):  # noqa: F811
+    """The runner knows the version it asked for (2.5.1); the probe saw the build (2.5.1+cu124): the build wins."""
+    from .fakes import RecordedRunner
+
+    class Asked(RecordedRunner):
+        def run_probe(self, jobs, progress):  # type: ignore[no-untyped-def]
+            batch = super().run_probe(jobs, progress)
+            batch.environment["torch"] = "2.5.1+cu124"
+            return batch
+
+        def describe(self) -> dict[str, object]:
+            return {**super().describe(), "torch": "2.5.1", "env_key": "torch-2.5.1-cu124"}
+
+    log: list = []
+    monkeypatch.setattr(replay_command, "default_runner_factory", lambda spec: Asked(spec, Target("2.5.1"), log))
+    done = invoke("replay", "--archive", str(archive.root), "--python", "t", "--json", "-")
+    assert json.loads(done.stdout)["targets"][0]["torch"] == "2.5.1+cu124"
+    assert "target python:t: torch 2.5.1+cu124, python 3.11.7" in done.stderr
