@@ -13,6 +13,11 @@ the bar the message belongs to, and "K/N" right after it moves that bar (the pro
 "3/10 case.pre done"). Indented messages are tool output (pip, uv, docker build):
 shown only with -v. Quiet (-q) shows nothing but what the command prints itself.
 
+Code that only holds a ProgressFn (a runner's "[label] " wrapper, say) uses
+`progress_task(progress, "downloading torch", total=nbytes, unit="bytes")`: a real
+bar when it holds the view itself, else "K/N" messages (at most one per tenth), which
+the view turns into a bar on a TTY and into a few plain lines elsewhere.
+
 Off a TTY, under NO_COLOR or TERM=dumb, output is one plain line per step with no
 control characters, so CI logs and golden files stay stable.
 """
@@ -23,7 +28,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -199,3 +204,43 @@ def _amount(task: Task) -> str:
     if task.unit == "bytes":
         return f" ({task.completed / 1e6:.1f} MB)"
     return f" ({task.completed:g}/{task.total:g})" if task.total else ""
+
+
+class _MessageTask:
+    """A task for a plain ProgressFn: "K/N description" messages, at most one per tenth of the work."""
+
+    def __init__(self, progress: Callable[[str], None], description: str, total: float | None, unit: str) -> None:
+        self.progress, self.description, self.total, self.unit = progress, description, total, unit
+        self.completed = 0.0
+        self._said = -1
+
+    def advance(self, amount: float = 1.0) -> None:
+        self.update(self.completed + amount)
+
+    def update(self, completed: float, total: float | None = None) -> None:
+        self.completed = completed
+        if total is not None:
+            self.total = total
+        if not self.total:
+            return
+        tenth = int(10 * min(self.completed, self.total) / self.total)
+        if tenth > self._said:
+            self._said = tenth
+            done, size = (int(self.completed), int(self.total))
+            if self.unit == "bytes":
+                done, size = int(self.completed // 1e6), int(self.total // 1e6)
+            self.progress(f"{done}/{size}{' MB' if self.unit == 'bytes' else ''} {self.description}")
+
+
+@contextmanager
+def progress_task(
+    progress: Callable[[str], None], description: str, total: float | None = None, unit: str = "steps"
+) -> Iterator[Task | _MessageTask]:
+    """A task on whatever progress callable a core function was given (see the module docstring)."""
+    if isinstance(progress, ProgressView):
+        with progress.task(description, total, unit) as task:
+            yield task
+        return
+    progress(f"{description} ...")
+    yield _MessageTask(progress, description, total, unit)
+    progress(f"{description}: done")

@@ -246,3 +246,19 @@ def test_a_target_is_labelled_with_the_exact_build_it_ran(archive: Archive, monk
     done = invoke("replay", "--archive", str(archive.root), "--python", "t", "--json", "-")
     assert json.loads(done.stdout)["targets"][0]["torch"] == "2.5.1+cu124"
     assert "target python:t: torch 2.5.1+cu124, python 3.11.7" in done.stderr
+
+
+def test_a_core_function_holding_only_a_callable_still_reports_a_sized_task():
+    from casekit.progress import progress_task
+
+    said: list[str] = []
+    with progress_task(lambda message: said.append(f"[venv:torch-2.5.1] {message}"), "wheels", 2e9, "bytes") as task:
+        for _ in range(40):
+            task.advance(5e7)
+    assert said[0] == "[venv:torch-2.5.1] wheels ..." and said[-1] == "[venv:torch-2.5.1] wheels: done"
+    assert 10 <= len(said) <= 13 and "[venv:torch-2.5.1] 1000/2000 MB wheels" in said  # one per tenth, not per chunk
+    stream = io.StringIO()
+    view = ProgressView(stream, plain=True)
+    with progress_task(view, "image layers", 4) as task:  # the view itself: its own task
+        task.advance(4)
+    assert stream.getvalue().splitlines()[-1] == "  ... image layers: done (4/4)"
