@@ -107,6 +107,9 @@ def test_quiet_replay_prints_the_report_but_no_progress(archive: Archive, served
     quiet = CliRunner().invoke(app, ["-q", "replay", "--archive", str(archive.root), "--python", "t"], env=PLAIN)
     assert "  ... [python:t]" in loud.stderr and "replaying 5 case(s)" in loud.stderr
     assert quiet.stderr == "" and quiet.stdout == loud.stdout
+    verbose = CliRunner().invoke(app, ["-v", "replay", "--archive", str(archive.root), "--python", "t"], env=PLAIN)
+    unchanged = "on python:t: unchanged (info)"
+    assert unchanged not in loud.stdout and verbose.stdout.count(unchanged) == 3  # -v: every result's detail
     both = CliRunner().invoke(app, ["-q", "-v", "list"], env=PLAIN)
     assert both.exit_code == 2 and "-q and -v contradict" in both.output
 
