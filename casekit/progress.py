@@ -117,22 +117,13 @@ class ProgressView:
         if self.plain or self.level is Verbosity.QUIET:
             return
         from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         console = Console(file=self.stream)
         self._bars = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
-            DownloadColumn(),
+            TextColumn("{task.fields[amount]}"),  # "3/10" for steps, "1.2/2.1 GB" for bytes
             TimeRemainingColumn(),
             TimeElapsedColumn(),
             console=console,
@@ -180,7 +171,7 @@ class ProgressView:
     def _new_task(self, description: str, total: float | None, unit: str) -> Task:
         task = Task(self, description, total, unit)
         if self._bars is not None:
-            task.task_id = self._bars.add_task(description, total=total)
+            task.task_id = self._bars.add_task(description, total=total, amount=_counted(task))
         self._tasks[description] = task
         return task
 
@@ -190,7 +181,7 @@ class ProgressView:
 
     def _render(self, task: Task) -> None:
         if self._bars is not None and task.task_id is not None:
-            self._bars.update(task.task_id, completed=task.completed, total=task.total)
+            self._bars.update(task.task_id, completed=task.completed, total=task.total, amount=_counted(task))
 
     def _line(self, message: str) -> None:
         if self._bars is not None:
@@ -198,6 +189,15 @@ class ProgressView:
         else:
             self.stream.write(f"  ... {message}\n")
             self.stream.flush()
+
+
+def _counted(task: Task) -> str:
+    """How far a task is, in its unit: '3/10' or '1.20/2.10 GB'."""
+    if task.unit == "bytes":
+        return (
+            f"{task.completed / 1e9:.2f}/{task.total / 1e9:.2f} GB" if task.total else f"{task.completed / 1e9:.2f} GB"
+        )
+    return f"{task.completed:g}/{task.total:g}" if task.total else f"{task.completed:g}"
 
 
 def _amount(task: Task) -> str:
