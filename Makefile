@@ -3,7 +3,7 @@ PYTHON ?= python3
 STAMP := .casekit-cache/setup.stamp
 OUT ?= out
 
-.PHONY: run test setup bench lint format starter report clean
+.PHONY: run test setup bench lint format starter report clean identity
 
 # The main job: replay the starter archive on the locally installed torch,
 # write the JSON and the HTML report to out/ (replay records history only with
@@ -40,6 +40,10 @@ format: $(STAMP)
 # Re-capture the starter archive from examples/starter on the local torch.
 starter: $(STAMP)
 	$(PYTHON) examples/capture_starter.py --archive cases
+
+# Break identity across releases: classify the corpus (tests/corpus) both ways, write docs/identity.md.
+identity: $(STAMP)
+	$(PYTHON) tests/corpus/confusion.py --out docs/identity.md
 
 # The report of the last `make run` (its JSON), over the history the bundles hold.
 report: $(STAMP)

@@ -164,7 +164,17 @@ def parse_case(text: str, path: Path | str = "<bundle>") -> Case:
                 raise BundleError(path, f"scripts.{which}.name", str(error)) from None
         if script and sha256_text(script.source) != script.sha256:
             raise BundleError(path, f"scripts.{which}.sha256", "does not match the embedded source (edited by hand?)")
+    _check_included_files(case, path)
     return case
+
+
+def _check_included_files(case: Case, path: Path | str) -> None:
+    from casekit.includes import IncludeError, check_includes  # includes imports this module
+
+    try:
+        check_includes(case.includes)
+    except IncludeError as error:
+        raise BundleError(path, "includes", str(error)) from None
 
 
 def check_id_field(case: Case, path: Path | str) -> None:

@@ -266,13 +266,15 @@ class Observation:
 
 def describe_value(value, torch, depth=0):
     if isinstance(value, torch.Tensor):
-        return {
+        described = {
             "kind": "tensor",
             "shape": list(value.shape),
             "dtype": str(value.dtype).replace("torch.", ""),
             "device": str(value.device),
             "requires_grad": bool(value.requires_grad),
         }
+        described.update(tensor_layout(value))
+        return described
     if depth < 2 and isinstance(value, (list, tuple)):
         return {"kind": type(value).__name__, "items": [describe_value(v, torch, depth + 1) for v in value[:16]]}
     if depth < 2 and isinstance(value, dict):
@@ -285,6 +287,20 @@ def describe_value(value, torch, depth=0):
     if isinstance(value, str):
         return {"kind": "str", "value": value[:80]}
     return {"kind": type(value).__name__}
+
+
+def tensor_layout(tensor):
+    """Strides, contiguity and the dims marked dynamic (symbolic) by torch._dynamo.mark_dynamic."""
+    layout = {}
+    try:
+        layout["strides"] = [int(s) for s in tensor.stride()]
+        layout["contiguous"] = bool(tensor.is_contiguous())
+    except Exception:  # sparse and some subclasses have no strides
+        pass
+    dynamic = getattr(tensor, "_dynamo_dynamic_indices", None)
+    if dynamic:
+        layout["dynamic_dims"] = sorted(int(d) for d in dynamic)
+    return layout
 
 
 def flatten_tensors(value, torch, out):

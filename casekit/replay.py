@@ -38,6 +38,7 @@ from casekit.model import (
 from casekit.observe import interpret
 from casekit.outcome import check_seconds
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
+from casekit.timeouts import replay_run_timeout
 
 
 @dataclass
@@ -45,14 +46,15 @@ class ReplayOptions:
     """How to replay: the backend (None = each case's recorded one), limits, what to record."""
 
     backend: str | None = None
-    timeout: float = 300.0
+    timeout: float | None = None  # None = each case's bound, derived from its capture (casekit.timeouts)
     record: bool = True
     pin_packages: bool = True
     parallel: int | None = None  # targets at once; None = as many as cores allow
     verify_rollback: bool = True
 
     def __post_init__(self) -> None:
-        self.timeout = check_seconds("--timeout", self.timeout)
+        if self.timeout is not None:
+            self.timeout = check_seconds("--timeout", self.timeout)
         if self.parallel is not None and self.parallel < 1:
             raise CasekitError(f"parallel must be at least 1, not {self.parallel}")
 
@@ -134,7 +136,8 @@ def _jobs(
             script=path,
             modes=modes,
             backend=options.backend or next(c.backend for c in cases if c.id == case_id),
-            timeout=options.timeout,
+            timeout=replay_run_timeout(next(c.capture for c in cases if c.id == case_id), options.timeout),
+            includes=tuple(next(c.includes for c in cases if c.id == case_id)),
         )
         for (case_id, which), path in paths.items()
     ]
@@ -180,7 +183,8 @@ def _verify_rollbacks(
                         script=paths[(result.case_id, which)],
                         modes=("eager", "rollback"),
                         backend=options.backend or cases[result.case_id].backend,
-                        timeout=options.timeout,
+                        timeout=replay_run_timeout(cases[result.case_id].capture, options.timeout),
+                        includes=tuple(cases[result.case_id].includes),
                     )
                 )
     progress(f"verifying rollback for {len(needing)} case(s) with fullgraph=False")

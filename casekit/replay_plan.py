@@ -113,6 +113,7 @@ class ReplayOutcome:
     json_written: Path | None = None
     committed: str | None = None
     recorded: int = 0  # bundles whose history this replay appended to (0 unless --record / --commit)
+    marks: dict[str, str] = field(default_factory=dict)  # case id -> 'sentinel' / 'waived: ...'
 
     @property
     def worst(self) -> Severity:
@@ -200,6 +201,7 @@ def run_replay(
         invalid=invalid,
         failed_targets=failed,
         recorded=len(selection.cases) if request.options.record and len(failed) < len(report.targets) else 0,
+        marks={c.id: c.capture.mark() for c in selection.cases if c.capture and c.capture.mark()},
     )
     outcome = _write(request, outcome)
     if request.commit and request.options.record:

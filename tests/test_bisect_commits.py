@@ -6,6 +6,7 @@ it was: status, index, HEAD, refs, worktree list, and the dirty files themselves
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,17 +16,17 @@ from pathlib import Path
 
 import pytest
 
+from casekit.bisect import commits
 from casekit.bisect.commits import (
-    BAD,
-    GOOD,
+    CommitBisect,
     bisect_commits,
-    command_evaluator,
-    commit_summary,
     list_first_parent_commits,
     run_command_outcome,
     temporary_worktree,
 )
-from casekit.bisect.search import UNKNOWN, ResultCache
+from casekit.bisect.engine import CacheSettings
+from casekit.bisect.predicates import BAD, GOOD, CommitPredicate, Direction
+from casekit.bisect.search import UNKNOWN
 from casekit.errors import BisectError, GitError
 
 GIT_ENV = {
@@ -39,9 +40,12 @@ GIT_ENV = {
 }
 
 # Imports the repo's app.py; 125 when the commit is marked unbuildable, 1 when f() prints.
+# Logs "<$CASEKIT_BISECT_COMMIT> <cwd>" and app.py's text to the file named by argv[1].
 CHECK_SCRIPT = textwrap.dedent(
     """
-    import contextlib, io, sys
+    import contextlib, io, json, os, sys
+    with open(sys.argv[1], "a") as log:
+        log.write(json.dumps([os.environ["CASEKIT_BISECT_COMMIT"], os.getcwd(), open("app.py").read()]) + "\\n")
     sys.path.insert(0, ".")
     import app
     if app.UNBUILDABLE:
@@ -99,34 +103,45 @@ def snapshot(repo: Path) -> dict[str, object]:
 
 
 @pytest.fixture
-def check_command(tmp_path: Path) -> list[str]:
+def check_log(tmp_path: Path) -> Path:
+    return tmp_path / "check.log"
+
+
+@pytest.fixture
+def check_command(tmp_path: Path, check_log: Path) -> list[str]:
     script = tmp_path / "check.py"
     script.write_text(CHECK_SCRIPT)
-    return [sys.executable, str(script)]
+    return [sys.executable, str(script), str(check_log)]
 
 
-def test_finds_the_commit_that_added_a_print(tmp_path: Path, check_command: list[str]) -> None:
+def logged(check_log: Path) -> list[tuple[str, str, str]]:
+    """What the check command saw at each commit: (commit, working directory, app.py's text)."""
+    lines = check_log.read_text().splitlines() if check_log.exists() else []
+    return [tuple(json.loads(line)) for line in lines]  # type: ignore[misc]
+
+
+def by_exit_code(repo: Path, good: str, bad: str, command: list[str], cache: Path | None = None) -> CommitBisect:
+    return CommitBisect(repo, good, bad, command, judge=CommitPredicate(exit_code=True), cache=CacheSettings(cache))
+
+
+def test_finds_the_commit_that_added_a_print(tmp_path: Path, check_command: list[str], check_log: Path) -> None:
     repo = tmp_path / "repo"
     shas = make_history(repo, 20, print_from=13, unbuildable=range(5, 10))
     make_dirty(repo)
     before = snapshot(repo)
-    seen: list[Path] = []
-    evaluate = command_evaluator(check_command, timeout=60)
 
-    def evaluate_at(worktree: Path, sha: str) -> object:
-        seen.append(worktree)
-        # The worktree holds exactly that commit, not the user's dirty files.
-        assert (worktree / "app.py").read_text().strip() == git(repo, "show", f"{sha}:app.py")
-        assert not (worktree / "notes.txt").exists()
-        return evaluate(worktree, sha)
+    report = bisect_commits(by_exit_code(repo, shas[0], "main", check_command))
 
-    result = bisect_commits(repo, shas[0], "main", evaluate_at)
-
-    assert (result.last_good, result.first_bad, result.ambiguous) == (shas[12], shas[13], [])
-    assert result.good_outcome == GOOD and result.bad_outcome == BAD
-    assert commit_summary(repo, result.first_bad).endswith("change 13")
+    assert (report.last_good, report.first_bad, report.ambiguous) == (shas[12], shas[13], [])
+    assert (report.good_outcome, report.bad_outcome, report.direction) == (GOOD, BAD, Direction.REGRESSION)
+    assert report.label(shas[13]).endswith("change 13")
     assert snapshot(repo) == before
-    assert seen and not any(path.exists() for path in seen), "a temporary worktree was left behind"
+    seen = logged(check_log)
+    assert [sha for sha, _, _ in seen] == [step.target for step in report.steps if step.ran]
+    for sha, cwd, text in seen:
+        # each commit is tested in its own worktree holding exactly that commit, not the user's dirty files
+        assert text.strip() == git(repo, "show", f"{sha}:app.py") and Path(cwd) != repo
+    assert not any(Path(cwd).exists() for _, cwd, _ in seen), "a temporary worktree was left behind"
 
 
 def test_unbuildable_commits_around_the_culprit_give_an_ambiguous_range(
@@ -136,12 +151,22 @@ def test_unbuildable_commits_around_the_culprit_give_an_ambiguous_range(
     shas = make_history(repo, 20, print_from=12, unbuildable=range(11, 14))
     before = snapshot(repo)
 
-    result = bisect_commits(repo, shas[0], shas[-1], command_evaluator(check_command, timeout=60))
+    report = bisect_commits(by_exit_code(repo, shas[0], shas[-1], check_command))
 
-    assert (result.last_good, result.first_bad) == (shas[10], shas[14])
-    assert result.ambiguous == shas[11:14]
-    assert [outcome for sha, outcome in result.steps if sha in shas[11:14]] == [UNKNOWN] * 3
+    assert (report.last_good, report.first_bad) == (shas[10], shas[14])
+    assert report.ambiguous == shas[11:14] and not report.exact
+    assert [step.outcome for step in report.steps if step.target in shas[11:14]] == ["unknown"] * 3
     assert snapshot(repo) == before
+
+
+def test_a_removed_print_is_a_fix(tmp_path: Path, check_command: list[str]) -> None:
+    repo = tmp_path / "repo"
+    shas = make_history(repo, 8, print_from=0, unbuildable=range(0))
+    (repo / "app.py").write_text("UNBUILDABLE = False\n\n\ndef f():\n    return 8\n")
+    git(repo, "commit", "-q", "-am", "drop the print")
+    report = bisect_commits(by_exit_code(repo, shas[0], "main", check_command))
+    assert (report.good_outcome, report.bad_outcome, report.direction) == (BAD, GOOD, Direction.FIX)
+    assert report.first_bad == git(repo, "rev-parse", "HEAD")
 
 
 def test_candidates_are_first_parent_commits_after_good(tmp_path: Path) -> None:
@@ -162,37 +187,43 @@ def test_candidates_are_first_parent_commits_after_good(tmp_path: Path) -> None:
     assert side_sha not in candidates
 
 
-def test_interrupt_mid_bisection_leaves_the_repo_untouched(tmp_path: Path) -> None:
+def test_interrupt_mid_bisection_leaves_the_repo_untouched(
+    tmp_path: Path, check_command: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     repo = tmp_path / "repo"
     shas = make_history(repo, 20, print_from=13, unbuildable=range(0))
     make_dirty(repo)
     before = snapshot(repo)
     seen: list[Path] = []
 
-    def evaluate_at(worktree: Path, sha: str) -> object:
-        seen.append(worktree)
+    def interrupted_third(command, cwd, timeout=None, *, env=None):  # type: ignore[no-untyped-def]
+        seen.append(cwd)
         if len(seen) == 3:
             raise KeyboardInterrupt
-        return GOOD if sha in shas[:13] else BAD
+        return run_command_outcome(command, cwd, timeout, env=env)
 
+    monkeypatch.setattr(commits, "run_command_outcome", interrupted_third)
     with pytest.raises(KeyboardInterrupt):
-        bisect_commits(repo, shas[0], shas[-1], evaluate_at)
+        bisect_commits(by_exit_code(repo, shas[0], shas[-1], check_command))
     assert snapshot(repo) == before
-    assert not any(path.exists() for path in seen)
+    assert len(seen) == 3 and not any(path.exists() for path in seen)
 
 
-def test_an_error_in_the_evaluator_leaves_the_repo_untouched(tmp_path: Path) -> None:
+def test_an_error_at_a_commit_leaves_the_repo_untouched(
+    tmp_path: Path, check_command: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     repo = tmp_path / "repo"
     shas = make_history(repo, 5, print_from=3, unbuildable=range(0))
     before = snapshot(repo)
 
-    def evaluate_at(worktree: Path, sha: str) -> object:
-        (worktree / "build-output.bin").write_bytes(b"\0" * 100)  # untracked debris must not block removal
-        (worktree / "app.py").write_text("edited\n")
+    def messy(command, cwd, timeout=None, *, env=None):  # type: ignore[no-untyped-def]
+        (cwd / "build-output.bin").write_bytes(b"\0" * 100)  # untracked debris must not block removal
+        (cwd / "app.py").write_text("edited\n")
         raise RuntimeError("boom")
 
+    monkeypatch.setattr(commits, "run_command_outcome", messy)
     with pytest.raises(RuntimeError, match="boom"):
-        bisect_commits(repo, shas[0], shas[-1], evaluate_at)
+        bisect_commits(by_exit_code(repo, shas[0], shas[-1], check_command))
     assert snapshot(repo) == before
 
 
@@ -210,24 +241,21 @@ def test_the_users_hooks_do_not_run(tmp_path: Path) -> None:
     assert not worktree.exists()
 
 
-def test_cached_commit_bisection_skips_checkouts_on_rerun(tmp_path: Path) -> None:
+def test_cached_commit_bisection_skips_checkouts_on_rerun(
+    tmp_path: Path, check_command: list[str], check_log: Path
+) -> None:
     repo = tmp_path / "repo"
     shas = make_history(repo, 12, print_from=7, unbuildable=range(0))
-    calls: list[str] = []
-
-    def evaluate_at(worktree: Path, sha: str) -> object:
-        calls.append(sha)
-        return GOOD if sha in shas[:7] else BAD
-
-    cache = ResultCache(tmp_path / "cache.json")
-    first = bisect_commits(repo, shas[0], shas[-1], evaluate_at, cache=cache, case_hash="cmd-hash")
-    calls.clear()
-    second = bisect_commits(
-        repo, shas[0], shas[-1], evaluate_at, cache=ResultCache(tmp_path / "cache.json"), case_hash="cmd-hash"
-    )
-    assert calls == [] and second == first and first.first_bad == shas[7]
-    with pytest.raises(BisectError, match="case_hash"):
-        bisect_commits(repo, shas[0], shas[-1], evaluate_at, cache=cache)
+    config = by_exit_code(repo, shas[0], shas[-1], check_command, cache=tmp_path / "cache.json")
+    first = bisect_commits(config)
+    runs = len(logged(check_log))
+    second = bisect_commits(config)
+    assert len(logged(check_log)) == runs, "a cached commit was checked out and run again"
+    assert (first.first_bad, second.first_bad) == (shas[7], shas[7])
+    assert second.evaluated == 0 and second.from_cache == len(second.steps) == runs
+    # another command is another cache subject
+    bisect_commits(by_exit_code(repo, shas[0], shas[-1], [*check_command, "--other"], cache=tmp_path / "cache.json"))
+    assert len(logged(check_log)) == 2 * runs
 
 
 def test_command_sees_the_commit_it_tests(tmp_path: Path) -> None:
@@ -235,7 +263,18 @@ def test_command_sees_the_commit_it_tests(tmp_path: Path) -> None:
     shas = make_history(repo, 2, print_from=9, unbuildable=range(0))
     script = f"import os, sys; sys.exit(0 if os.environ['CASEKIT_BISECT_COMMIT'] == {shas[1]!r} else 1)"
     with temporary_worktree(repo, shas[1]) as worktree:
-        assert command_evaluator([sys.executable, "-c", script])(worktree, shas[1]) == GOOD
+        env = {**os.environ, "CASEKIT_BISECT_COMMIT": shas[1]}
+        assert run_command_outcome([sys.executable, "-c", script], worktree, env=env) == GOOD
+
+
+def test_ends_that_agree_say_nothing_changed(tmp_path: Path, check_command: list[str]) -> None:
+    repo = tmp_path / "repo"
+    shas = make_history(repo, 4, print_from=9, unbuildable=range(0))
+    before = snapshot(repo)
+    report = bisect_commits(by_exit_code(repo, shas[0], shas[-1], check_command))
+    assert (report.first_bad, report.last_good, report.direction) == (None, None, Direction.NOTHING)
+    assert [step.target for step in report.steps] == [shas[0], shas[-1]]
+    assert snapshot(repo) == before
 
 
 # --- bad inputs -----------------------------------------------------------------
@@ -260,15 +299,6 @@ def test_good_must_be_an_ancestor_of_bad(tmp_path: Path) -> None:
         list_first_parent_commits(repo, shas[2], shas[0])
     with pytest.raises(BisectError, match="same commit"):
         list_first_parent_commits(repo, "main", shas[2])
-
-
-def test_ends_that_agree(tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    shas = make_history(repo, 4, print_from=9, unbuildable=range(0))
-    before = snapshot(repo)
-    with pytest.raises(BisectError, match="both ends give the same outcome"):
-        bisect_commits(repo, shas[0], shas[-1], lambda worktree, sha: GOOD)
-    assert snapshot(repo) == before
 
 
 # --- the command contract (git bisect run) -------------------------------------------

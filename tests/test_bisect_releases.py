@@ -111,7 +111,7 @@ def test_real_bisection_over_torch_releases_names_the_release_and_resumes_from_c
 
     # what changed: the post-fix stops holding (torch.cond rejects the aliasing identity branch)
     changes = "\n".join(report["changes"])
-    assert f"verdict: unchanged on {GOOD} -> fix_broken on {MIDDLE}" in changes
+    assert (report["baseline"], report["verdict"], report["result"]) == (GOOD, "fix_broken", "regression")
     # eager_failed: even uncompiled, torch.cond compiles its branches, so the probe's eager baseline raises too
     assert re.search(
         rf"^post-fix: ok on {GOOD} -> (eager_failed|compile_error) on {MIDDLE}: .*UncapturedHigherOrderOpError",
@@ -124,9 +124,38 @@ def test_real_bisection_over_torch_releases_names_the_release_and_resumes_from_c
     assert report["compare_url"] == f"https://github.com/pytorch/pytorch/compare/v{GOOD}...v{MIDDLE}"
     assert report["cache"] == str(cache) and cache.exists()
 
+    # bisect's "what changed" is replay's classification of the same two runs
+    replayed = run_casekit(
+        "replay",
+        "--case",
+        CASE,
+        "--torch",
+        MIDDLE,
+        "--runner",
+        "venv",
+        "--archive",
+        str(archive),
+        "--no-record",
+        "--json",
+        str(tmp_path / "replay.json"),
+        "--fail-on",
+        "never",
+        timeout=900,
+    )
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    [result] = json.loads((tmp_path / "replay.json").read_text())["results"]
+    replay_classes = [
+        (which, site["class"], site["note"])
+        for which, script in result["scripts"].items()
+        if script
+        for site in script["sites"]
+    ]
+    assert [(s["script"], s["site_class"], s["note"]) for s in report["sites"]] == replay_classes
+    assert (report["verdict"], report["reasons"]) == (result["verdict"], result["reasons"])
+
     # the printed report says the same
     assert f"regression in {MIDDLE}" in out and f"last good {GOOD}" in out and f"first bad {MIDDLE}" in out
-    assert "what changed:" in out and f"reproduce with: {reproduce}" in out
+    assert f"what changed from {GOOD} (good end) to {MIDDLE}:" in out and f"reproduce with: {reproduce}" in out
     assert "3 step(s): 3 run, 0 from the cache" in out
 
     # 3. the same command again: every step comes from the cache, nothing is run or built

@@ -1,43 +1,55 @@
-"""The pure search, driven by lambdas over seeded random histories and checked against an oracle."""
+"""The pure search, driven by lambdas over generated histories and checked against a brute-force oracle."""
 
 from __future__ import annotations
 
-import json
-import random
 from collections.abc import Hashable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from casekit.bisect.search import (
-    UNKNOWN,
-    BisectResult,
-    ResultCache,
-    becomes,
-    bisect_candidates,
-    cached,
-)
+from casekit.bisect.search import UNKNOWN, BisectResult, bisect_candidates
 from casekit.errors import BisectError, CasekitError
 
+BAD_OUTCOMES = ["bad", "moved", "gone"]
 
-def make_history(rng: random.Random, n: int, unknown_rate: float, monotone: bool) -> tuple[list[Hashable], int]:
-    """Outcomes for n candidates; returns (history, true first-bad index for a monotone history)."""
-    boundary = rng.randint(1, n - 1)
-    history: list[Hashable] = []
-    for i in range(n):
-        if monotone:
-            outcome: Hashable = "good" if i < boundary else rng.choice(["bad", "moved", "gone"])
-        else:
-            outcome = rng.choice(["good", "bad", "moved"])
-        history.append(outcome)
-    history[0] = "good"
-    history[-1] = "bad"
-    # Unknown stretches (unbuildable ranges), never at the ends.
-    for _ in range(rng.randint(0, 3)):
-        if rng.random() < unknown_rate and n > 2:
-            start = rng.randint(1, n - 2)
-            for i in range(start, min(n - 1, start + rng.randint(1, 6))):
+
+@st.composite
+def histories(
+    draw: st.DrawFn, *, monotone: bool, unknowns: bool = True, max_size: int = 300
+) -> tuple[list[Hashable], int]:
+    """Outcomes for n candidates, good first and bad last; returns (history, true first-bad index if monotone).
+
+    Unknown stretches (unbuildable ranges) are laid over the inside, never over the ends.
+    """
+    n = draw(st.integers(2, max_size))
+    boundary = draw(st.integers(1, n - 1))
+    if monotone:
+        tail = draw(st.lists(st.sampled_from(BAD_OUTCOMES), min_size=n - boundary, max_size=n - boundary))
+        history: list[Hashable] = ["good"] * boundary + list(tail)
+    else:
+        history = list(draw(st.lists(st.sampled_from(["good", *BAD_OUTCOMES]), min_size=n, max_size=n)))
+    history[0], history[-1] = "good", "bad"
+    if unknowns and n > 2:
+        for start, length in draw(st.lists(st.tuples(st.integers(1, n - 2), st.integers(1, 8)), max_size=4)):
+            for i in range(start, min(n - 1, start + length)):
                 history[i] = UNKNOWN
     return history, boundary
+
+
+@st.composite
+def stretch_over_change(draw: st.DrawFn) -> tuple[int, int, int, int]:
+    """(n, boundary, start, end): an unknown stretch [start, end) over the change or the last good before it."""
+    n = draw(st.integers(4, 400))
+    boundary = draw(st.integers(2, n - 2))
+    return n, boundary, draw(st.integers(1, boundary)), draw(st.integers(boundary, n - 1))
+
+
+def oracle_window(history: list[Hashable], boundary: int) -> tuple[int, int]:
+    """Brute force over a monotone history: the nearest testable candidates on either side of the change."""
+    last_good = max(i for i in range(boundary) if history[i] is not UNKNOWN)
+    first_bad = min(i for i in range(boundary, len(history)) if history[i] is not UNKNOWN)
+    return last_good, first_bad
 
 
 def check_consistent(result: BisectResult[int], history: list[Hashable]) -> None:
@@ -54,41 +66,41 @@ def check_consistent(result: BisectResult[int], history: list[Hashable]) -> None
     assert all(history[c] == outcome for c, outcome in result.steps)
 
 
-@pytest.mark.parametrize("seed", range(300))
-def test_random_histories_agree_with_the_oracle(seed: int) -> None:
-    rng = random.Random(seed)
-    n = rng.randint(2, 300)
-    monotone = seed % 3 != 0
-    history, boundary = make_history(rng, n, unknown_rate=0.6, monotone=monotone)
-    result = bisect_candidates(range(n), lambda i: history[i])
+@settings(max_examples=300, deadline=None)
+@given(histories(monotone=True))
+def test_monotone_histories_give_the_oracles_window(case: tuple[list[Hashable], int]) -> None:
+    history, boundary = case
+    result = bisect_candidates(range(len(history)), lambda i: history[i])
     check_consistent(result, history)
-    if monotone:
-        # The true change point lies in the reported window.
-        assert result.last_good < boundary <= result.first_bad
-        if UNKNOWN not in history:
-            assert result.first_bad == boundary
-            assert result.is_exact
+    assert (result.last_good, result.first_bad) == oracle_window(history, boundary)
+    assert result.last_good < boundary <= result.first_bad
+    if UNKNOWN not in history:
+        assert result.first_bad == boundary and result.is_exact
 
 
-@pytest.mark.parametrize("seed", range(100))
-def test_without_unknowns_the_answer_is_the_brute_force_first_change(seed: int) -> None:
-    rng = random.Random(1000 + seed)
-    n = rng.randint(2, 500)
-    history, _ = make_history(rng, n, unknown_rate=0.0, monotone=True)
-    brute_force = next(i for i, outcome in enumerate(history) if outcome != "good")
+@settings(max_examples=150, deadline=None)
+@given(histories(monotone=False))
+def test_any_history_gives_a_consistent_answer(case: tuple[list[Hashable], int]) -> None:
+    history, _ = case
+    result = bisect_candidates(range(len(history)), lambda i: history[i])
+    check_consistent(result, history)
+
+
+@settings(max_examples=150, deadline=None)
+@given(histories(monotone=True, unknowns=False, max_size=2000))
+def test_without_unknowns_the_search_takes_logarithmic_steps(case: tuple[list[Hashable], int]) -> None:
+    history, boundary = case
+    n = len(history)
     result = bisect_candidates(range(n), lambda i: history[i])
-    assert (result.last_good, result.first_bad, result.ambiguous) == (brute_force - 1, brute_force, [])
+    assert (result.last_good, result.first_bad, result.ambiguous) == (boundary - 1, boundary, [])
     # O(log n): both ends plus at most bit_length(interior) probes.
     assert len(result.steps) <= 2 + (n - 2).bit_length()
 
 
-@pytest.mark.parametrize("seed", range(100))
-def test_unknown_stretch_over_the_change_is_reported_exactly(seed: int) -> None:
-    rng = random.Random(5000 + seed)
-    n = rng.randint(4, 400)
-    boundary = rng.randint(2, n - 2)
-    start = rng.randint(1, boundary)  # the stretch covers the boundary (or the last good before it)
-    end = rng.randint(boundary, n - 1)  # exclusive
+@settings(max_examples=100, deadline=None)
+@given(stretch_over_change())
+def test_an_unknown_stretch_over_the_change_is_reported_exactly(shape: tuple[int, int, int, int]) -> None:
+    n, boundary, start, end = shape
     history: list[Hashable] = ["good" if i < boundary else "bad" for i in range(n)]
     history[start:end] = [UNKNOWN] * (end - start)
     result = bisect_candidates(range(n), lambda i: history[i])
@@ -141,12 +153,6 @@ def test_probe_order_is_deterministic() -> None:
     assert [c for c, _ in first.steps[:2]] == [0, 99]
 
 
-def test_becomes_finds_a_specific_outcome() -> None:
-    history = ["fine", "fine", "moved", "moved", "gone", "gone"]
-    result = bisect_candidates(range(6), lambda i: history[i], is_bad=becomes("gone"))
-    assert (result.last_good, result.first_bad) == (3, 4)
-
-
 def test_progress_reports_each_step_and_its_estimate_bounds_the_rest() -> None:
     history = ["good"] * 300 + ["bad"] * 700
     reports: list[tuple[int, int, int]] = []
@@ -161,94 +167,3 @@ def test_progress_reports_each_step_and_its_estimate_bounds_the_rest() -> None:
     assert [done for done, _, _ in reports] == list(range(total))
     assert [c for _, _, c in reports] == evaluated
     assert all(left >= total - done >= 1 for done, left, _ in reports)
-
-
-# --- the result cache -------------------------------------------------------------
-
-
-def test_cache_round_trips_outcomes_including_unknown(tmp_path) -> None:
-    cache = ResultCache(tmp_path / "cache.json")
-    cache.put("case1", "2.5.1", "graph_break")
-    cache.put("case1", "2.6.0", UNKNOWN)
-    cache.put("case2", "2.5.1", 3)
-    reloaded = ResultCache(tmp_path / "cache.json")
-    assert reloaded.get("case1", "2.5.1") == "graph_break"
-    assert reloaded.get("case1", "2.6.0") is UNKNOWN
-    assert reloaded.get("case2", "2.5.1") == 3
-    assert reloaded.get("case2", "2.6.0") is None
-    assert len(reloaded) == 3
-    assert [p.name for p in tmp_path.iterdir()] == ["cache.json"], "temporary files left behind"
-
-
-def test_second_run_is_served_entirely_from_cache(tmp_path) -> None:
-    history = ["good"] * 20 + [UNKNOWN] * 3 + ["bad"] * 40
-    calls: list[int] = []
-
-    def evaluate(i: int) -> Hashable:
-        calls.append(i)
-        return history[i]
-
-    first = bisect_candidates(range(63), cached(evaluate, ResultCache(tmp_path / "c.json"), "case"))
-    assert calls
-    calls.clear()
-    second = bisect_candidates(range(63), cached(evaluate, ResultCache(tmp_path / "c.json"), "case"))
-    assert calls == []
-    assert second == first
-
-
-def test_cache_is_per_case(tmp_path) -> None:
-    cache = ResultCache(tmp_path / "c.json")
-    calls: list[str] = []
-    evaluate = cached(lambda v: calls.append(v) or "good", cache, "case-a")
-    evaluate("2.5.1")
-    cached(lambda v: calls.append(v) or "good", cache, "case-b")("2.5.1")
-    assert calls == ["2.5.1", "2.5.1"]
-
-
-def test_interrupted_run_resumes_from_cache(tmp_path) -> None:
-    history = ["good"] * 137 + ["bad"] * 400
-    reference = bisect_candidates(range(537), lambda i: history[i])
-
-    calls: list[int] = []
-
-    def interrupted(i: int) -> Hashable:
-        if len(calls) == 4:
-            raise KeyboardInterrupt
-        calls.append(i)
-        return history[i]
-
-    with pytest.raises(KeyboardInterrupt):
-        bisect_candidates(range(537), cached(interrupted, ResultCache(tmp_path / "c.json"), "case"))
-    assert len(ResultCache(tmp_path / "c.json")) == 4
-
-    resumed_calls: list[int] = []
-    resumed = bisect_candidates(
-        range(537), cached(lambda i: resumed_calls.append(i) or history[i], ResultCache(tmp_path / "c.json"), "case")
-    )
-    assert resumed == reference
-    assert not set(resumed_calls) & set(calls), "a step already in the cache was run again"
-    assert len(resumed_calls) == len(reference.steps) - 4
-
-
-def test_unknowns_can_be_retried(tmp_path) -> None:
-    cache = ResultCache(tmp_path / "c.json")
-    calls: list[str] = []
-    evaluate = cached(lambda v: calls.append(v) or UNKNOWN, cache, "case", remember_unknown=False)
-    evaluate("2.6.0")
-    evaluate("2.6.0")
-    assert calls == ["2.6.0", "2.6.0"]
-
-
-def test_corrupt_cache_is_a_clear_error(tmp_path) -> None:
-    path = tmp_path / "c.json"
-    path.write_text("{not json")
-    with pytest.raises(BisectError, match="unreadable"):
-        ResultCache(path)
-    path.write_text(json.dumps({"results": {}}))
-    with pytest.raises(BisectError, match="not a casekit.bisect-cache/1 file"):
-        ResultCache(path)
-
-
-def test_uncacheable_outcome_is_a_clear_error(tmp_path) -> None:
-    with pytest.raises(BisectError, match="cannot be cached"):
-        ResultCache(tmp_path / "c.json").put("case", "2.5.1", ("a", "tuple"))

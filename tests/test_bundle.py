@@ -10,7 +10,7 @@ import pytest
 from casekit.archive import Archive
 from casekit.bundle import case_to_toml, check_case_id, load_case, parse_case, sha256_text
 from casekit.errors import BundleError, CaseIdError
-from casekit.model import Case, Frame, ScriptObservation, ScriptSource, ScriptStatus, Site
+from casekit.model import Case, EntryPoint, Frame, OutputCheck, ScriptObservation, ScriptSource, ScriptStatus, Site
 
 from .conftest import run_casekit
 
@@ -35,7 +35,15 @@ def make_case(case_id: str = "demo") -> Case:
         pre=ScriptSource("repro.py", sha256_text(source), source),
         tags=["item"],
         rollback_notes="go back to fullgraph=False",
-        observations={"pre": ScriptObservation(status=ScriptStatus.OK, graphs=2, sites=[site])},
+        observations={
+            "pre": ScriptObservation(
+                status=ScriptStatus.OK,
+                graphs=2,
+                sites=[site],
+                entries=[EntryPoint("step", "repro.py", 5, calls=1)],  # a real capture passes the gates
+                check=OutputCheck(compared=1, allclose=True),
+            )
+        },
     )
 
 

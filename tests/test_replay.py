@@ -85,7 +85,7 @@ def validate_replay_json(data: dict) -> None:
             assert isinstance(script["graphs"], int) and isinstance(script["recompiles"], int)
             assert isinstance(script["fallback_frames"], list)
             for site in script["sites"]:
-                assert site["class"] in ("persists", "moved", "gone", "reappeared", "new")
+                assert site["class"] in ("persists", "moved", "gone", "reappeared", "new", "unobserved")
                 for side in ("observed", "recorded"):
                     if site[side] is not None:
                         assert {"file", "line", "function", "source", "gb_id", "reason"} <= set(site[side])

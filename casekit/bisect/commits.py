@@ -1,5 +1,8 @@
 """Bisect the commits of the user's own git repository, probing each commit in a temporary worktree.
 
+Probe mode: the user's script is observed by the probe at each commit, run in
+place; exit-code mode: any command, judged by `git bisect run`'s contract.
+
 The user's working tree, index, HEAD and branches are never touched: every
 probe gets a fresh detached worktree (`git worktree add --detach`) that is
 removed afterwards, even on an exception or Ctrl-C. The user's command follows
@@ -8,38 +11,46 @@ the `git bisect run` contract (0 good, 125 skip, 1-127 bad, >=128 abort).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import git
 
-from casekit.bisect.search import (
-    UNKNOWN,
-    BisectResult,
-    Evaluate,
-    IsBad,
-    Outcome,
-    Progress,
-    ResultCache,
-    bisect_candidates,
-    cached,
-    differs_from_good,
+from casekit.bisect.engine import (
+    CacheSettings,
+    Evaluated,
+    Evaluator,
+    Fresh,
+    Record,
+    Subject,
+    observations_from_record,
+    observations_record,
+    quiet,
+    registry_runner,
+    search_range,
+    unknown_record,
 )
-from casekit.errors import BisectError, GitError
+from casekit.bisect.predicates import BAD, GOOD, CommitPredicate
+from casekit.bisect.report import BisectReport, ReportHeader, build_report
+from casekit.bisect.search import UNKNOWN, Outcome
+from casekit.bundle import sha256_text
+from casekit.capture import observe_batch
+from casekit.errors import BisectError, CasekitError, EnvironmentFailed, GitError
+from casekit.model import ScriptSource
+from casekit.replay import RunnerFactory
+from casekit.runners.interface import ProbeJob, ProgressFn, Runner, TargetSpec
 
-GOOD = "good"
-BAD = "bad"
 SKIP_EXIT_CODE = 125  # git bisect run's "cannot test this commit"
 COMMIT_ENV_VAR = "CASEKIT_BISECT_COMMIT"  # lets a command that lives outside the repo know the commit
-
-EvaluateAt = Callable[[Path, str], Outcome]
-"""`evaluate_at(worktree_path, sha)`: test one checked-out commit."""
 
 
 def _open_repo(repo_path: Path) -> git.Repo:
@@ -121,39 +132,6 @@ def temporary_worktree(repo_path: Path, sha: str) -> Iterator[Path]:
         _forget_worktree(repo, worktree)
 
 
-def bisect_commits(
-    repo_path: Path,
-    good: str,
-    bad: str,
-    evaluate_at: EvaluateAt,
-    *,
-    is_bad: IsBad = differs_from_good,
-    progress: Progress[str] | None = None,
-    cache: ResultCache | None = None,
-    case_hash: str | None = None,
-) -> BisectResult[str]:
-    """Find the first first-parent commit after `good` whose outcome differs from good's.
-
-    Each probed commit is checked out into its own temporary worktree and
-    `evaluate_at(worktree, sha)` is called there. With `cache` (and a
-    `case_hash` naming what is being tested), outcomes are keyed by full SHA
-    and a rerun skips the checkout for commits already tested.
-    """
-    repo_path = Path(repo_path)
-    candidates = list_first_parent_commits(repo_path, good, bad)
-
-    def evaluate_in_worktree(sha: str) -> Outcome:
-        with temporary_worktree(repo_path, sha) as worktree:
-            return evaluate_at(worktree, sha)
-
-    evaluate: Evaluate[str] = evaluate_in_worktree
-    if cache is not None:
-        if case_hash is None:
-            raise BisectError("a result cache needs a case_hash saying what is being tested")
-        evaluate = cached(evaluate_in_worktree, cache, case_hash)
-    return bisect_candidates(candidates, evaluate, is_bad=is_bad, progress=progress)
-
-
 def _kill_process_group(process: subprocess.Popen[bytes]) -> None:
     """Kill the command and anything it started, so nothing keeps running in a deleted worktree."""
     if os.name == "posix":
@@ -209,11 +187,202 @@ def run_command_outcome(
     )
 
 
-def command_evaluator(command: Sequence[str], timeout: float | None = None) -> EvaluateAt:
-    """An `evaluate_at` that runs `command` in the worktree, with the commit's SHA in $CASEKIT_BISECT_COMMIT."""
-    fixed = list(command)
+# ------------------------------------------------------------------ a bisection over commits
 
-    def evaluate_at(worktree: Path, sha: str) -> Outcome:
-        return run_command_outcome(fixed, worktree, timeout, env={**os.environ, COMMIT_ENV_VAR: sha})
 
-    return evaluate_at
+@dataclass
+class InPlaceProbeJob(ProbeJob):
+    """A probe job that runs the script where it lies (in the worktree), not a copy in the batch folder.
+
+    The user's script imports its neighbours (`from model import Net`) and
+    reads files relative to the repository: it must run from the checkout,
+    with the command's working directory, as the user's command would.
+    Host interpreters only (the python runner), where that path is visible.
+    """
+
+    workdir: str | None = None
+
+    def to_request(self, script_path: str) -> dict[str, object]:
+        request = super().to_request(str(self.script))
+        request["workdir"] = self.workdir
+        return request
+
+
+def split_probe_command(command: Sequence[str]) -> tuple[str | None, str, list[str]]:
+    """`python train.py --steps 2` -> (interpreter or None, 'train.py', ['--steps', '2']).
+
+    The script is the last argument ending in .py; what follows it are the
+    script's own arguments. The interpreter is the first word when it names a
+    python ('python', 'python3.11', '/opt/venv/bin/python'), else None.
+    """
+    words = list(command)
+    scripts = [i for i, word in enumerate(words) if word.endswith(".py")]
+    if not scripts:
+        raise BisectError(
+            f"no .py script in the command {' '.join(words)!r}: the probe observes a python script "
+            "(e.g. -- python model.py); for any other command pass --exit-code"
+        )
+    index = scripts[-1]
+    interpreter = words[0] if index > 0 and Path(words[0]).name.startswith("python") else None
+    return interpreter, words[index], words[index + 1 :]
+
+
+@dataclass(frozen=True)
+class CommitBisect:
+    """Everything a user chooses for a bisection over the first-parent commits of a repository."""
+
+    repo: Path
+    good: str
+    bad: str
+    command: Sequence[str]
+    judge: CommitPredicate = field(default_factory=CommitPredicate)
+    python: str | None = None  # the probe's interpreter [default: the command's python, else this one]
+    backend: str = "eager"
+    timeout: float = 300.0
+    cache: CacheSettings = field(default_factory=CacheSettings)
+
+
+@dataclass
+class _ProbeSetup:
+    """Probe mode's parts of the command: the script (repository-relative), its arguments, the interpreter."""
+
+    script: str = ""
+    argv: list[str] = field(default_factory=list)
+    interpreter: str = ""
+    runner: Runner | None = None
+
+
+def _probe_setup(config: CommitBisect) -> _ProbeSetup:
+    if config.judge.exit_code:
+        return _ProbeSetup()
+    named, script, argv = split_probe_command(config.command)
+    return _ProbeSetup(script, argv, config.python or named or sys.executable)
+
+
+def _subject_name(config: CommitBisect, setup: _ProbeSetup) -> str:
+    """The cache subject: what is run at each commit, hashed (the predicate is applied at read time)."""
+    identity: dict[str, object]
+    if config.judge.exit_code:
+        identity = {"mode": "exit-code", "command": list(config.command)}
+    else:
+        identity = {
+            "mode": "probe",
+            "script": setup.script,
+            "argv": setup.argv,
+            "python": setup.interpreter,
+            "backend": config.backend,
+        }
+    return "commits:" + sha256_text(json.dumps(identity, sort_keys=True))[:16]
+
+
+def _probe_commit(
+    config: CommitBisect, setup: _ProbeSetup, worktree: Path, make_runner: RunnerFactory, progress: ProgressFn
+) -> Fresh:
+    """Observe the user's script in place at one commit, with one runner for all commits."""
+    script = worktree / setup.script
+    if not script.is_file():
+        return Fresh(unknown_record(f"no {setup.script} at this commit"))
+    job = InPlaceProbeJob(
+        id="commit",
+        script=script,
+        backend=config.backend,
+        timeout=config.timeout,
+        argv=tuple(setup.argv),
+        workdir=str(worktree),
+    )
+    source = script.read_text(encoding="utf-8", errors="replace")
+    if setup.runner is None:  # the interpreter is checked (and torch's version read) once
+        runner = make_runner(TargetSpec(runner="python", python=setup.interpreter))
+        try:
+            runner.prepare(progress)
+        except EnvironmentFailed as error:
+            raise BisectError(f"cannot observe the script with {setup.interpreter}: {error}") from error
+        setup.runner = runner
+    try:
+        batch = setup.runner.run_probe([job], progress)
+    except CasekitError as error:
+        return Fresh(unknown_record(f"the probe could not run: {error}"), cacheable=False)
+    observation = observe_batch(batch, job, ScriptSource(script.name, sha256_text(source), source))
+    return Fresh(observations_record({"script": observation}))
+
+
+def _commit_subject(config: CommitBisect, make_runner: RunnerFactory, progress: ProgressFn) -> Subject:
+    setup = _probe_setup(config)
+    labels: dict[str, str] = {}
+
+    def run_fresh(sha: str) -> Fresh:
+        with temporary_worktree(config.repo, sha) as worktree:
+            if not config.judge.exit_code:
+                return _probe_commit(config, setup, worktree, make_runner, progress)
+            env = {**os.environ, COMMIT_ENV_VAR: sha}
+            outcome = run_command_outcome(config.command, worktree, config.timeout, env=env)
+            if outcome is UNKNOWN:
+                return Fresh(unknown_record("the command exited 125 (skip)"))
+            return Fresh({"v": 1, "exit": str(outcome)})
+
+    def interpret(sha: str, record: Record) -> Evaluated | None:
+        if "unknown" in record:
+            return Evaluated(UNKNOWN, str(record["unknown"]), {})
+        if "exit" in record:
+            return Evaluated(str(record["exit"]), "", {})
+        observations = observations_from_record(record)
+        if observations is None or "script" not in observations:
+            return None
+        outcome, detail = config.judge.outcome(observations["script"])
+        return Evaluated(outcome, detail, observations)
+
+    def label(sha: str) -> str:
+        if sha not in labels:
+            labels[sha] = commit_summary(config.repo, sha)
+        return labels[sha]
+
+    return Subject(_subject_name(config, setup), str, run_fresh, interpret, label)
+
+
+def bisect_commits(
+    config: CommitBisect, *, make_runner: RunnerFactory | None = None, progress: ProgressFn = quiet
+) -> BisectReport:
+    """Find the first commit (first-parent, oldest first) after good where the outcome differs from good's.
+
+    Probe mode (default): the command is `[python] SCRIPT.py [ARGS...]`; the
+    script is observed by the probe at each commit, run in place in a
+    temporary worktree with the worktree as working directory. Exit-code mode:
+    any command, `git bisect run`'s contract (0 good, 125 skip, 1-127 bad).
+    The user's working tree is never touched.
+    """
+    if not config.command:
+        raise BisectError("no command given to run at each commit (put it after --)")
+    candidates = list_first_parent_commits(config.repo, config.good, config.bad)
+    subject = _commit_subject(config, make_runner or registry_runner(), progress)
+    evaluate = Evaluator(subject, config.cache, progress)
+    what = config.judge.describe()
+    first, last = evaluate.label(candidates[0]), evaluate.label(candidates[-1])
+    progress(f"bisecting {len(candidates)} commit(s) of {config.repo} by {what}: {first} … {last}")
+    result = search_range(candidates, evaluate)
+    runner = "exit-code" if config.judge.exit_code else f"python:{_probe_setup(config).interpreter}"
+    header = ReportHeader("commits", " ".join(config.command), what, runner, config.judge.hint())
+    report = build_report(header, candidates, evaluate, result, config.judge.case, config.judge.direction)
+    if result is not None:
+        if report.changed is not None:
+            report.changed.lines += files_changed(config.repo, result.last_good, result.first_bad)
+        report.reproduce = _commit_command(config, result.first_bad)
+        for sha in (*result.ambiguous, result.first_bad, result.last_good):
+            evaluate.label(sha)
+    report.labels = {sha: evaluate.label(sha) for sha in candidates if sha in evaluate.done}
+    return report
+
+
+def files_changed(repo: Path, last_good: str, first_bad: str) -> list[str]:
+    """'files changed A..B: x.py, y.py' for the report, or nothing when git cannot tell."""
+    try:
+        names = _git(_open_repo(repo), "diff", "--name-only", last_good, first_bad).split()
+    except GitError:
+        return []
+    return [f"files changed {last_good[:12]}..{first_bad[:12]}: " + ", ".join(names)] if names else []
+
+
+def _commit_command(config: CommitBisect, sha: str) -> str:
+    folder = f"/tmp/casekit-{sha[:12]}"
+    logs = "" if config.judge.exit_code else "TORCH_LOGS=graph_breaks "
+    command = " ".join(config.command)
+    return f"git -C {config.repo} worktree add --detach {folder} {sha[:12]} && cd {folder} && {logs}{command}"

@@ -1,4 +1,4 @@
-"""The pure bisection search, and the result cache that makes it resumable.
+"""The pure bisection search over an ordered candidate list.
 
 Modelled on cargo-bisect-rustc's `least_satisfying` (Yes/No/Unknown) and
 `git bisect run` (exit 125 = skip): the caller supplies an ordered candidate
@@ -8,13 +8,9 @@ list and an `evaluate` callable; this module never builds, runs or prints.
 from __future__ import annotations
 
 import enum
-import json
-import os
-import tempfile
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from casekit.errors import BisectError
 
@@ -49,15 +45,6 @@ Progress = Callable[[int, int, C], None]
 def differs_from_good(outcome: Outcome, good_outcome: Outcome) -> bool:
     """The default predicate: bad means anything other than what the good end gave."""
     return outcome != good_outcome
-
-
-def becomes(target: Outcome) -> IsBad:
-    """A predicate for 'find where the outcome first becomes `target`' (other changes count as good)."""
-
-    def is_bad(outcome: Outcome, good_outcome: Outcome) -> bool:
-        return outcome == target
-
-    return is_bad
 
 
 @dataclass(frozen=True)
@@ -158,96 +145,3 @@ def bisect_candidates(
         good_outcome=good_outcome,
         bad_outcome=first_bad_outcome,
     )
-
-
-class ResultCache:
-    """Outcomes on disk, keyed by (case content hash, target key), so a bisection resumes.
-
-    The file is rewritten atomically (temp file + os.replace) after every new
-    outcome: an interrupt at any moment leaves either the old or the new file,
-    never half of one. Outcomes must be JSON scalars (str, int, float, bool;
-    str-valued enums come back as plain str) or UNKNOWN.
-    """
-
-    SCHEMA = "casekit.bisect-cache/1"
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._results: dict[str, dict[str, Any]] = self._load()
-
-    def _load(self) -> dict[str, dict[str, Any]]:
-        if not self.path.exists():
-            return {}
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise BisectError(f"result cache {self.path} is unreadable ({exc}); delete it to start afresh") from exc
-        if not isinstance(data, dict) or data.get("schema") != self.SCHEMA or not isinstance(data.get("results"), dict):
-            raise BisectError(f"result cache {self.path} is not a {self.SCHEMA} file; delete it to start afresh")
-        return data["results"]
-
-    def get(self, case_hash: str, target_key: str) -> Outcome | None:
-        """The cached outcome, or None when this (case, target) was never evaluated."""
-        entry = self._results.get(case_hash, {}).get(target_key)
-        if entry is None:
-            return None
-        if entry.get("unknown"):
-            return UNKNOWN
-        outcome: Outcome = entry["outcome"]
-        return outcome
-
-    def put(self, case_hash: str, target_key: str, outcome: Outcome) -> None:
-        """Remember an outcome and write the file at once (the whole point is surviving Ctrl-C)."""
-        if outcome is UNKNOWN:
-            entry: dict[str, Any] = {"unknown": True}
-        elif isinstance(outcome, str | int | float | bool):
-            entry = {"outcome": outcome}
-        else:
-            raise BisectError(f"outcome {outcome!r} cannot be cached: use a string, number, bool or UNKNOWN")
-        self._results.setdefault(case_hash, {})[target_key] = entry
-        self._write()
-
-    def __len__(self) -> int:
-        return sum(len(targets) for targets in self._results.values())
-
-    def _write(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps({"schema": self.SCHEMA, "results": self._results}, indent=1, sort_keys=True)
-        # Same directory as the target so os.replace is an atomic rename, not a copy.
-        fd, tmp_name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp_name, self.path)
-        except BaseException:
-            Path(tmp_name).unlink(missing_ok=True)
-            raise
-
-
-def cached(
-    evaluate: Evaluate[C],
-    cache: ResultCache,
-    case_hash: str,
-    *,
-    target_key: Callable[[C], str] = str,
-    remember_unknown: bool = True,
-) -> Evaluate[C]:
-    """Wrap `evaluate` so known (case, target) outcomes are read from `cache` instead of re-run.
-
-    Unknowns are remembered by default because a target that failed to build
-    usually fails again and costs as much; pass remember_unknown=False to retry them.
-    """
-
-    def evaluate_with_cache(candidate: C) -> Outcome:
-        key = target_key(candidate)
-        known = cache.get(case_hash, key)
-        if known is not None:
-            return known
-        outcome = evaluate(candidate)
-        if outcome is not UNKNOWN or remember_unknown:
-            cache.put(case_hash, key, outcome)
-        return outcome
-
-    return evaluate_with_cache

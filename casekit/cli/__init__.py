@@ -4,7 +4,7 @@ Every CasekitError becomes one line on stderr and its exit code (2) in `main`;
 nothing here holds logic a test would have to go through the CLI to reach.
 The commands live by theme: cases (capture, list, show, validate), replay,
 records (report, log, import, merge), environments (images, envs), and
-bisection (`casekit.cli_bisect`).
+bisection (`casekit.cli.bisect`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import typer
 
 from casekit.cli import cases, environments, records
 from casekit.cli import replay as replay_command
+from casekit.cli.bisect import register as register_bisect
 from casekit.cli.help import TeachingGroup, casekit_version
-from casekit.cli_bisect import register as register_bisect
 from casekit.errors import CasekitError
 
 app = typer.Typer(

@@ -19,7 +19,7 @@ from casekit.cli.common import (
     terminal_width,
 )
 from casekit.errors import CasekitError
-from casekit.outcome import ExitCode, check_seconds
+from casekit.outcome import ExitCode
 from casekit.runners.interface import TargetSpec
 
 CAPTURE_EXAMPLES = examples(
@@ -60,6 +60,17 @@ def capture(
         ),
     ] = "eager",
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run of a script may take.")] = 300.0,
+    include: Annotated[
+        list[Path] | None,
+        typer.Option("--include", help="A file or folder beside the script that it imports or reads (repeatable)."),
+    ] = None,
+    waive: Annotated[
+        list[str] | None,
+        typer.Option("--waive", help="Keep the case although this gate fails (eager, compiled, timeout, fix)."),
+    ] = None,
+    keep_failing_gates: Annotated[
+        bool, typer.Option("--keep-failing-gates", help="Keep the case although gates fail (waives every gate).")
+    ] = False,
     fullgraph: Annotated[
         bool,
         typer.Option(
@@ -87,9 +98,11 @@ def capture(
         fix_summary=fix_summary,
         rollback_notes=rollback,
         backend=backend,
-        timeout=check_seconds("--timeout", timeout),
+        timeout=timeout,  # checked by the capture gates (exit 1 with the reason)
         fullgraph=fullgraph,
         force=force,
+        includes=list(include or []),
+        waive=list(waive or []) + (["all"] if keep_failing_gates else []),
     )
     store = open_archive(archive)
     if commit:
@@ -150,8 +163,9 @@ def validate(
     ] = None,
     archive: ArchiveOption = None,
 ) -> None:
-    """Check bundles: TOML, schema version, every field, script hashes."""
+    """Check bundles: TOML, schema version, every field, script hashes, and the capture gates."""
     from casekit.bundle import load_case
+    from casekit.capture import validate_gates
 
     store = open_archive(archive)
     files = list(paths or [store.root / f"{i}.toml" for i in store.ids()])
@@ -163,6 +177,8 @@ def validate(
             case = load_case(path)
             if case.id != path.stem:
                 raise CasekitError(f"{path}: field 'id': {case.id!r} does not match the file name")
+            for failure in validate_gates(case)[:1]:
+                raise CasekitError(f"{path}: {failure.line()}")
             typer.echo(f"ok      {path}")
         except CasekitError as error:
             bad += 1

@@ -52,7 +52,10 @@ FindLinks = Annotated[str | None, typer.Option("--find-links", help="A folder of
 Image = Annotated[str | None, typer.Option("--image", help="Docker: use this image as is.")]
 CaseIds = Annotated[list[str] | None, typer.Option("--case", help="Replay only these case ids (repeatable).")]
 Backend = Annotated[str | None, typer.Option("--backend", help="Override each case's recorded backend.")]
-Timeout = Annotated[float, typer.Option("--timeout", help="Seconds each run of a script may take.")]
+Timeout = Annotated[
+    float | None,
+    typer.Option("--timeout", help="Seconds each run may take [default: per case, derived from its capture]."),
+]
 JsonOut = Annotated[
     Path | None,
     typer.Option(
@@ -117,7 +120,7 @@ def replay(
     case: CaseIds = None,
     archive: ArchiveOption = None,
     backend: Backend = None,
-    timeout: Timeout = 300.0,
+    timeout: Timeout = None,
     json_out: JsonOut = None,
     fail_on: FailOnOption = "error",
     record: Record = False,
@@ -174,7 +177,9 @@ def render(outcome: ReplayOutcome) -> str:
     if outcome.report is None:
         lines.append(f"shard {outcome.document.get('shard')}: nothing to run")
     else:
-        lines.append(replay_document_text(outcome.document, verbose=verbosity() is Verbosity.VERBOSE))
+        lines.append(
+            replay_document_text(outcome.document, verbose=verbosity() is Verbosity.VERBOSE, marks=outcome.marks)
+        )
     lines += [f"skipped {case_id}: a draft without a repro (capture one)" for case_id in outcome.skipped_drafts]
     if outcome.committed:
         lines.append(outcome.committed)

@@ -123,6 +123,11 @@ def _indent(text: str, prefix: str = "  ") -> str:
     return "\n".join(prefix + line for line in text.splitlines())
 
 
+def case_mark(case: Case) -> str:
+    """'sentinel' / 'waived: eager, fix': how a case was kept, shown wherever the case is listed."""
+    return case.capture.mark() if case.capture else ""
+
+
 def case_summary(case: Case) -> str:
     """The triage summary the seeds ask for: sites, graphs, recompiles, inputs, checks, timings, pre vs post."""
     env = case.environment
@@ -135,6 +140,8 @@ def case_summary(case: Case) -> str:
         lines.append("  packages: " + ", ".join(f"{k} {v}" for k, v in env["packages"].items()))
     if case.tags:
         lines.append("  tags: " + ", ".join(case.tags))
+    if case_mark(case):
+        lines.append(f"  kept as: {case_mark(case)}")
     if case.provenance and case.provenance.path:
         p = case.provenance
         lines.append(f"  from {p.path} at {(p.commit or 'no commit')[:12]}{' (dirty)' if p.dirty else ''}")
@@ -168,14 +175,19 @@ def class_counts(classes: Iterable[str]) -> str:
     return ", ".join(f"{counts[c]} {c.value}" for c in SITE_CLASS_ORDER if counts.get(c)) or "no breaks"
 
 
-def replay_table(results: Iterable[ResultEntry]) -> str:
-    """The one replay table (replay and merge): a row per case on one target, from the replay document."""
+def replay_table(results: Iterable[ResultEntry], marks: dict[str, str] | None = None) -> str:
+    """The one replay table (replay and merge): a row per case on one target, from the replay document.
+
+    `marks` (case id -> case_mark) flags sentinels and cases kept with waived gates."""
     rows = []
     for result in results:
         scripts = [(which, script) for which, script in result["scripts"].items() if script]
         statuses = "/".join(f"{which}:{script['status']}" for which, script in scripts)
         classes = class_counts(site["class"] for _, script in scripts for site in script.get("sites") or [])
-        rows.append([result["case"], result["verdict"], result["severity"], statuses, classes])
+        mark = (marks or {}).get(result["case"])
+        rows.append(
+            [result["case"] + (f" [{mark}]" if mark else ""), result["verdict"], result["severity"], statuses, classes]
+        )
     return table(["case", "verdict", "severity", "status", "sites"], rows)
 
 
@@ -246,9 +258,10 @@ def _target_header(target: TargetEntry, cases: int) -> str:
     return f"target {target['label']}: torch {torch}{cuda}, python {target.get('python') or '?'}, {cases} case(s){took}"
 
 
-def replay_document_text(document: ReplayDocument, verbose: bool = False) -> str:
+def replay_document_text(document: ReplayDocument, verbose: bool = False, marks: dict[str, str] | None = None) -> str:
     """The replay as a person reads it (replay and merge): per target its build, then the table
-    and every changed result with its reasons; a failed target says why once, with no table."""
+    and every changed result with its reasons; a failed target says why once, with no table.
+    `marks` (case id -> mark) flags sentinels and waived cases in the table."""
     blocks = []
     for target in document["targets"]:
         results = [r for r in document["results"] if r["target"] == target["label"]]
@@ -259,7 +272,7 @@ def replay_document_text(document: ReplayDocument, verbose: bool = False) -> str
             continue
         lines = [_target_header(target, len(results))]
         lines += [f"warning: {warning}" for warning in target.get("warnings") or []]
-        lines.append(replay_table(results))
+        lines.append(replay_table(results, marks))
         for result in results:
             if verbose or result["severity"] != "info" or result["verdict"] != "unchanged":
                 lines += ["", result_text(result)]

@@ -28,12 +28,20 @@ def lay_out_batch(batch_dir: Path, jobs: list[ProbeJob], root_in_target: str) ->
         script_dir.mkdir(parents=True, exist_ok=True)
         target = script_dir / job.script.name
         shutil.copy2(job.script, target)
+        lay_out_included_files(script_dir, job)
         request_jobs.append(job.to_request(f"{root_in_target}/scripts/{job.id}/{job.script.name}"))
     (batch_dir / "out").mkdir(exist_ok=True)
     request = {"schema": REQUEST_SCHEMA, "out_dir": f"{root_in_target}/out", "jobs": request_jobs}
     request_path = batch_dir / "request.json"
     request_path.write_text(json.dumps(request, indent=1))
     return request_path
+
+
+def lay_out_included_files(script_dir: Path, job: ProbeJob) -> None:
+    """A job's included files beside its script, with their relative paths (imports and reads work)."""
+    from casekit.includes import lay_out
+
+    lay_out(script_dir, job.includes)
 
 
 def read_batch(batch_dir: Path, jobs: list[ProbeJob], probe_log: str = "") -> ProbeBatchResult:

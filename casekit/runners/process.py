@@ -36,7 +36,9 @@ class EnvironmentUnusable(EnvironmentFailed, RunnerError):
 
 def overall_timeout(jobs: list[ProbeJob]) -> float:
     """Every run of every job at its own timeout, plus the one torch import."""
-    return sum(job.timeout * max(1, len(job.modes)) for job in jobs) + IMPORT_MARGIN_S
+    from casekit.timeouts import batch_timeout
+
+    return batch_timeout(jobs, IMPORT_MARGIN_S)
 
 
 def check_interpreter(python: str) -> None:

@@ -1,4 +1,4 @@
-"""The `bisect` and `bisect-commits` commands: parse, call `casekit.bisect.run`, render.
+"""The `bisect` and `bisect-commits` commands: parse into one config, call the core, render.
 
 Registered on the main app by `casekit.cli` (`register(app)`); every error is a
 CasekitError, which the CLI's entry point turns into one line.
@@ -6,7 +6,6 @@ CasekitError, which the CLI's entry point turns into one line.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,7 +14,8 @@ import typer
 from casekit.errors import BisectError
 
 if TYPE_CHECKING:  # the bisection core (git, replay) is imported only when a command runs
-    from casekit.bisect.run import BisectReport
+    from casekit.bisect.predicates import Predicate
+    from casekit.bisect.report import BisectReport
 
 
 def _progress(message: str) -> None:
@@ -33,52 +33,43 @@ def parse_python_for(items: list[str]) -> dict[str, str]:
     return mapping
 
 
-def render_report(report: BisectReport) -> str:
-    """The final report, after cargo-bisect-rustc's: range searched, culprit, what changed, how to reproduce."""
-    what = "commits" if report.kind == "commits" else "versions"
-    lines = [
-        f"searched {what} {report.label(report.candidates[0])} … {report.label(report.candidates[-1])} "
-        f"({len(report.candidates)} candidates) by {report.predicate}",
-        f"{report.good_outcome!r} at the good end, {report.bad_outcome!r} at the bad end",
-        "",
-        "steps:",
-    ]
-    for number, step in enumerate(report.steps, 1):
-        how = "cached" if step.cached else (f"{step.seconds:.1f} s" if step.ran else "not run")
-        detail = f"  ({step.detail})" if step.detail and step.outcome == "unknown" else ""
-        lines.append(f"  {number:>2}. {report.label(step.target):<40} {step.outcome:<24} [{how}]{detail}")
-    lines.append("")
-    if report.exact:
-        lines.append(f"regression in {report.label(report.first_bad)}")
-    else:
-        hidden = ", ".join(report.label(c) for c in report.ambiguous)
-        lines.append(
-            f"regression somewhere in {hidden} … {report.label(report.first_bad)}: "
-            f"{len(report.ambiguous)} candidate(s) there could not be built or run"
-        )
-    lines.append(f"last good {report.label(report.last_good)}")
-    lines.append(f"first bad {report.label(report.first_bad)}")
-    if report.compare_url:
-        lines.append(f"upstream changes: {report.compare_url}")
-    lines.append("what changed:")
-    lines += [f"  {change}" for change in report.changes] or [
-        f"  outcome {report.good_outcome!r} -> {report.bad_outcome!r} (no difference in the observed breaks)"
-    ]
-    lines.append(f"reproduce with: {report.reproduce}")
-    lines.append(
-        f"{len(report.steps)} step(s): {report.evaluated} run, {report.from_cache} from the cache"
-        + (f" ({report.cache_path})" if report.cache_path else "")
-    )
-    return "\n".join(lines)
+def runner_for(runner: str | None, pythons: dict[str, str]) -> str:
+    """--runner, or python when --python-for maps versions to interpreters (which only that runner takes)."""
+    kind = runner or ("python" if pythons else "venv")
+    if pythons and kind != "python":
+        raise BisectError(f"--python-for maps versions to interpreters for --runner python, not --runner {kind}")
+    return kind
 
 
-def _finish(report: BisectReport, json_out: Path | None) -> None:
+def parse_predicate(site: str | None, status: str | None, post_holds: bool) -> Predicate:
+    """--site / --status / --post-holds (at most one) as the predicate to follow; the verdict by default."""
+    from casekit.bisect.predicates import Predicate
+
+    chosen = [name for name, given in (("--site", site), ("--status", status), ("--post-holds", post_holds)) if given]
+    if len(chosen) > 1:
+        raise BisectError(f"choose one of --site, --status and --post-holds, not {' and '.join(chosen)}")
+    if site:
+        return Predicate.parse(("site", site))
+    if status:
+        return Predicate.parse(("status", status))
+    return Predicate.parse("post-holds" if post_holds else "verdict")
+
+
+def _finish(report: BisectReport, json_out: Path | None, html_out: Path | None = None) -> None:
+    from casekit.bisect.report import bisect_exit_code, render_text, report_to_json, write_report
+
     typer.echo("")
-    typer.echo(render_report(report))
+    typer.echo(render_text(report))
     if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(report.to_json(), indent=2))
+        write_report(report, json_out)
         typer.echo(f"wrote {json_out}")
+    if html_out:
+        from casekit.bundle import write_atomic as write_text_atomic
+        from casekit.report.pictures import render_bisect_html
+
+        write_text_atomic(html_out, render_bisect_html(report_to_json(report)))
+        typer.echo(f"wrote {html_out}")
+    raise typer.Exit(bisect_exit_code(report))
 
 
 def _interrupted(cache_path: Path | None) -> typer.Exit:
@@ -131,6 +122,9 @@ def bisect(
         typer.Option("--archive", help="Archive folder of case bundles [default: $CASEKIT_ARCHIVE or ./cases]"),
     ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the casekit.bisect/1 report here.")] = None,
+    html_out: Annotated[
+        Path | None, typer.Option("--html", help="Write the bisection as a static HTML page (steps drawn as a strip).")
+    ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the result cache.")] = False,
     retry_unknown: Annotated[
         bool, typer.Option("--retry-unknown", help="Re-run targets the cache knows as unknown.")
@@ -141,52 +135,37 @@ def bisect(
 ) -> None:
     """Find the first torch version between --good and --bad where the case's outcome changes."""
     from casekit.archive import Archive, archive_dir
-    from casekit.bisect.run import bisect_versions, default_cache_path
+    from casekit.bisect.engine import CacheSettings, default_cache_path
+    from casekit.bisect.releases import ReleaseBisect, ReleaseSeams, bisect_releases
     from casekit.bisect.versions import read_version_list
 
-    chosen = [name for name, given in (("--site", site), ("--status", status), ("--post-holds", post_holds)) if given]
-    if len(chosen) > 1:
-        raise BisectError(f"choose one of --site, --status and --post-holds, not {' and '.join(chosen)}")
-    predicate: str | tuple[str, str] = "verdict"
-    if site:
-        predicate = ("site", site)
-    elif status:
-        predicate = ("status", status)
-    elif post_holds:
-        predicate = "post-holds"
     pythons = parse_python_for(python_for or [])
-    kind = runner or ("python" if pythons else "venv")
-    if pythons and kind != "python":
-        raise BisectError(f"--python-for maps versions to interpreters for --runner python, not --runner {kind}")
+    kind = runner_for(runner, pythons)
+    config = ReleaseBisect(
+        good,
+        bad,
+        versions=read_version_list(versions) if versions else None,
+        runner=kind,
+        pythons=pythons,
+        predicate=parse_predicate(site, status, post_holds),
+        cuda=cuda,
+        index_url=index_url,
+        nightlies=nightlies,
+        backend=backend,
+        timeout=timeout,
+        archive_dir=archive,
+        cache=CacheSettings(None if no_cache else (cache or default_cache_path()), retry_unknown),
+    )
     case = Archive(archive_dir(archive)).load(case_id)
-    cache_path = None if no_cache else (cache or default_cache_path())
     typer.echo(f"bisecting case {case_id} between torch {good} (good) and {bad} (bad) with the {kind} runner", err=True)
     try:
-        report = bisect_versions(
-            case,
-            good,
-            bad,
-            versions=read_version_list(versions) if versions else None,
-            runner=kind,
-            pythons=pythons,
-            predicate=predicate,
-            cuda=cuda,
-            index_url=index_url,
-            nightlies=nightlies,
-            backend=backend,
-            timeout=timeout,
-            cache_path=cache_path,
-            use_cache=not no_cache,
-            retry_unknown=retry_unknown,
-            archive_dir=archive,
-            progress=_progress,
-        )
+        report = bisect_releases(case, config, ReleaseSeams(progress=_progress))
     except KeyboardInterrupt:
-        raise _interrupted(cache_path) from None
-    _finish(report, json_out)
+        raise _interrupted(config.cache.path) from None
+    _finish(report, json_out, html_out)
 
 
-def bisect_commits(
+def bisect_commits_command(
     command: Annotated[
         list[str], typer.Argument(help="After --: the command to run at each commit, e.g. python model.py.")
     ],
@@ -222,6 +201,9 @@ def bisect_commits(
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run may take.")] = 300.0,
     archive: Annotated[Path | None, typer.Option("--archive", help="Archive folder for --case.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the casekit.bisect/1 report here.")] = None,
+    html_out: Annotated[
+        Path | None, typer.Option("--html", help="Write the bisection as a static HTML page (steps drawn as a strip).")
+    ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the result cache.")] = False,
     retry_unknown: Annotated[
         bool, typer.Option("--retry-unknown", help="Re-run commits the cache knows as unknown.")
@@ -237,33 +219,30 @@ def bisect_commits(
     With --exit-code, COMMAND is any command, judged by its exit status.
     """
     from casekit.archive import Archive, archive_dir
-    from casekit.bisect.run import bisect_commits_run, default_cache_path
+    from casekit.bisect.commits import CommitBisect, bisect_commits
+    from casekit.bisect.engine import CacheSettings, default_cache_path
+    from casekit.bisect.predicates import CommitPredicate
 
     case = Archive(archive_dir(archive)).load(case_id) if case_id else None
-    cache_path = None if no_cache else (cache or default_cache_path())
+    config = CommitBisect(
+        repo,
+        good,
+        bad,
+        command,
+        judge=CommitPredicate(site=site, case=case, exit_code=exit_code),
+        python=python,
+        backend=backend,
+        timeout=timeout,
+        cache=CacheSettings(None if no_cache else (cache or default_cache_path()), retry_unknown),
+    )
     try:
-        report = bisect_commits_run(
-            repo,
-            good,
-            bad,
-            command,
-            site=site,
-            case=case,
-            exit_code=exit_code,
-            python=python,
-            backend=backend,
-            timeout=timeout,
-            cache_path=cache_path,
-            use_cache=not no_cache,
-            retry_unknown=retry_unknown,
-            progress=_progress,
-        )
+        report = bisect_commits(config, progress=_progress)
     except KeyboardInterrupt:
-        raise _interrupted(cache_path) from None
-    _finish(report, json_out)
+        raise _interrupted(config.cache.path) from None
+    _finish(report, json_out, html_out)
 
 
 def register(app: typer.Typer) -> None:
     """Add `bisect` and `bisect-commits` to the casekit app."""
     app.command("bisect")(bisect)
-    app.command("bisect-commits")(bisect_commits)
+    app.command("bisect-commits")(bisect_commits_command)

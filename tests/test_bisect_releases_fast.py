@@ -1,10 +1,10 @@
-"""Bisection runs: torch versions for a case, commits of a repository.
+"""Bisection over torch releases with `run_target` faked at its interface.
 
-The search itself is tested in test_bisect_search.py. Here `run_target` is
-faked at its interface (one canned observation set per torch version, then
-classified for real), so every path of `bisect_versions` runs in
-milliseconds: predicates, unknown targets, the end checks, the disk cache,
-the report. Real torch runs are in test_bisect_cli.py.
+The search itself is tested in test_bisect_search.py. Here `run_target`
+returns one canned observation set per torch version, classified for real,
+so every path of `bisect_releases` runs in milliseconds: predicates, unknown
+targets, the end checks, the disk cache, the report. Real torch runs are in
+test_bisect_releases.py and test_bisect_cli.py.
 """
 
 from __future__ import annotations
@@ -14,21 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from casekit.bisect.run import (
-    BISECT_SCHEMA,
-    BisectEndsAgree,
-    BisectEndUnknown,
-    InPlaceProbeJob,
-    Predicate,
-    bisect_versions,
-    commit_outcome,
-    describe_changes,
-    observation_from_record,
-    observation_record,
-    parse_location,
-    split_probe_command,
-    version_target_key,
-)
+from casekit.bisect.commits import InPlaceProbeJob, split_probe_command
+from casekit.bisect.engine import BisectEndUnknown, CacheSettings, observation_from_record, observation_record
+from casekit.bisect.predicates import CommitPredicate, Direction, Predicate, parse_location
+from casekit.bisect.releases import ReleaseBisect, ReleaseSeams, bisect_releases, version_target_key
+from casekit.bisect.report import BISECT_SCHEMA, report_to_json
 from casekit.bisect.search import UNKNOWN
 from casekit.bundle import sha256_text
 from casekit.classify import classify_case
@@ -130,17 +120,18 @@ def no_runner(spec: TargetSpec):  # type: ignore[no-untyped-def]
     raise AssertionError("the fake replay never asks for a runner")
 
 
-def run(case: Case, tmp_path: Path, fake: FakeReplay, **kwargs):  # type: ignore[no-untyped-def]
-    kwargs.setdefault("versions", VERSIONS)
-    return bisect_versions(
-        case,
-        kwargs.pop("good", "2.5.1"),
-        kwargs.pop("bad", "2.10.0"),
-        cache_path=tmp_path / "cache.json",
-        make_runner=no_runner,
-        run_target_fn=fake,
-        **kwargs,
-    )
+def run(case: Case, tmp_path: Path, fake: FakeReplay, **options):  # type: ignore[no-untyped-def]
+    """bisect_releases over VERSIONS (2.5.1 good, 2.10.0 bad) with the fake replay and a cache in tmp_path."""
+    options.setdefault("versions", VERSIONS)
+    options["predicate"] = Predicate.parse(options.get("predicate", "verdict"))
+    use_cache = options.pop("use_cache", True)
+    cache = CacheSettings(tmp_path / "cache.json" if use_cache else None, options.pop("retry_unknown", False))
+    list_versions = options.pop("list_versions", None)
+    config = ReleaseBisect(options.pop("good", "2.5.1"), options.pop("bad", "2.10.0"), cache=cache, **options)
+    seams = ReleaseSeams(run_target=fake, make_runner=no_runner)
+    if list_versions is not None:
+        seams = ReleaseSeams(run_target=fake, make_runner=no_runner, list_versions=list_versions)
+    return bisect_releases(case, config, seams)
 
 
 def test_finds_the_release_where_the_verdict_changes(tmp_path: Path) -> None:
@@ -154,10 +145,15 @@ def test_finds_the_release_where_the_verdict_changes(tmp_path: Path) -> None:
     assert report.candidates == VERSIONS
     assert report.reproduce == "casekit replay --case item-case --torch 2.8.0 --no-record"
     assert report.compare_url == "https://github.com/pytorch/pytorch/compare/v2.7.1...v2.8.0"
-    changes = "\n".join(report.changes)
-    assert "verdict: unchanged on 2.7.1 -> fix_broken on 2.8.0" in changes
-    assert "pre-fix: break moved from repro.py:5 (f) to repro.py:6" in changes
-    assert "post-fix: ok on 2.7.1 -> compile_error on 2.8.0: compiled run: RuntimeError: boom" in changes
+    assert report.direction is Direction.REGRESSION and report.warnings == []
+    assert report.changed is not None and report.changed.baseline == "2.5.1", "one baseline: the good end"
+    assert report.changed.lines == [
+        "pre-fix: moved: repro.py:6 in f: Tensor.item (from repro.py:5 (f) to repro.py:6 (f), 1 line(s) away in the same function)",
+        "post-fix: ok on 2.5.1 -> compile_error on 2.8.0: compiled run: RuntimeError: boom",
+        "post-fix: 1 -> 0 graph(s)",
+    ]
+    assert report.changed.verdict == "fix_broken"
+    assert report.changed.reasons[0] == "pre: 1 moved", "the verdict counts what the change list shows"
 
 
 def test_second_run_reads_everything_from_the_cache_whatever_the_predicate(tmp_path: Path) -> None:
@@ -214,13 +210,14 @@ def test_predicates(tmp_path: Path, predicate, good: str, bad: str, first_bad: s
     assert (report.good_outcome, report.bad_outcome, report.first_bad) == (good, bad, first_bad)
 
 
-def test_ends_that_agree_stop_with_a_clear_message(tmp_path: Path) -> None:
-    """2.7.1 rewords the break (same place, same category): still 'unchanged', like 2.5.1."""
-    with pytest.raises(
-        BisectEndsAgree,
-        match=r"both ends give 'unchanged' for the case's replay verdict \(2.5.1 and 2.7.1\): nothing to bisect; compare another aspect with --site",
-    ):
-        run(make_case(), tmp_path, FakeReplay(HISTORY), bad="2.7.1")
+def test_ends_that_agree_say_nothing_changed(tmp_path: Path) -> None:
+    """2.7.1 rewords the break (same place, same category): still 'unchanged', like 2.5.1 -- an answer, not an error."""
+    fake = FakeReplay(HISTORY)
+    report = run(make_case(), tmp_path, fake, bad="2.7.1")
+    assert fake.versions == ["2.5.1", "2.7.1"], "only the ends are run"
+    assert (report.first_bad, report.last_good, report.changed, report.reproduce) == (None, None, None, None)
+    assert report.direction is Direction.NOTHING and not report.exact
+    assert report_to_json(report)["first_bad"] is None
 
 
 def test_unbuildable_targets_are_stepped_around_and_leave_the_range_ambiguous(tmp_path: Path) -> None:
@@ -297,7 +294,7 @@ def test_predicates_that_need_a_post_fix(tmp_path: Path) -> None:
 
 
 def test_report_json(tmp_path: Path) -> None:
-    data = run(make_case(), tmp_path, FakeReplay(HISTORY)).to_json()
+    data = report_to_json(run(make_case(), tmp_path, FakeReplay(HISTORY)))
     assert data["schema"] == BISECT_SCHEMA and data["kind"] == "versions"
     assert data["searched"] == {"from": "2.5.1", "to": "2.10.0", "candidates": VERSIONS}
     assert (data["last_good"], data["first_bad"], data["exact"]) == ("2.7.1", "2.8.0", True)
@@ -345,25 +342,6 @@ def test_cached_observation_round_trips_everything_classification_reads() -> Non
     assert observation_from_record({"status": "no-such-status"}) is None
 
 
-def test_describe_changes_reports_breaks_statuses_graphs_and_fallbacks() -> None:
-    before = {"script": observed(item_break(), graphs=2)}
-    after = {
-        "script": ScriptObservation(
-            status=ScriptStatus.OK,
-            graphs=0,
-            sites=[Site("repro.py", 9, "g", "print(x)", "legacy:print", "print")],
-            fallback_frames=[FallbackFrame("f", "repro.py", 4)],
-        )
-    }
-    changes = describe_changes(before, after, "a", "b")
-    assert changes == [
-        "script: new break at repro.py:9 in g: print",
-        "script: break at repro.py:5 in f: Tensor.item no longer observed",
-        "script: 2 -> 0 graph(s)",
-        "script: f (repro.py:4) now falls back to eager entirely",
-    ]
-
-
 def test_target_keys() -> None:
     assert version_target_key("venv", "2.5.1") == "venv:2.5.1"
     assert version_target_key("docker", "2.13.0", cuda="cu124") == "docker:2.13.0+cu124"
@@ -386,19 +364,23 @@ def test_split_probe_command() -> None:
         split_probe_command(["make", "test"])
 
 
+def judged(observation: ScriptObservation, *, site: str | None = None, case: Case | None = None):  # type: ignore[no-untyped-def]
+    return CommitPredicate(site=site, case=case).outcome(observation)
+
+
 def test_commit_outcomes() -> None:
     broken_eager = observed(status=ScriptStatus.EAGER_FAILED, detail="eager baseline: ImportError")
-    assert commit_outcome(broken_eager, site="model.py:7")[0] is UNKNOWN
+    assert judged(broken_eager, site="model.py:7")[0] is UNKNOWN
     crash = observed(status=ScriptStatus.COMPILE_ERROR, detail="compiled run: boom")
-    assert commit_outcome(crash, site="model.py:7") == ("compile_error", "compiled run: boom")
+    assert judged(crash, site="model.py:7") == ("compile_error", "compiled run: boom")
     at_7 = observed(Site("model.py", 7, "step", "print(z)", "legacy:print", "print"))
-    assert commit_outcome(at_7, site="model.py:7")[0] == "break"
-    assert commit_outcome(at_7, site="./model.py:8")[0] == "no-break"
-    assert commit_outcome(at_7, site="src/model.py:7")[0] == "break", "a path suffix names the same file"
-    assert commit_outcome(at_7)[0] == "1 graph break(s)"
+    assert judged(at_7, site="model.py:7")[0] == "break"
+    assert judged(at_7, site="./model.py:8")[0] == "no-break"
+    assert judged(at_7, site="src/model.py:7")[0] == "break", "a path suffix names the same file"
+    assert judged(at_7)[0] == "1 graph break(s)"
     case = make_case()
-    assert commit_outcome(at_7, case=case)[0] == "0/1 recorded break(s)"
-    assert commit_outcome(observed(item_break(line=30)), case=case)[0] == "1/1 recorded break(s)"
+    assert judged(at_7, case=case)[0] == "0/1 recorded break(s)"
+    assert judged(observed(item_break(line=30)), case=case)[0] == "1/1 recorded break(s)"
 
 
 def test_parse_location() -> None:

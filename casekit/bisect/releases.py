@@ -1,0 +1,181 @@
+"""Bisect torch releases for a case: each candidate is one replay of the case on that torch (any runner).
+
+Options travel as one `ReleaseBisect`; the effects (replaying a target, the
+runner factory, the package index) are passed in as `ReleaseSeams`, so tests
+drive every path with a fake `run_target` at its interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from casekit.bisect.engine import (
+    CacheSettings,
+    Evaluated,
+    Evaluator,
+    Fresh,
+    Record,
+    Subject,
+    observations_from_record,
+    observations_record,
+    quiet,
+    registry_runner,
+    search_range,
+    unknown_record,
+)
+from casekit.bisect.predicates import Predicate
+from casekit.bisect.report import BisectReport, ReportHeader, build_report
+from casekit.bisect.search import UNKNOWN
+from casekit.bisect.versions import fetch_available_versions, parse_version, versions_between
+from casekit.bundle import content_hash
+from casekit.classify import classify_case
+from casekit.errors import BisectError
+from casekit.model import Case, ScriptStatus
+from casekit.replay import ReplayOptions, RunnerFactory, TargetRun, run_target
+from casekit.runners.interface import ProgressFn, TargetSpec
+
+RunTarget = Callable[[TargetSpec, list[Case], ReplayOptions, RunnerFactory, ProgressFn], TargetRun]
+ListVersions = Callable[..., list[str]]
+
+
+@dataclass(frozen=True)
+class ReleaseBisect:
+    """Everything a user chooses for a bisection over torch releases."""
+
+    good: str
+    bad: str
+    versions: Sequence[str] | None = None  # explicit candidates; else the mapped interpreters or the index
+    runner: str = "venv"
+    pythons: Mapping[str, str] = field(default_factory=dict)  # version -> interpreter, for runner "python"
+    predicate: Predicate = field(default_factory=Predicate)
+    cuda: str | None = None
+    index_url: str | None = None
+    nightlies: bool = False
+    backend: str | None = None
+    timeout: float = 300.0
+    archive_dir: Path | None = None  # only to print a reproduce command that finds the case
+    cache: CacheSettings = field(default_factory=CacheSettings)
+
+    def spec(self, version: str) -> TargetSpec:
+        return TargetSpec(
+            runner=self.runner,
+            torch=version,
+            python=self.pythons.get(version),
+            cuda=self.cuda,
+            index_url=self.index_url,
+        )
+
+    def target_key(self, version: str) -> str:
+        return version_target_key(self.runner, version, python=self.pythons.get(version), cuda=self.cuda)
+
+
+@dataclass(frozen=True)
+class ReleaseSeams:
+    """The effects a release bisection calls: replay one target, make runners, list the index's versions."""
+
+    run_target: RunTarget | None = None  # None: casekit.replay.run_target
+    make_runner: RunnerFactory | None = None  # None: the runner registry
+    list_versions: ListVersions = fetch_available_versions
+    progress: ProgressFn = quiet
+
+
+def version_target_key(runner: str, version: str, *, python: str | None = None, cuda: str | None = None) -> str:
+    """'venv:2.5.1', 'docker:2.13.0+cu124', 'python:2.5.1@/opt/py251/bin/python'."""
+    key = f"{runner}:{version}" + (f"+{cuda}" if cuda else "")
+    return key + (f"@{python}" if python else "")
+
+
+def compare_url(last_good: str, first_bad: str) -> str | None:
+    """The upstream diff between two releases (not for nightlies or local builds, which have no tags)."""
+    good, bad = parse_version(last_good), parse_version(first_bad)
+    if good.is_nightly or bad.is_nightly:
+        return None
+    return f"https://github.com/pytorch/pytorch/compare/v{good.text.split('+')[0]}...v{bad.text.split('+')[0]}"
+
+
+def version_candidates(config: ReleaseBisect, list_versions: ListVersions = fetch_available_versions) -> list[str]:
+    """good, the versions between, bad: an explicit list, the mapped interpreters, or the package index."""
+    if config.versions is not None:
+        return versions_between(config.versions, config.good, config.bad)
+    if config.runner == "python":
+        return versions_between(config.pythons, config.good, config.bad)
+    listed = list_versions("torch", pre=config.nightlies, index_url=config.index_url)
+    return versions_between(listed, config.good, config.bad)
+
+
+def replay_command(case_id: str, version: str, config: ReleaseBisect) -> str:
+    """The one replay that shows the first bad target's outcome (history left alone)."""
+    if config.runner == "python":
+        words = ["--python", config.pythons.get(version, f"PYTHON_WITH_TORCH_{version}")]
+    else:
+        words = ["--torch", version] + (["--runner", config.runner] if config.runner != "venv" else [])
+        words += (["--cuda", config.cuda] if config.cuda else []) + (
+            ["--index-url", config.index_url] if config.index_url else []
+        )
+    words += (["--backend", config.backend] if config.backend else []) + (
+        ["--archive", str(config.archive_dir)] if config.archive_dir else []
+    )
+    return " ".join(["casekit", "replay", "--case", case_id, *words, "--no-record"])
+
+
+def _release_subject(case: Case, config: ReleaseBisect, seams: ReleaseSeams) -> Subject:
+    """How one release is run fresh, and how its cached record is read back into an outcome."""
+    make_runner = seams.make_runner or registry_runner()
+    replay_one = seams.run_target or run_target
+    options = ReplayOptions(backend=config.backend, timeout=config.timeout, record=False, verify_rollback=False)
+
+    def run_fresh(version: str) -> Fresh:
+        if config.runner == "python" and version not in config.pythons:
+            why = f"no interpreter given for {version} (--python-for {version}=PATH)"
+            return Fresh(unknown_record(why), cacheable=False, ran=False)
+        run = replay_one(config.spec(version), [case], options, make_runner, seams.progress)
+        if run.error:
+            return Fresh(unknown_record(f"environment failed: {run.error}"))
+        if not run.results:
+            return Fresh(unknown_record("the replay returned no result"))
+        scripts = run.results[0].scripts
+        failed = [f"{w}: {s.observation.detail}" for w, s in scripts.items() if s.status is ScriptStatus.ENV_FAILED]
+        if failed:
+            return Fresh(unknown_record("environment failed: " + "; ".join(failed)))
+        torch = str(run.environment.get("torch") or version)
+        return Fresh(observations_record({w: s.observation for w, s in scripts.items()}, torch=torch))
+
+    def interpret(version: str, record: Record) -> Evaluated | None:
+        if "unknown" in record:
+            return Evaluated(UNKNOWN, str(record["unknown"]), {})
+        observations = observations_from_record(record)
+        if observations is None:
+            return None
+        result = classify_case(case, config.spec(version).label, observations)
+        return Evaluated(config.predicate.outcome(result), config.predicate.detail(result), observations, result)
+
+    name = f"case:{content_hash(case)}" + (f":backend={config.backend}" if config.backend else "")
+    return Subject(name, config.target_key, run_fresh, interpret)
+
+
+def bisect_releases(case: Case, config: ReleaseBisect, seams: ReleaseSeams | None = None) -> BisectReport:
+    """Find the first torch version between good and bad where the case's outcome differs from good's.
+
+    Each candidate is one replay of the case on that version (history not
+    recorded). With runner "python", `config.pythons` maps each version to an
+    existing interpreter; a version without one is unknown. A target that
+    cannot be built or run is unknown and stepped around. When both ends give
+    the same outcome the report says nothing changed (first_bad None).
+    """
+    seams = seams or ReleaseSeams()
+    config.predicate.validate(case)
+    if config.runner == "python" and not config.pythons:
+        raise BisectError("--runner python needs interpreters: --python-for VERSION=PATH for each version")
+    candidates = version_candidates(config, seams.list_versions)
+    evaluate = Evaluator(_release_subject(case, config, seams), config.cache, seams.progress)
+    what = config.predicate.describe()
+    seams.progress(f"bisecting {case.id} by {what}: {len(candidates)} candidate(s), {candidates[0]} … {candidates[-1]}")
+    result = search_range(candidates, evaluate)
+    header = ReportHeader("versions", case.id, what, config.runner, config.predicate.hint())
+    report = build_report(header, candidates, evaluate, result, case, config.predicate.direction)
+    if result is not None:
+        report.reproduce = replay_command(case.id, result.first_bad, config)
+        report.compare_url = compare_url(result.last_good, result.first_bad)
+    return report

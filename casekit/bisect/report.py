@@ -1,0 +1,433 @@
+"""A bisection's answer: what changed (classified as replay classifies), which way, and the casekit.bisect/1 document.
+
+"What changed" pairs the first bad target's observations with the good end's
+through `casekit.classify.classify_case` -- the pairing replay uses -- so
+bisect and replay cannot disagree about the same two runs, and the change
+list and the verdict line come from one classification against one baseline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from casekit.bisect.engine import Evaluated, Evaluator, Step, write_text_atomic
+from casekit.bisect.predicates import SCRIPT_LABELS, Direction
+from casekit.bisect.search import UNKNOWN, BisectResult, Outcome
+from casekit.classify import CaseResult, ScriptResult, classify_case
+from casekit.errors import BisectError
+from casekit.model import Case, ScriptObservation, ScriptSource, Site, SiteClass
+
+BISECT_SCHEMA = "casekit.bisect/1"
+JSON_SCHEMA_FILE = "bisect.schema.json"  # in casekit/data: the document's shape, checked on write and read
+
+# Exit codes a bisection ends with; the shared policy (0 ok / 1 gate reached / 2 usage or environment).
+EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class SiteChange:
+    """One break's class from the good end to the first bad, as replay would give it."""
+
+    script: str  # "pre" | "post" | "script"
+    site_class: str  # a SiteClass value
+    where: str
+    function: str
+    category: str
+    reason: str
+    note: str = ""
+
+
+@dataclass
+class WhatChanged:
+    """The first bad target classified against the good end's observations."""
+
+    baseline: str  # the good end
+    lines: list[str]
+    sites: list[SiteChange]
+    verdict: str
+    reasons: list[str]
+
+
+@dataclass
+class BisectReport:
+    """What a bisection searched, what it tried, where the outcome changes, and which way."""
+
+    kind: str  # "versions" | "commits"
+    subject: str  # the case id, or the command
+    predicate: str
+    runner: str
+    candidates: list[str]
+    good_outcome: str
+    bad_outcome: str  # at the bad end
+    last_good: str | None  # None when nothing changed between the ends
+    first_bad: str | None
+    first_bad_outcome: str | None
+    direction: Direction
+    ambiguous: list[str]
+    steps: list[Step]
+    changed: WhatChanged | None
+    warnings: list[str] = field(default_factory=list)
+    reproduce: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)  # candidate -> how to show it ("abc1234 subject")
+    compare_url: str | None = None
+    cache_path: str | None = None
+    hint: str = ""
+
+    @property
+    def exact(self) -> bool:
+        """A single culprit, with no untestable candidate hiding the change."""
+        return self.first_bad is not None and not self.ambiguous
+
+    @property
+    def monotonic(self) -> bool:
+        return not any(w.startswith("not monotonic") for w in self.warnings)
+
+    @property
+    def evaluated(self) -> int:
+        """Candidates actually run this time (not read from the cache)."""
+        return sum(1 for step in self.steps if step.ran and not step.cached)
+
+    @property
+    def from_cache(self) -> int:
+        return sum(1 for step in self.steps if step.cached)
+
+    def label(self, candidate: str) -> str:
+        return self.labels.get(candidate, candidate)
+
+
+def bisect_exit_code(report: BisectReport) -> int:
+    """A bisection that answered (culprit found, or nothing changed) exits 0; errors exit 2 as CasekitErrors."""
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------ what changed
+
+
+def baseline_case(case: Case | None, observations: Mapping[str, ScriptObservation]) -> Case:
+    """The case as if it had been captured on the good end: its observations are the baseline, no history."""
+    if case is None:  # a commit bisection without --case: only the observed script
+        case = Case(id="commits", title="", pre=ScriptSource("script", "", ""))
+    return dataclasses.replace(case, observations=dict(observations), replays=[])
+
+
+def _site_line(site: Site) -> str:
+    where = site.where()
+    if site.call_site is not None and site.call_site.where() != where:
+        where += f" (from {site.call_site.where()})"
+    return f"{where} in {site.function}: {site.reason or site.category}"
+
+
+def _script_lines(name: str, result: ScriptResult, before: ScriptObservation, labels: tuple[str, str]) -> list[str]:
+    lines = []
+    if result.recorded_status is not None and result.recorded_status is not result.status:
+        detail = f": {result.observation.detail}" if result.observation.detail else ""
+        lines.append(
+            f"{name}: {result.recorded_status.value} on {labels[0]} -> {result.status.value} on {labels[1]}{detail}"
+        )
+    for pairing in result.sites:
+        if pairing.site_class is SiteClass.PERSISTS and not pairing.note:
+            continue
+        note = f" ({pairing.note})" if pairing.note else ""
+        lines.append(f"{name}: {pairing.site_class.value}: {_site_line(pairing.site)}{note}")
+    if before.graphs != result.observation.graphs:
+        lines.append(f"{name}: {before.graphs} -> {result.observation.graphs} graph(s)")
+    for frame in result.new_fallbacks:
+        lines.append(f"{name}: {frame.function} ({frame.file}:{frame.line}) now falls back to eager entirely")
+    for frame in result.cleared_fallbacks:
+        lines.append(f"{name}: {frame.function} no longer falls back to eager entirely (fallback cleared)")
+    if result.recompiles_before != result.recompiles_after:
+        lines.append(f"{name}: recompiles {result.recompiles_before} -> {result.recompiles_after}")
+    return lines
+
+
+def what_changed(
+    case: Case | None, before: Evaluated, after: Evaluated, labels: tuple[str, str], target: str
+) -> WhatChanged:
+    """Classify `after` against `before` exactly as a replay of a case captured on `before` would."""
+    result: CaseResult = classify_case(baseline_case(case, before.observations), target, after.observations)
+    lines: list[str] = []
+    sites: list[SiteChange] = []
+    for which, script in result.scripts.items():
+        baseline = before.observations.get(which)
+        if baseline is None:
+            continue
+        lines += _script_lines(SCRIPT_LABELS.get(which, which), script, baseline, labels)
+        for pairing in script.sites:
+            site = pairing.site
+            sites.append(
+                SiteChange(
+                    which,
+                    pairing.site_class.value,
+                    site.where(),
+                    site.function,
+                    site.category,
+                    site.reason,
+                    pairing.note,
+                )
+            )
+    return WhatChanged(labels[0], lines, sites, result.verdict, list(result.reasons))
+
+
+def monotonic_warnings(candidates: list[str], result: BisectResult[str], done: Mapping[str, Evaluated]) -> list[str]:
+    """Warn when some target from the first bad on gives another outcome than the bad end: it changed more than once."""
+    first = candidates.index(result.first_bad)
+    bad_end = done[candidates[-1]].outcome
+    odd = [
+        (c, done[c].outcome)
+        for c in candidates[first:]
+        if c in done and done[c].outcome is not UNKNOWN and done[c].outcome != bad_end
+    ]
+    if not odd:
+        return []
+    shown = ", ".join(f"{c} gives {o!r}" for c, o in odd)
+    return [
+        f"not monotonic: {shown} but the bad end {candidates[-1]} gives {bad_end!r}; the outcome changes more than "
+        f"once in the range, so {result.first_bad} is the first change, not necessarily the one at the bad end"
+    ]
+
+
+def outcome_text(outcome: Outcome) -> str:
+    return "unknown" if outcome is UNKNOWN else str(outcome)
+
+
+@dataclass(frozen=True)
+class ReportHeader:
+    """What a bisection was about, as the report names it."""
+
+    kind: str  # "versions" | "commits"
+    subject: str
+    predicate: str  # described in words
+    runner: str
+    hint: str = ""  # what else to follow when nothing changed
+
+
+def build_report(
+    header: ReportHeader,
+    candidates: list[str],
+    evaluate: Evaluator,
+    result: BisectResult[str] | None,
+    case: Case | None,
+    direction: Callable[[Outcome, Outcome], Direction],
+) -> BisectReport:
+    """The report of a finished search (result None: the ends agree), its changes against the good end."""
+    done = evaluate.done
+    good, bad = done[candidates[0]], done[candidates[-1]]
+    report = BisectReport(
+        kind=header.kind,
+        subject=header.subject,
+        predicate=header.predicate,
+        runner=header.runner,
+        candidates=candidates,
+        good_outcome=outcome_text(good.outcome),
+        bad_outcome=outcome_text(bad.outcome),
+        last_good=None,
+        first_bad=None,
+        first_bad_outcome=None,
+        direction=Direction.NOTHING,
+        ambiguous=[],
+        steps=evaluate.steps,
+        changed=None,
+        cache_path=str(evaluate.store.path) if evaluate.store.path else None,
+        hint=header.hint,
+    )
+    if result is None:
+        return report
+    first_bad = done[result.first_bad]
+    report.last_good, report.first_bad = result.last_good, result.first_bad
+    report.first_bad_outcome = outcome_text(first_bad.outcome)
+    report.direction = direction(good.outcome, first_bad.outcome)
+    report.ambiguous = list(result.ambiguous)
+    report.warnings = monotonic_warnings(candidates, result, done)
+    short = (lambda c: c[:12]) if header.kind == "commits" else str
+    labels = (short(candidates[0]), short(result.first_bad))
+    report.changed = what_changed(case, good, first_bad, labels, result.first_bad)
+    report.changed.baseline = candidates[0]
+    return report
+
+
+# ------------------------------------------------------------------ the casekit.bisect/1 document
+
+
+def report_to_json(report: BisectReport) -> dict[str, Any]:
+    """The report as a casekit.bisect/1 document (plain JSON)."""
+    changed = report.changed
+    return {
+        "schema": BISECT_SCHEMA,
+        "kind": report.kind,
+        "subject": report.subject,
+        "predicate": report.predicate,
+        "runner": report.runner,
+        "searched": {"from": report.candidates[0], "to": report.candidates[-1], "candidates": report.candidates},
+        "result": report.direction.value,
+        "good_outcome": report.good_outcome,
+        "bad_outcome": report.bad_outcome,
+        "first_bad_outcome": report.first_bad_outcome,
+        "last_good": report.last_good,
+        "first_bad": report.first_bad,
+        "exact": report.exact,
+        "monotonic": report.monotonic,
+        "warnings": report.warnings,
+        "ambiguous": report.ambiguous,
+        "steps": [
+            {
+                "target": s.target,
+                "outcome": s.outcome,
+                "detail": s.detail,
+                "cached": s.cached,
+                "ran": s.ran and not s.cached,
+                "seconds": round(s.seconds, 2),
+            }
+            for s in report.steps
+        ],
+        "baseline": changed.baseline if changed else None,
+        "changes": changed.lines if changed else [],
+        "sites": [dataclasses.asdict(site) for site in changed.sites] if changed else [],
+        "verdict": changed.verdict if changed else None,
+        "reasons": changed.reasons if changed else [],
+        "reproduce": report.reproduce,
+        "labels": report.labels,
+        "compare_url": report.compare_url,
+        "cache": report.cache_path,
+    }
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of casekit.bisect/1, shipped in casekit/data; the schema string itself lives only here."""
+    text = resources.files("casekit.data").joinpath(JSON_SCHEMA_FILE).read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    schema["properties"]["schema"] = {"const": BISECT_SCHEMA}
+    return schema
+
+
+def validate_document(data: Any, source: str) -> None:
+    """BisectError naming the source and the first field that does not fit the schema."""
+    import jsonschema
+
+    try:
+        jsonschema.validate(data, json_schema())
+    except jsonschema.ValidationError as error:
+        where = "/".join(str(part) for part in error.absolute_path) or "(top level)"
+        raise BisectError(f"{source}: not a {BISECT_SCHEMA} document: {where}: {error.message}") from None
+
+
+def report_from_json(data: Any, source: str = "bisect report") -> BisectReport:
+    """A casekit.bisect/1 document back into a BisectReport (validated first)."""
+    validate_document(data, source)
+    changed = None
+    if data["baseline"] is not None:
+        sites = [SiteChange(**site) for site in data["sites"]]
+        changed = WhatChanged(data["baseline"], data["changes"], sites, data["verdict"] or "", data["reasons"])
+    steps = [Step(s["target"], s["outcome"], s["detail"], s["cached"], s["ran"], s["seconds"]) for s in data["steps"]]
+    return BisectReport(
+        kind=data["kind"],
+        subject=data["subject"],
+        predicate=data["predicate"],
+        runner=data["runner"],
+        candidates=data["searched"]["candidates"],
+        good_outcome=data["good_outcome"],
+        bad_outcome=data["bad_outcome"],
+        last_good=data["last_good"],
+        first_bad=data["first_bad"],
+        first_bad_outcome=data["first_bad_outcome"],
+        direction=Direction(data["result"]),
+        ambiguous=data["ambiguous"],
+        steps=steps,
+        changed=changed,
+        warnings=data["warnings"],
+        reproduce=data["reproduce"],
+        labels=data["labels"],
+        compare_url=data["compare_url"],
+        cache_path=data["cache"],
+    )
+
+
+def write_report(report: BisectReport, path: Path) -> None:
+    """Write the casekit.bisect/1 document atomically (checked against the schema first)."""
+    data = report_to_json(report)
+    validate_document(data, str(path))
+    write_text_atomic(Path(path), json.dumps(data, indent=2) + "\n")
+
+
+def read_report(path: Path) -> BisectReport:
+    """Read a casekit.bisect/1 document; BisectError (one line) when it is missing or malformed."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise BisectError(f"{path}: cannot read a {BISECT_SCHEMA} document: {error}") from None
+    return report_from_json(data, str(path))
+
+
+# ------------------------------------------------------------------ the text a user reads
+
+
+# How the two sides of the change are named: "bad" would be the wrong word for the release that fixed a break.
+END_WORDS = {Direction.FIX: ("last unfixed", "first fixed"), Direction.CHANGE: ("last unchanged", "first changed")}
+
+
+def _headline(report: BisectReport) -> list[str]:
+    word = report.direction.value
+    if report.first_bad is None:
+        return [
+            f"nothing changed between {report.label(report.candidates[0])} and {report.label(report.candidates[-1])}: "
+            f"both give {report.good_outcome!r} for {report.predicate}" + (f"; {report.hint}" if report.hint else "")
+        ]
+    if report.exact:
+        lines = [f"{word} in {report.label(report.first_bad)}"]
+    else:
+        hidden = ", ".join(report.label(c) for c in report.ambiguous)
+        lines = [
+            f"{word} somewhere in {hidden} … {report.label(report.first_bad)}: "
+            f"{len(report.ambiguous)} candidate(s) there could not be built or run"
+        ]
+    assert report.last_good is not None
+    before, after = END_WORDS.get(report.direction, ("last good", "first bad"))
+    lines += [f"{before} {report.label(report.last_good)}", f"{after} {report.label(report.first_bad)}"]
+    return lines
+
+
+def _what_changed(report: BisectReport) -> list[str]:
+    changed = report.changed
+    if changed is None or report.first_bad is None:
+        return []
+    lines = [f"what changed from {report.label(changed.baseline)} (good end) to {report.label(report.first_bad)}:"]
+    lines += [f"  {line}" for line in changed.lines] or [
+        f"  outcome {report.good_outcome!r} -> {report.first_bad_outcome!r} (no difference in the observed breaks)"
+    ]
+    why = f" ({'; '.join(changed.reasons)})" if changed.reasons else ""
+    lines.append(f"verdict against {report.label(changed.baseline)}: {changed.verdict}{why}")
+    return lines
+
+
+def render_text(report: BisectReport) -> str:
+    """The final report, after cargo-bisect-rustc's: range searched, culprit, what changed, how to reproduce."""
+    what = "commits" if report.kind == "commits" else "versions"
+    lines = [
+        f"searched {what} {report.label(report.candidates[0])} … {report.label(report.candidates[-1])} "
+        f"({len(report.candidates)} candidates) by {report.predicate}",
+        f"{report.good_outcome!r} at the good end, {report.bad_outcome!r} at the bad end",
+        "",
+        "steps:",
+    ]
+    for number, step in enumerate(report.steps, 1):
+        how = "cached" if step.cached else (f"{step.seconds:.1f} s" if step.ran else "not run")
+        detail = f"  ({step.detail})" if step.detail and step.outcome == "unknown" else ""
+        lines.append(f"  {number:>2}. {report.label(step.target):<40} {step.outcome:<24} [{how}]{detail}")
+    lines.append("")
+    lines += [f"warning: {warning}" for warning in report.warnings]
+    lines += _headline(report)
+    if report.compare_url:
+        lines.append(f"upstream changes: {report.compare_url}")
+    lines += _what_changed(report)
+    if report.reproduce:
+        lines.append(f"reproduce with: {report.reproduce}")
+    lines.append(
+        f"{len(report.steps)} step(s): {report.evaluated} run, {report.from_cache} from the cache"
+        + (f" ({report.cache_path})" if report.cache_path else "")
+    )
+    return "\n".join(lines)
