@@ -101,19 +101,7 @@ def test_golden_help(args: list[str]):
     _check_golden("help-" + ("-".join(args) or "casekit"), done.output)
 
 
-BISECT = {"bisect", "bisect-commits"}  # cli_bisect.py is being rewritten; its examples come with its move into cli/
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        pytest.param(args, marks=pytest.mark.xfail(reason="bisect help has no examples yet", strict=True))
-        if args[:1] and args[0] in BISECT
-        else args
-        for args in [[], *COMMANDS]
-    ],
-    ids=lambda args: "-".join(args) or "casekit",
-)
+@pytest.mark.parametrize("args", [[], *COMMANDS], ids=lambda args: "-".join(args) or "casekit")
 def test_every_help_teaches_by_example(args: list[str]):
     """Each --help ends with runnable examples, and every declared default is visible."""
     text = _invoke([*args, "--help"]).output
