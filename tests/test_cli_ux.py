@@ -265,3 +265,19 @@ def test_a_core_function_holding_only_a_callable_still_reports_a_sized_task():
     with progress_task(view, "image layers", 4) as task:  # the view itself: its own task
         task.advance(4)
     assert stream.getvalue().splitlines()[-1] == "  ... image layers: done (4/4)"
+
+
+def test_bisect_json_dash_puts_the_document_alone_on_stdout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The same --json convention as replay, merge and show: '-' is stdout, the report text goes to stderr."""
+    from casekit.bisect import releases
+
+    from .test_bisect_releases_fast import HISTORY, VERSIONS, FakeReplay, make_case
+
+    Archive(tmp_path / "cases").save(make_case())
+    monkeypatch.setattr(releases, "run_target", FakeReplay(HISTORY))
+    args = ["bisect", "item-case", "--good", "2.5.1", "--bad", "2.10.0", "--versions", ",".join(VERSIONS)]
+    done = invoke(*args, "--archive", str(tmp_path / "cases"), "--cache", str(tmp_path / "c.json"), "--json", "-")
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout)
+    assert (report["schema"], report["first_bad"]) == ("casekit.bisect/1", "2.8.0")
+    assert "step 3, ~3 left: trying 2.8.0" in done.stderr
