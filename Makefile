@@ -6,9 +6,10 @@ OUT ?= out
 .PHONY: run test setup bench lint format starter report clean identity
 
 # The main job: replay the starter archive on the locally installed torch,
-# write the JSON and the HTML report to out/ (the archive itself is not changed).
+# write the JSON and the HTML report to out/ (replay records history only with
+# --record / --commit, so the archive and the git tree stay unchanged).
 run: $(STAMP)
-	$(PYTHON) -m casekit replay --archive cases --no-record --json $(OUT)/replay.json
+	$(PYTHON) -m casekit replay --archive cases --json $(OUT)/replay.json
 	$(PYTHON) -m casekit report --archive cases --results $(OUT)/replay.json --format html --format md --out $(OUT)/report
 	@echo "report: $(OUT)/report/index.html"
 
@@ -49,8 +50,10 @@ starter: $(STAMP)
 identity: $(STAMP)
 	$(PYTHON) tests/corpus/confusion.py --out docs/identity.md
 
+# The report of the last `make run` (its JSON), over the history the bundles hold.
 report: $(STAMP)
-	$(PYTHON) -m casekit report --archive cases --format html --out $(OUT)/report
+	@test -f $(OUT)/replay.json || { echo "no $(OUT)/replay.json yet: run \`make run\` first"; exit 2; }
+	$(PYTHON) -m casekit report --archive cases --results $(OUT)/replay.json --format html --out $(OUT)/report
 
 clean:
 	rm -rf $(OUT) .casekit-cache .pytest_cache .mypy_cache .ruff_cache

@@ -250,7 +250,8 @@ def run_target(
         except CasekitError as error:
             run.error = str(error)
             batch = ProbeBatchResult(environment={}, results={}, failed={job.id: str(error) for job in jobs})
-        run.environment = {**batch.environment, **runner.describe()}
+        # what the probe saw wins: the exact build (2.5.1+cu124), not the version the runner asked for
+        run.environment = {**runner.describe(), **batch.environment}
         run.import_s = batch.import_s
         by_id = {case.id: case for case in cases}
         for job in jobs:

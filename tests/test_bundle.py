@@ -141,7 +141,7 @@ def test_cli_hostile_id_one_line(tmp_path: Path):
 
 def test_show_json_is_the_whole_case(tmp_path: Path):
     Archive(tmp_path).save(make_case())
-    result = run_casekit("show", "demo", "--json", "--archive", str(tmp_path))
+    result = run_casekit("show", "demo", "--json", "-", "--archive", str(tmp_path))
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["observations"]["pre"]["sites"][0]["gb_id"] == "GB0124"
