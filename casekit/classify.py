@@ -332,9 +332,29 @@ def _fallback_notes(result: ScriptResult, recorded: ScriptObservation | None, ob
                 cleared = "the frame no longer falls back to eager entirely (fallback cleared)"
                 pairing.note = f"{cleared}; {pairing.note}" if pairing.note else cleared
     for fallback in result.cleared_fallbacks:
-        result.notes.append(f"{fallback.function} no longer falls back to eager entirely (fallback cleared)")
+        result.notes.append(describe_fallback(fallback.function, "", now=False))
     for fallback in result.new_fallbacks:
-        result.notes.append(f"{fallback.function} ({fallback.file}:{fallback.line}) now falls back to eager entirely")
+        result.notes.append(describe_fallback(fallback.function, f"{fallback.file}:{fallback.line}"))
+
+
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<function>.+)_at_(?P<line>\d+)$")
+
+
+def describe_fallback(function: str, where: str, now: bool = True) -> str:
+    """A frame that falls back to eager, in precise words: a resume function is only the code after a break."""
+    resume = _RESUME.match(function)
+    if resume:
+        place = f"the code after the break at line {resume['line']} in {resume['function']}"
+        if now:
+            return f"{place} runs eagerly (its resume function falls back)"
+        return f"{place} is compiled again (fallback cleared)"
+    if now:
+        return (
+            f"{function} ({where}) now falls back to eager entirely"
+            if where
+            else f"{function} now falls back to eager entirely"
+        )
+    return f"{function} no longer falls back to eager entirely (fallback cleared)"
 
 
 def classify_script(case: Case, which: str, observed: ScriptObservation, target: str = "") -> ScriptResult:

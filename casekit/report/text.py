@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from casekit.classify import describe_fallback
 from casekit.model import SITE_CLASS_ORDER, Case, ScriptObservation, Site
 from casekit.observe.reasons import describe_category
 
@@ -97,7 +98,9 @@ def observation_summary(label: str, observation: ScriptObservation) -> str:
         if observation.fullgraph:
             where = f" at {observation.fullgraph.location.where()}" if observation.fullgraph.location else ""
             first = observation.fullgraph.message.splitlines()[0] if observation.fullgraph.message else ""
-            lines.append(f"  fullgraph=True: compile error{where}: {observation.fullgraph.type}: {first}")
+            lines.append(
+                f"  fullgraph=True: {fullgraph_kind(observation)}{where}: {observation.fullgraph.type}: {first}"
+            )
         else:
             lines.append("  fullgraph=True: compiles as one graph")
     check = observation.check
@@ -191,19 +194,24 @@ def replay_table(results: Iterable[ResultEntry], marks: dict[str, str] | None = 
     return table(["case", "verdict", "severity", "status", "sites"], rows)
 
 
-_RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<function>.+)_at_(?P<line>\d+)$")
 _NOW_FALLS_BACK = re.compile(r"^(?P<function>\S+) \((?P<where>[^()]*)\) now falls back to eager entirely$")
 _NO_LONGER = re.compile(r"^(?P<function>\S+) no longer falls back to eager entirely \(fallback cleared\)$")
 
 
-def describe_fallback(function: str, where: str, now: bool = True) -> str:
-    """What a frame falling back to eager means: a resume function is only the code after a break."""
-    resume = _RESUME.match(function)
-    if resume:
-        place = f"the code after the break at line {resume['line']} in {resume['function']}"
-        return f"{place} {'runs eagerly' if now else 'is compiled again'} (its resume function {'falls back' if now else 'no longer falls back'})"
-    place = f"{function} ({where})" if where else function
-    return f"{place} {'now falls back to eager entirely' if now else 'no longer falls back to eager'}"
+# What fullgraph=True raises for a graph break (Unsupported, and UserError for data-dependent control flow);
+# anything else it raises is a compile error, not a break.
+_BREAK_ERRORS = ("Unsupported", "UserError")
+
+
+def fullgraph_kind(observation: ScriptObservation) -> str:
+    """'first break as an error' when fullgraph=True stopped at a graph break, else 'compile error'."""
+    error = observation.fullgraph
+    if error is None:
+        return "compiles as one graph"
+    text = f"{error.type} {error.message}".lower()
+    if error.type.rsplit(".", 1)[-1] in _BREAK_ERRORS or "graph break" in text:
+        return "first break as an error"
+    return "compile error"
 
 
 def _reworded(note: str) -> str:
