@@ -8,10 +8,14 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from casekit.bundle import check_case_id, load_case, save_case
 from casekit.errors import BundleError, CaseIdError, CasekitError, CaseNotFound
 from casekit.model import Case
+
+if TYPE_CHECKING:
+    from casekit.archive_index import CaseDigest
 
 DEFAULT_ARCHIVE = "cases"
 
@@ -58,6 +62,22 @@ class Archive:
             raise CasekitError(f"archive folder {self.root} does not exist (use --archive or CASEKIT_ARCHIVE)")
         ids = selected or self.ids()
         return [self.load(case_id) for case_id in ids]
+
+    def summaries(self, selected: list[str] | None = None) -> list[CaseDigest]:
+        """What `list`, `report` and shard planning need of all cases (or the selected ids), in id order.
+
+        Read through the derived index in `.casekit/` (see `casekit.archive_index`): only
+        bundles that changed since the last call are parsed. Errors are those of `load_all`.
+        """
+        from casekit.archive_index import summaries
+
+        if not self.root.is_dir():
+            raise CasekitError(f"archive folder {self.root} does not exist (use --archive or CASEKIT_ARCHIVE)")
+        ids = selected or self.ids()
+        for case_id in selected or []:
+            if not self.path_for(case_id).exists():
+                self.load(case_id)  # the same CaseNotFound as load_all
+        return summaries(self.root, ids, whole_archive=not selected)
 
     def save(self, case: Case) -> Path:
         path = self.path_for(case.id)

@@ -151,17 +151,17 @@ def list_cases(archive: ArchiveOption = None) -> None:
     from casekit.report.text import table
 
     store = open_archive(archive)
-    cases = store.load_all()
+    cases = store.summaries()  # through the archive index: only changed bundles are parsed
     rows = []
     for case in cases:
-        pre = case.observations.get("pre")
+        pre = case.break_counts.get("pre")
         last = case.replays[-1] if case.replays else None
         rows.append(
             [
                 case.id,
                 case.title,
                 ",".join(case.tags),
-                str(len(pre.sites)) if pre else "-",
+                "-" if pre is None else str(pre),
                 f"{last.target} {last.verdict}" if last else "-",
             ]
         )
@@ -324,7 +324,7 @@ def replay(
         from casekit.gitarchive import require_repo
 
         require_repo(store.root)  # before a replay that can take minutes, not after
-    cases = store.load_all(case)
+    cases = store.summaries(case)  # digests plan the run; only the cases it runs are parsed (below)
     drafts = [c.id for c in cases if "draft" in c.tags and not case]
     if drafts:
         # imported drafts have no repro yet (their script only raises): nothing to replay
@@ -353,11 +353,12 @@ def replay(
                 }
                 json_out.write_text(json.dumps(empty, indent=2))
             raise typer.Exit(0)
+    loaded = store.load_all([c.id for c in cases]) if cases else []
     typer.echo(
         f"replaying {len(cases)} case(s) on {len(specs)} target(s): " + ", ".join(s.label for s in specs), err=True
     )
     report = do_replay(
-        cases,
+        loaded,
         specs,
         ReplayOptions(backend=backend, timeout=timeout, record=record, pin_packages=pin_packages),
         store,

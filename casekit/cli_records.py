@@ -42,11 +42,13 @@ def report(
 ) -> None:
     """Render the archive: latest replay per case x target, case pages, history."""
     from casekit.report.formats import get_format, write_files
+    from casekit.report.page_cache import render_html, write_report_files
     from casekit.report.summary import summarize
     from casekit.shard import load_report
 
     chosen = [get_format(name) for name in dict.fromkeys(formats or ["html"])]
-    cases = Archive(archive_dir(archive)).load_all()
+    store = Archive(archive_dir(archive))
+    cases = store.summaries()  # through the archive index; case pages come from a page cache
     documents = [(path.name, load_report(path)) for path in results or []]
     summary = summarize(cases, documents, title=title)
     for warning in summary.warnings:
@@ -58,7 +60,10 @@ def report(
         sys.stdout.write(files[chosen[0].main_file])
         return
     for fmt in chosen:
-        written = write_files(fmt.render(summary), out)
+        if fmt.name == "html":
+            written = write_report_files(render_html(summary, store.root), out)
+        else:
+            written = write_files(fmt.render(summary), out)
         typer.echo(f"wrote {out / fmt.main_file}" + (f" (+{len(written) - 1} file(s))" if len(written) > 1 else ""))
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from casekit.archive_index import CaseDigest
 from casekit.model import Case, ReplayRecord, Severity, SiteClass
 
 VERDICT_ORDER = ["fix_broken", "regressed", "env_failed", "changed", "improved", "unchanged"]
@@ -73,6 +75,8 @@ class CaseSummary:
         return DRAFT_TAG in self.case.tags
 
     def breaks(self, which: str) -> int | None:
+        if isinstance(self.case, CaseDigest):  # from the archive index: counts, not sites
+            return self.case.break_counts.get(which)
         observation = self.case.observations.get(which)
         return len(observation.sites) if observation else None
 
@@ -170,7 +174,7 @@ def cells_from_results(data: dict[str, Any], source: str) -> list[Cell]:
 
 
 def summarize(
-    cases: list[Case],
+    cases: Sequence[Case],
     results: list[tuple[str, dict[str, Any]]] | None = None,
     title: str = "casekit archive",
     now: dt.datetime | None = None,

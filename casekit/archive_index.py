@@ -1,0 +1,311 @@
+"""A derived index of the archive: per bundle (size, mtime_ns, sha256) -> the digest list/report/shard need.
+
+Never the source of truth: the bundles are. The index lives in the archive's own
+`.casekit/` folder (with a `.gitignore` of `*`, so it never shows up in the user's
+repository), next to the bundles it describes: it moves, is copied and is deleted
+with them, and needs no key for "which archive". An archive we cannot write to
+simply goes without (every bundle is parsed, as before).
+
+Freshness follows git's index: a bundle whose size and mtime_ns match its entry is
+trusted without reading it, unless its mtime is so close to the moment the entry
+was checked that a same-tick rewrite could hide (then it is re-hashed: same bytes,
+same digest). A changed bundle is re-parsed, a new one added, a deleted one dropped.
+A missing, corrupt or older-format index is rebuilt silently. Writes are atomic
+(temp file + rename), so concurrent writers never corrupt it; the last one wins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from casekit.bundle import load_case, parse_case, write_atomic
+from casekit.errors import BundleError
+from casekit.model import Case, ReplayRecord, ScriptSource, Severity, SiteClass, SiteVerdict, to_plain
+
+INDEX_DIR = ".casekit"
+INDEX_FILE = "index.json"
+FORMAT = 1
+# An mtime within this much of the moment an entry was checked may hide a same-tick rewrite.
+RACY_NS = 2_000_000_000
+# Below this many bundles to parse, forking workers costs more than it saves.
+PARALLEL_FROM = 48
+
+
+@dataclass
+class CaseDigest(Case):
+    """A case as the archive-wide views see it: a `Case` without its bulky parts.
+
+    Script sources are empty (name and hash kept), observations are reduced to
+    `break_counts`, and `replays` holds only the records the views read: the latest
+    per target (what the report matrix shows) and the last one appended (what `list`
+    shows), in their original order. Render a case page from the full `Case`.
+    """
+
+    break_counts: dict[str, int] = field(default_factory=dict)  # script -> graph break sites recorded
+    sha256: str = ""  # of the bundle file's bytes: the key of anything rendered from it
+
+
+def digest_of(case: Case, sha256: str) -> CaseDigest:
+    """The digest of a parsed case (pure)."""
+    latest: dict[str, int] = {}
+    for index, record in sorted(enumerate(case.replays), key=lambda item: item[1].at):  # later records win
+        latest[record.target] = index
+    keep = set(latest.values()) | ({len(case.replays) - 1} if case.replays else set())
+    return CaseDigest(
+        id=case.id,
+        title=case.title,
+        pre=ScriptSource(case.pre.name, case.pre.sha256, ""),
+        post=ScriptSource(case.post.name, case.post.sha256, "") if case.post else None,
+        tags=list(case.tags),
+        created=case.created,
+        backend=case.backend,
+        replays=[record for index, record in enumerate(case.replays) if index in keep],
+        schema_version=case.schema_version,
+        break_counts={which: len(observation.sites) for which, observation in case.observations.items()},
+        sha256=sha256,
+    )
+
+
+def _digest_to_json(digest: CaseDigest) -> dict[str, Any]:
+    return {
+        "id": digest.id,
+        "title": digest.title,
+        "pre": [digest.pre.name, digest.pre.sha256],
+        "post": [digest.post.name, digest.post.sha256] if digest.post else None,
+        "tags": digest.tags,
+        "created": digest.created,
+        "backend": digest.backend,
+        "replays": [to_plain(record) for record in digest.replays],
+        "schema_version": digest.schema_version,
+        "break_counts": digest.break_counts,
+        "sha256": digest.sha256,
+    }
+
+
+def _record_from_json(data: dict[str, Any]) -> ReplayRecord:
+    sites = [
+        SiteVerdict(site["script"], SiteClass(site["site_class"]), site["where"], site["category"])
+        for site in data.get("sites", [])
+    ]
+    return ReplayRecord(**{**data, "severity": Severity(data["severity"]), "sites": sites})
+
+
+def _digest_from_json(data: dict[str, Any]) -> CaseDigest:
+    post = data["post"]
+    return CaseDigest(
+        id=data["id"],
+        title=data["title"],
+        pre=ScriptSource(data["pre"][0], data["pre"][1], ""),
+        post=ScriptSource(post[0], post[1], "") if post else None,
+        tags=list(data["tags"]),
+        created=data["created"],
+        backend=data["backend"],
+        replays=[_record_from_json(record) for record in data["replays"]],
+        schema_version=data["schema_version"],
+        break_counts=dict(data["break_counts"]),
+        sha256=data["sha256"],
+    )
+
+
+def code_fingerprint() -> str:
+    """Changes whenever the code that reads bundles or builds digests does: an older index is rebuilt."""
+    hasher = hashlib.sha256(f"{FORMAT}".encode())
+    for module in ("bundle.py", "model.py", "archive_index.py"):
+        hasher.update((Path(__file__).parent / module).read_bytes())
+    return hasher.hexdigest()[:16]
+
+
+@dataclass
+class Entry:
+    """What the index knows about one bundle file."""
+
+    size: int
+    mtime_ns: int
+    checked_ns: int  # when size/mtime were last confirmed to go with this digest
+    digest: CaseDigest
+
+
+def parse_bundle_bytes(raw: bytes, path: Path) -> Case:
+    """Parse a bundle read as bytes, with the same checks (and errors) as `Archive.load`."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise BundleError(path, None, f"cannot read: {error}") from None
+    case = parse_case(text, path)
+    if case.id != path.stem:
+        raise BundleError(path, "id", f"{case.id!r} does not match the file name {path.stem!r}")
+    return case
+
+
+def _read(path: Path) -> tuple[bytes, os.stat_result]:
+    with open(path, "rb") as handle:
+        stat = os.fstat(handle.fileno())
+        return handle.read(), stat
+
+
+def _parse_one(path_text: str) -> tuple[str, Entry | None]:
+    """Worker: one bundle -> (id, its entry), or (id, None) when it does not parse (the caller re-raises)."""
+    path = Path(path_text)
+    try:
+        raw, stat = _read(path)
+        case = parse_bundle_bytes(raw, path)
+    except (OSError, BundleError):
+        return path.stem, None
+    digest = digest_of(case, hashlib.sha256(raw).hexdigest())
+    return path.stem, Entry(stat.st_size, stat.st_mtime_ns, time.time_ns(), digest)
+
+
+def _entry_json(entry: Entry) -> dict[str, Any]:
+    return {
+        "size": entry.size,
+        "mtime_ns": entry.mtime_ns,
+        "checked_ns": entry.checked_ns,
+        "digest": _digest_to_json(entry.digest),
+    }
+
+
+def _workers(count: int) -> int:
+    if count < PARALLEL_FROM or sys.platform != "linux":
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, count // (PARALLEL_FROM // 2)))
+
+
+class ArchiveIndex:
+    """Load, refresh and save the index of one archive folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.folder = root / INDEX_DIR
+        self.path = self.folder / INDEX_FILE
+        self.entries: dict[str, Entry] = {}
+        self.dirty = False
+
+    def load(self) -> None:
+        """Read the index; anything unreadable, corrupt or from other code counts as empty."""
+        self.entries = {}
+        try:
+            data = json.loads(self.path.read_bytes())
+            if data.get("format") != code_fingerprint():
+                return
+            for case_id, raw in data["entries"].items():
+                self.entries[case_id] = Entry(
+                    int(raw["size"]), int(raw["mtime_ns"]), int(raw["checked_ns"]), _digest_from_json(raw["digest"])
+                )
+        except Exception:  # noqa: BLE001 -- a derived file: whatever is wrong with it, rebuild
+            self.entries = {}
+            self.dirty = True
+
+    def save(self) -> None:
+        """Write the index atomically; an archive we cannot write to goes without one."""
+        if not self.dirty:
+            return
+        document = {
+            "format": code_fingerprint(),
+            "entries": {case_id: _entry_json(entry) for case_id, entry in sorted(self.entries.items())},
+        }
+        try:
+            self.folder.mkdir(exist_ok=True)
+            ignore = self.folder / ".gitignore"
+            if not ignore.exists():
+                write_atomic(ignore, "# casekit's derived files (index, rendered pages): never commit them\n*\n")
+            write_atomic(self.path, json.dumps(document, separators=(",", ":")))
+            self.dirty = False
+        except OSError:
+            pass
+
+    def refresh(self, ids: list[str]) -> list[CaseDigest]:
+        """The digests of `ids` (in that order), re-reading only the bundles that changed.
+
+        Entries of bundles no longer on disk are dropped when the whole archive is
+        refreshed. The first bundle (in `ids` order) that does not parse raises its
+        BundleError, after the index of the others is saved.
+        """
+        stale: list[str] = []
+        stats: dict[str, os.stat_result] = {}
+        for case_id in ids:
+            path = self.root / f"{case_id}.toml"
+            try:
+                stat = path.stat()
+            except OSError:
+                stale.append(case_id)  # vanished under us: parsing names the problem
+                continue
+            stats[case_id] = stat
+            entry = self.entries.get(case_id)
+            if entry is None or entry.size != stat.st_size or entry.mtime_ns != stat.st_mtime_ns:
+                stale.append(case_id)
+            elif stat.st_mtime_ns >= entry.checked_ns - RACY_NS and not self._same_bytes(case_id, entry):
+                stale.append(case_id)
+        self._parse(stale)
+        return [self.entries[case_id].digest for case_id in ids]
+
+    def drop_missing(self, present: list[str]) -> None:
+        keep = set(present)
+        for case_id in [c for c in self.entries if c not in keep]:
+            del self.entries[case_id]
+            self.dirty = True
+
+    def _same_bytes(self, case_id: str, entry: Entry) -> bool:
+        """A racy entry: re-hash the bundle; the same bytes keep the digest (and stop being racy)."""
+        try:
+            raw, stat = _read(self.root / f"{case_id}.toml")
+        except OSError:
+            return False
+        if hashlib.sha256(raw).hexdigest() != entry.digest.sha256 or stat.st_size != entry.size:
+            return False
+        entry.mtime_ns, entry.checked_ns = stat.st_mtime_ns, time.time_ns()
+        self.dirty = True
+        return True
+
+    def _parse(self, stale: list[str]) -> None:
+        if not stale:
+            return
+        self.dirty = True
+        paths = [str(self.root / f"{case_id}.toml") for case_id in stale]
+        workers = _workers(len(paths))
+        if workers > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            # fork: the workers inherit the imported modules, so a cold start stays cheap
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+                results = list(pool.map(_parse_one, paths, chunksize=max(1, len(paths) // (workers * 8))))
+        else:
+            results = [_parse_one(path) for path in paths]
+        failed = None
+        for case_id, entry in results:
+            if entry is None:
+                failed = failed or case_id
+                self.entries.pop(case_id, None)
+            else:
+                self.entries[case_id] = entry
+        if failed is not None:
+            self.save()
+            path = self.root / f"{failed}.toml"
+            case = load_case(path)  # raises the real error, naming the file and the field
+            if case.id != failed:
+                raise BundleError(path, "id", f"{case.id!r} does not match the file name {failed!r}")
+            raise BundleError(path, None, "changed while being read; run again")
+
+
+def summaries(root: Path, ids: list[str], whole_archive: bool) -> list[CaseDigest]:
+    """Digests of the bundles `ids` under `root`, through (and refreshing) the archive's index."""
+    index = ArchiveIndex(root)
+    index.load()
+    try:
+        digests = index.refresh(ids)
+        if whole_archive:
+            index.drop_missing(ids)
+    finally:
+        index.save()
+    return digests

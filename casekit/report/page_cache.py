@@ -1,0 +1,169 @@
+"""The HTML report over a large archive: case pages rendered once per (bundle, latest results).
+
+A case page needs the whole case (scripts, observations, history), so rendering
+10,000 of them means parsing 10,000 bundles. The page depends only on the bundle's
+bytes, the case's latest cells and the renderer's code, so it is kept, compressed,
+in the archive's `.casekit/pages/` keyed by a hash of exactly those; the time stamp
+every page carries is put back in on the way out. Like the index, it is derived:
+a lost or corrupt page is rendered again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import tempfile
+import zlib
+from pathlib import Path, PurePosixPath
+
+from casekit.archive_index import INDEX_DIR, CaseDigest, parse_bundle_bytes
+from casekit.bundle import load_case
+from casekit.errors import CasekitError
+from casekit.model import Case
+from casekit.report.summary import ArchiveSummary, CaseSummary
+
+PAGES_DIR = "pages"
+# Stands for the time stamp in a stored page; a page whose own text holds it is never stored.
+GENERATED_MARK = "\x00casekit-generated\x00"
+SUFFIX = ".html.z"
+
+
+def renderer_fingerprint() -> str:
+    """Changes whenever the code or the stylesheet that renders a case page does."""
+    here = Path(__file__).parent
+    hasher = hashlib.sha256()
+    for part in (here / "html.py", here / "summary.py", here / "assets" / "report.css", Path(__file__)):
+        hasher.update(part.read_bytes())
+    hasher.update((here.parent / "model.py").read_bytes())
+    return hasher.hexdigest()[:16]
+
+
+def page_key(fingerprint: str, summary: CaseSummary) -> str | None:
+    """What a case page is a function of: the bundle's bytes, its latest cells, the renderer."""
+    if not isinstance(summary.case, CaseDigest) or not summary.case.sha256:
+        return None
+    cells = [dataclasses.asdict(cell) for _, cell in sorted(summary.cells.items())]
+    text = json.dumps([fingerprint, summary.case.sha256, cells], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+class PageCache:
+    """Rendered case pages of one archive, one compressed file per case and key."""
+
+    def __init__(self, archive_root: Path) -> None:
+        self.folder = archive_root / INDEX_DIR / PAGES_DIR
+        self.fingerprint = renderer_fingerprint()
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            names = []
+        self.stored: dict[str, set[str]] = {}  # case id -> keys on disk
+        for name in names:
+            if name.endswith(SUFFIX):
+                case_id, _, key = name[: -len(SUFFIX)].rpartition(".")
+                self.stored.setdefault(case_id, set()).add(key)
+
+    def _path(self, case_id: str, key: str) -> Path:
+        return self.folder / f"{case_id}.{key}{SUFFIX}"
+
+    def get(self, case_id: str, key: str) -> str | None:
+        if key not in self.stored.get(case_id, ()):
+            return None
+        try:
+            return zlib.decompress(self._path(case_id, key).read_bytes()).decode("utf-8")
+        except (OSError, zlib.error, UnicodeDecodeError):
+            return None
+
+    def put(self, case_id: str, key: str, page: str) -> None:
+        """Store a page (best effort: a cache we cannot write is no cache); drop the case's older pages."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            _write_replace(self._path(case_id, key), zlib.compress(page.encode("utf-8"), 1))
+        except OSError:
+            return
+        for old in self.stored.get(case_id, set()) - {key}:
+            self._path(case_id, old).unlink(missing_ok=True)
+        self.stored[case_id] = {key}
+
+    def prune(self, keep: set[str]) -> None:
+        """Forget the pages of cases no longer in the archive."""
+        for case_id in [c for c in self.stored if c not in keep]:
+            for key in self.stored.pop(case_id):
+                self._path(case_id, key).unlink(missing_ok=True)
+
+
+def render_html(summary: ArchiveSummary, archive_root: Path) -> dict[str, str]:
+    """The HTML report's files (what `HtmlReport().render` gives for the full cases), reusing stored pages.
+
+    `summary.cases` may hold index digests; a case page not in the cache is rendered
+    from the full case, read from its bundle in `archive_root`.
+    """
+    from casekit.report.html import case_page, index_page
+
+    cache = PageCache(archive_root)
+    files = {"index.html": index_page(summary)}
+    for case_summary in summary.cases:
+        case_id = case_summary.case.id
+        key = page_key(cache.fingerprint, case_summary)
+        page = cache.get(case_id, key) if key else None
+        if page is None:
+            full, sha256 = case_summary.case, None
+            if isinstance(full, CaseDigest):
+                full, sha256 = _load_full(archive_root, case_id)
+            page = case_page(CaseSummary(full, case_summary.cells), GENERATED_MARK)
+            # store only a page made from the very bytes the key names (not a bundle rewritten since)
+            if key and sha256 == getattr(case_summary.case, "sha256", "") and page.count(GENERATED_MARK) == 1:
+                cache.put(case_id, key, page)
+        files[f"cases/{case_id}.html"] = page.replace(GENERATED_MARK, summary.generated)
+    cache.prune({c.case.id for c in summary.cases})
+    return files
+
+
+def _load_full(archive_root: Path, case_id: str) -> tuple[Case, str]:
+    path = archive_root / f"{case_id}.toml"
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return load_case(path), ""  # raises the bundle's own error
+    return parse_bundle_bytes(raw, path), hashlib.sha256(raw).hexdigest()
+
+
+@functools.cache
+def _file_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _write_replace(path: Path, data: bytes) -> None:
+    """Atomic (temp file + rename) but not fsynced: a report and a cache can be regenerated,
+    and 10,000 fsyncs would cost more than rendering."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, _file_mode())  # mkstemp makes 0600; a report is for sharing
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_report_files(files: dict[str, str], out: Path) -> list[Path]:
+    """Write rendered files under `out`, each atomically; paths may not leave it."""
+    written = []
+    made: set[Path] = set()
+    for relative, text in sorted(files.items()):
+        pure = PurePosixPath(relative)
+        if pure.is_absolute() or ".." in pure.parts:
+            raise CasekitError(f"report file {relative!r} would leave {out}")
+        path = out.joinpath(*pure.parts)
+        if path.parent not in made:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made.add(path.parent)
+        _write_replace(path, text.encode("utf-8"))
+        written.append(path)
+    return written
