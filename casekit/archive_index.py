@@ -16,6 +16,7 @@ A missing, corrupt or older-format index is rebuilt silently. Writes are atomic
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -50,6 +51,8 @@ class CaseDigest(Case):
 
     break_counts: dict[str, int] = field(default_factory=dict)  # script -> graph break sites recorded
     sha256: str = ""  # of the bundle file's bytes: the key of anything rendered from it
+    # The full case, when this digest was just parsed and the caller asked to keep it (never stored).
+    parsed: Case | None = field(default=None, repr=False, compare=False)
 
 
 def digest_of(case: Case, sha256: str) -> CaseDigest:
@@ -150,7 +153,7 @@ def _read(path: Path) -> tuple[bytes, os.stat_result]:
         return handle.read(), stat
 
 
-def _parse_one(path_text: str) -> tuple[str, Entry | None]:
+def _parse_one(path_text: str, keep_case: bool = False) -> tuple[str, Entry | None]:
     """Worker: one bundle -> (id, its entry), or (id, None) when it does not parse (the caller re-raises)."""
     path = Path(path_text)
     try:
@@ -159,6 +162,8 @@ def _parse_one(path_text: str) -> tuple[str, Entry | None]:
     except (OSError, BundleError):
         return path.stem, None
     digest = digest_of(case, hashlib.sha256(raw).hexdigest())
+    if keep_case:
+        digest.parsed = case
     return path.stem, Entry(stat.st_size, stat.st_mtime_ns, time.time_ns(), digest)
 
 
@@ -171,7 +176,8 @@ def _entry_json(entry: Entry) -> dict[str, Any]:
     }
 
 
-def _workers(count: int) -> int:
+def parallel_workers(count: int) -> int:
+    """How many forked workers `count` independent bundle parses are worth (1: do them here)."""
     if count < PARALLEL_FROM or sys.platform != "linux":
         return 1
     try:
@@ -184,8 +190,9 @@ def _workers(count: int) -> int:
 class ArchiveIndex:
     """Load, refresh and save the index of one archive folder."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, keep_cases: bool = False) -> None:
         self.root = root
+        self.keep_cases = keep_cases  # digests parsed now keep their full case in `.parsed`
         self.folder = root / INDEX_DIR
         self.path = self.folder / INDEX_FILE
         self.entries: dict[str, Entry] = {}
@@ -272,16 +279,17 @@ class ArchiveIndex:
             return
         self.dirty = True
         paths = [str(self.root / f"{case_id}.toml") for case_id in stale]
-        workers = _workers(len(paths))
+        workers = parallel_workers(len(paths))
+        parse = functools.partial(_parse_one, keep_case=self.keep_cases)
         if workers > 1:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
             # fork: the workers inherit the imported modules, so a cold start stays cheap
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-                results = list(pool.map(_parse_one, paths, chunksize=max(1, len(paths) // (workers * 8))))
+                results = list(pool.map(parse, paths, chunksize=max(1, len(paths) // (workers * 8))))
         else:
-            results = [_parse_one(path) for path in paths]
+            results = [parse(path) for path in paths]
         failed = None
         for case_id, entry in results:
             if entry is None:
@@ -298,9 +306,12 @@ class ArchiveIndex:
             raise BundleError(path, None, "changed while being read; run again")
 
 
-def summaries(root: Path, ids: list[str], whole_archive: bool) -> list[CaseDigest]:
-    """Digests of the bundles `ids` under `root`, through (and refreshing) the archive's index."""
-    index = ArchiveIndex(root)
+def summaries(root: Path, ids: list[str], whole_archive: bool, keep_cases: bool = False) -> list[CaseDigest]:
+    """Digests of the bundles `ids` under `root`, through (and refreshing) the archive's index.
+
+    With keep_cases, the digests of bundles parsed in this call carry the full case
+    (`.parsed`), so a caller that needs it (the HTML report) does not parse them twice."""
+    index = ArchiveIndex(root, keep_cases)
     index.load()
     try:
         digests = index.refresh(ids)

@@ -48,7 +48,8 @@ def report(
 
     chosen = [get_format(name) for name in dict.fromkeys(formats or ["html"])]
     store = Archive(archive_dir(archive))
-    cases = store.summaries()  # through the archive index; case pages come from a page cache
+    # through the archive index; HTML case pages come from a page cache (or the cases parsed now)
+    cases = store.summaries(keep_cases=any(fmt.name == "html" for fmt in chosen))
     documents = [(path.name, load_report(path)) for path in results or []]
     summary = summarize(cases, documents, title=title)
     for warning in summary.warnings:

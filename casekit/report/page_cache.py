@@ -19,7 +19,7 @@ import tempfile
 import zlib
 from pathlib import Path, PurePosixPath
 
-from casekit.archive_index import INDEX_DIR, CaseDigest, parse_bundle_bytes
+from casekit.archive_index import INDEX_DIR, CaseDigest, parallel_workers, parse_bundle_bytes
 from casekit.bundle import load_case
 from casekit.errors import CasekitError
 from casekit.model import Case
@@ -101,25 +101,56 @@ def render_html(summary: ArchiveSummary, archive_root: Path) -> dict[str, str]:
     `summary.cases` may hold index digests; a case page not in the cache is rendered
     from the full case, read from its bundle in `archive_root`.
     """
-    from casekit.report.html import case_page, index_page
+    from casekit.report.html import index_page
 
     cache = PageCache(archive_root)
     files = {"index.html": index_page(summary)}
+    pages: dict[str, str] = {}
+    missing: list[tuple[CaseSummary, str | None]] = []
+    for case_summary in summary.cases:
+        key = page_key(cache.fingerprint, case_summary)
+        page = cache.get(case_summary.case.id, key) if key else None
+        if page is None:
+            missing.append((case_summary, key))
+        else:
+            pages[case_summary.case.id] = page
+    rendered = _render_pages(archive_root, [case_summary for case_summary, _ in missing])
+    for (case_summary, key), (page, sha256) in zip(missing, rendered, strict=True):
+        pages[case_summary.case.id] = page
+        # store only a page made from the very bytes the key names (not a bundle rewritten since)
+        if key and sha256 == getattr(case_summary.case, "sha256", "") and page.count(GENERATED_MARK) == 1:
+            cache.put(case_summary.case.id, key, page)
     for case_summary in summary.cases:
         case_id = case_summary.case.id
-        key = page_key(cache.fingerprint, case_summary)
-        page = cache.get(case_id, key) if key else None
-        if page is None:
-            full, sha256 = case_summary.case, None
-            if isinstance(full, CaseDigest):
-                full, sha256 = _load_full(archive_root, case_id)
-            page = case_page(CaseSummary(full, case_summary.cells), GENERATED_MARK)
-            # store only a page made from the very bytes the key names (not a bundle rewritten since)
-            if key and sha256 == getattr(case_summary.case, "sha256", "") and page.count(GENERATED_MARK) == 1:
-                cache.put(case_id, key, page)
-        files[f"cases/{case_id}.html"] = page.replace(GENERATED_MARK, summary.generated)
+        files[f"cases/{case_id}.html"] = pages[case_id].replace(GENERATED_MARK, summary.generated)
     cache.prune({c.case.id for c in summary.cases})
     return files
+
+
+def _render_pages(archive_root: Path, summaries: list[CaseSummary]) -> list[tuple[str, str | None]]:
+    """Case pages (with the time-stamp mark) and the hash of the bundle each was read from.
+
+    Many pages (a cold cache) are rendered by forked workers, one bundle parse each."""
+    jobs = [(archive_root, case_summary) for case_summary in summaries]
+    workers = parallel_workers(len(jobs))
+    if workers == 1:
+        return [_render_page(job) for job in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(_render_page, jobs, chunksize=max(1, len(jobs) // (workers * 8))))
+
+
+def _render_page(job: tuple[Path, CaseSummary]) -> tuple[str, str | None]:
+    from casekit.report.html import case_page
+
+    archive_root, case_summary = job
+    full: Case = case_summary.case
+    sha256 = None
+    if isinstance(full, CaseDigest):
+        full, sha256 = (full.parsed, full.sha256) if full.parsed else _load_full(archive_root, full.id)
+    return case_page(CaseSummary(full, case_summary.cells), GENERATED_MARK), sha256
 
 
 def _load_full(archive_root: Path, case_id: str) -> tuple[Case, str]:
