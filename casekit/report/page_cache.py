@@ -10,12 +10,9 @@ a lost or corrupt page is rendered again.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import hashlib
 import json
 import os
-import tempfile
 import zlib
 from pathlib import Path, PurePosixPath
 
@@ -45,7 +42,7 @@ def page_key(fingerprint: str, summary: CaseSummary) -> str | None:
     """What a case page is a function of: the bundle's bytes, its latest cells, the renderer."""
     if not isinstance(summary.case, CaseDigest) or not summary.case.sha256:
         return None
-    cells = [dataclasses.asdict(cell) for _, cell in sorted(summary.cells.items())]
+    cells = [vars(cell) for _, cell in sorted(summary.cells.items())]  # plain values only (see Cell)
     text = json.dumps([fingerprint, summary.case.sha256, cells], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -162,21 +159,19 @@ def _load_full(archive_root: Path, case_id: str) -> tuple[Case, str]:
     return parse_bundle_bytes(raw, path), hashlib.sha256(raw).hexdigest()
 
 
-@functools.cache
-def _file_mode() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
 def _write_replace(path: Path, data: bytes) -> None:
     """Atomic (temp file + rename) but not fsynced: a report and a cache can be regenerated,
-    and 10,000 fsyncs would cost more than rendering."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    and 10,000 fsyncs would cost more than rendering. The temp name is the writer's pid:
+    unique among concurrent writers, and cheaper than mkstemp's random names."""
+    tmp = f"{path.parent}/.{path.name}.{os.getpid()}.tmp"
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, _file_mode())  # mkstemp makes 0600; a report is for sharing
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # the umask applies
+        try:
+            view = memoryview(data)
+            while view:  # os.write may write less than asked
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
