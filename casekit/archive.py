@@ -64,12 +64,15 @@ class Archive:
         ids = selected or self.ids()
         return [self.load(case_id) for case_id in ids]
 
-    def summaries(self, selected: list[str] | None = None, keep_cases: bool = False) -> list[CaseDigest]:
+    def summaries(
+        self, selected: list[str] | None = None, keep_cases: bool = False, history: bool = True
+    ) -> list[CaseDigest]:
         """What `list`, `report` and shard planning need of all cases (or the selected ids), in id order.
 
         Read through the derived index in `.casekit/` (see `casekit.archive_index`): only
         bundles that changed since the last call are parsed (with keep_cases, those keep
-        their full case in `.parsed`). Errors are those of `load_all`.
+        their full case in `.parsed`). Without history, `replays` stay empty: what `list`
+        shows is in `last_replay`. Errors are those of `load_all`.
         """
         from casekit.archive_index import summaries
 
@@ -79,7 +82,7 @@ class Archive:
         for case_id in selected or []:
             if not self.path_for(case_id).exists():
                 self.load(case_id)  # the same CaseNotFound as load_all
-        return summaries(self.root, ids, whole_archive=not selected, keep_cases=keep_cases)
+        return summaries(self.root, ids, whole_archive=not selected, keep_cases=keep_cases, history=history)
 
     def save(self, case: Case) -> Path:
         path = self.path_for(case.id)

@@ -16,6 +16,7 @@ A missing, corrupt or older-format index is rebuilt silently. Writes are atomic
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -47,11 +48,13 @@ class CaseDigest(Case):
     Script sources are empty (name and hash kept), observations are reduced to
     `break_counts`, and `replays` holds only the records the views read: the latest
     per target (what the report matrix shows) and the last one appended (what `list`
-    shows), in their original order, without the keys each observed (`observed`).
-    Render a case page from the full `Case`.
+    shows), in their original order, without the keys each observed (`observed`);
+    none at all when asked for without history (`summaries(history=False)`, for
+    `list`: `last_replay` says what it shows). Render a case page from the full `Case`.
     """
 
     break_counts: dict[str, int] = field(default_factory=dict)  # script -> graph break sites recorded
+    last_replay: tuple[str, str] | None = None  # (target, verdict) of the last record appended
     sha256: str = ""  # of the bundle file's bytes: the key of anything rendered from it
     # The full case, when this digest was just parsed and the caller asked to keep it (never stored).
     parsed: Case | None = field(default=None, repr=False, compare=False)
@@ -76,6 +79,7 @@ def digest_of(case: Case, sha256: str) -> CaseDigest:
         ],
         schema_version=case.schema_version,
         break_counts={which: len(observation.sites) for which, observation in case.observations.items()},
+        last_replay=(case.replays[-1].target, case.replays[-1].verdict) if case.replays else None,
         sha256=sha256,
     )
 
@@ -106,7 +110,7 @@ def _record_from_row(row: list[Any]) -> ReplayRecord:
 SEVERITY_AT, SITES_AT = RECORD_FIELDS.index("severity"), RECORD_FIELDS.index("sites")
 
 
-def _digest_to_json(digest: CaseDigest) -> list[Any]:
+def _header_json(digest: CaseDigest) -> list[Any]:
     return [
         digest.id,
         digest.title,
@@ -115,15 +119,19 @@ def _digest_to_json(digest: CaseDigest) -> list[Any]:
         digest.tags,
         digest.created,
         digest.backend,
-        [_record_row(record) for record in digest.replays],
+        digest.last_replay,
         digest.schema_version,
         digest.break_counts,
         digest.sha256,
     ]
 
 
-def _digest_from_json(data: list[Any]) -> CaseDigest:
-    case_id, title, pre, post, tags, created, backend, replays, schema_version, break_counts, sha256 = data
+def _history_text(digest: CaseDigest) -> str:
+    return json.dumps([_record_row(record) for record in digest.replays], separators=(",", ":"))
+
+
+def _digest_from_header(data: list[Any]) -> CaseDigest:
+    case_id, title, pre, post, tags, created, backend, last, schema_version, break_counts, sha256 = data
     return CaseDigest(
         id=case_id,
         title=title,
@@ -132,9 +140,9 @@ def _digest_from_json(data: list[Any]) -> CaseDigest:
         tags=tags,
         created=created,
         backend=backend,
-        replays=[_record_from_row(row) for row in replays],
         schema_version=schema_version,
         break_counts=break_counts,
+        last_replay=(str(last[0]), str(last[1])) if last else None,
         sha256=sha256,
     )
 
@@ -155,6 +163,23 @@ class Entry:
     mtime_ns: int
     checked_ns: int  # when size/mtime were last confirmed to go with this digest
     digest: CaseDigest
+    # The digest's replay records as stored, until someone needs them: `list` never does,
+    # and decoding 10,000 histories would be most of its time.
+    history_text: str | None = None
+
+    def without_history(self) -> CaseDigest:
+        """The digest with no replay records, whether or not they were decoded (the same answer either way)."""
+        if not self.digest.replays:
+            return self.digest
+        light = copy.copy(self.digest)
+        light.replays = []
+        return light
+
+    def with_history(self) -> CaseDigest:
+        if self.history_text is not None:
+            self.digest.replays = [_record_from_row(row) for row in json.loads(self.history_text)]
+            self.history_text = None
+        return self.digest
 
 
 def parse_bundle_bytes(raw: bytes, path: Path) -> Case:
@@ -190,7 +215,8 @@ def _parse_one(path_text: str, keep_case: bool = False) -> tuple[str, Entry | No
 
 
 def _entry_json(entry: Entry) -> list[Any]:
-    return [entry.size, entry.mtime_ns, entry.checked_ns, _digest_to_json(entry.digest)]
+    history = entry.history_text if entry.history_text is not None else _history_text(entry.digest)
+    return [entry.size, entry.mtime_ns, entry.checked_ns, _header_json(entry.digest), history]
 
 
 def parallel_workers(count: int) -> int:
@@ -222,10 +248,10 @@ class ArchiveIndex:
             data = json.loads(self.path.read_bytes())
             if data.get("format") != code_fingerprint():
                 return
-            for case_id, (size, mtime_ns, checked_ns, digest) in data["entries"].items():
-                if not (type(size) is type(mtime_ns) is type(checked_ns) is int):
-                    raise TypeError("size and times are integers")
-                self.entries[case_id] = Entry(size, mtime_ns, checked_ns, _digest_from_json(digest))
+            for case_id, (size, mtime_ns, checked_ns, header, history) in data["entries"].items():
+                if not (type(size) is type(mtime_ns) is type(checked_ns) is int) or not isinstance(history, str):
+                    raise TypeError("size and times are integers, the history a string")
+                self.entries[case_id] = Entry(size, mtime_ns, checked_ns, _digest_from_header(header), history)
         except Exception:  # noqa: BLE001 -- a derived file: whatever is wrong with it, rebuild
             self.entries = {}
             self.dirty = True
@@ -248,9 +274,10 @@ class ArchiveIndex:
         except OSError:
             pass
 
-    def refresh(self, ids: list[str]) -> list[CaseDigest]:
+    def refresh(self, ids: list[str], history: bool = True) -> list[CaseDigest]:
         """The digests of `ids` (in that order), re-reading only the bundles that changed.
 
+        Without history the digests' `replays` stay empty (see `CaseDigest`).
         Entries of bundles no longer on disk are dropped when the whole archive is
         refreshed. The first bundle (in `ids` order) that does not parse raises its
         BundleError, after the index of the others is saved.
@@ -269,6 +296,15 @@ class ArchiveIndex:
             elif stat.st_mtime_ns >= entry.checked_ns - RACY_NS and not self._same_bytes(case_id, entry):
                 stale.append(case_id)
         self._parse(stale)
+        if not history:
+            return [self.entries[case_id].without_history() for case_id in ids]
+        damaged = []
+        for case_id in ids:
+            try:
+                self.entries[case_id].with_history()
+            except Exception:  # noqa: BLE001 -- a damaged stored history: parse the bundle again
+                damaged.append(case_id)
+        self._parse(damaged)
         return [self.entries[case_id].digest for case_id in ids]
 
     def drop_missing(self, present: list[str]) -> None:
@@ -321,15 +357,18 @@ class ArchiveIndex:
             raise BundleError(path, None, "changed while being read; run again")
 
 
-def summaries(root: Path, ids: list[str], whole_archive: bool, keep_cases: bool = False) -> list[CaseDigest]:
+def summaries(
+    root: Path, ids: list[str], whole_archive: bool, keep_cases: bool = False, history: bool = True
+) -> list[CaseDigest]:
     """Digests of the bundles `ids` under `root`, through (and refreshing) the archive's index.
 
     With keep_cases, the digests of bundles parsed in this call carry the full case
-    (`.parsed`), so a caller that needs it (the HTML report) does not parse them twice."""
+    (`.parsed`), so a caller that needs it (the HTML report) does not parse them twice.
+    Without history, their `replays` stay empty (`last_replay` is always there)."""
     index = ArchiveIndex(root, keep_cases)
     index.load()
     try:
-        digests = index.refresh(ids)
+        digests = index.refresh(ids, history)
         if whole_archive:
             index.drop_missing(ids)
     finally:

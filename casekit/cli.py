@@ -151,18 +151,18 @@ def list_cases(archive: ArchiveOption = None) -> None:
     from casekit.report.text import table
 
     store = open_archive(archive)
-    cases = store.summaries()  # through the archive index: only changed bundles are parsed
+    cases = store.summaries(history=False)  # through the archive index: only changed bundles are parsed
     rows = []
     for case in cases:
         pre = case.break_counts.get("pre")
-        last = case.replays[-1] if case.replays else None
+        last = case.last_replay
         rows.append(
             [
                 case.id,
                 case.title,
                 ",".join(case.tags),
                 "-" if pre is None else str(pre),
-                f"{last.target} {last.verdict}" if last else "-",
+                " ".join(last) if last else "-",
             ]
         )
     typer.echo(table(["id", "title", "tags", "breaks", "last replay"], rows))
@@ -324,7 +324,7 @@ def replay(
         from casekit.gitarchive import require_repo
 
         require_repo(store.root)  # before a replay that can take minutes, not after
-    cases = store.summaries(case)  # digests plan the run; only the cases it runs are parsed (below)
+    cases = store.summaries(case, history=False)  # digests plan the run; only the cases it runs are parsed
     drafts = [c.id for c in cases if "draft" in c.tags and not case]
     if drafts:
         # imported drafts have no repro yet (their script only raises): nothing to replay

@@ -140,6 +140,19 @@ def test_a_same_size_rewrite_in_the_same_tick_is_caught(archive: Archive) -> Non
     assert_index_agrees(archive)
 
 
+def test_without_history_only_the_last_replay_is_kept(archive: Archive) -> None:
+    replayed(archive, "tensor-if", "regressed", "1999-01-01T00:00:00+00:00")  # appended last, oldest in time
+    for _ in range(2):  # parsed, then from the index
+        light = {d.id: d for d in archive.summaries(history=False)}
+        assert light["tensor-if"].replays == []
+        assert light["tensor-if"].last_replay == ("venv:torch-2.9.0", "regressed")
+    full = {c.id: c for c in archive.load_all()}
+    for case_id, digest in light.items():
+        last = full[case_id].replays[-1] if full[case_id].replays else None
+        assert digest.last_replay == ((last.target, last.verdict) if last else None)
+    assert_index_agrees(archive)
+
+
 def test_a_touched_but_unchanged_bundle_keeps_its_digest(archive: Archive) -> None:
     before = plain(archive.summaries())
     for path in archive.root.glob("*.toml"):
@@ -149,27 +162,38 @@ def test_a_touched_but_unchanged_bundle_keeps_its_digest(archive: Archive) -> No
 
 @pytest.mark.parametrize(
     "damage",
-    [b"", b"\x00\xff garbage", b'{"format": 1, "entries": {', b"[]", b'{"format": "x", "entries": {}}', "wrong-shape"],
+    [
+        b"",
+        b"\x00\xff garbage",
+        b'{"format": 1, "entries": {',
+        b"[]",
+        b'{"format": "x", "entries": {}}',
+        "shape",
+        "history",
+    ],
 )
 def test_a_corrupt_index_is_silently_rebuilt(archive: Archive, damage: bytes | str) -> None:
     archive.summaries()
-    if damage == "wrong-shape":
+    if isinstance(damage, str):
         document = json.loads(index_path(archive).read_text())
-        first = next(iter(document["entries"].values()))
-        first["digest"]["replays"] = [{"not": "a record"}]
-        first["size"] = "big"
+        for entry in document["entries"].values():
+            if damage == "shape":
+                entry[0] = "big"
+            else:  # a stored history that no longer decodes: found only when the history is read
+                entry[4] = '[["not", "a record"' if entry[4] == "[]" else entry[4][:-9]
         damage = json.dumps(document).encode()
     assert isinstance(damage, bytes)
     index_path(archive).write_bytes(damage)
     assert_index_agrees(archive)
     assert json.loads(index_path(archive).read_text())["format"] == archive_index.code_fingerprint()
+    assert_index_agrees(archive)
 
 
 def test_an_index_from_other_code_is_rebuilt(archive: Archive, monkeypatch: pytest.MonkeyPatch) -> None:
     archive.summaries()
     document = json.loads(index_path(archive).read_text())
     for entry in document["entries"].values():
-        entry["digest"]["title"] = "written by another casekit"
+        entry[3][1] = "written by another casekit"  # the title
     index_path(archive).write_text(json.dumps(document))
     assert archive.summaries()[0].title == "written by another casekit"  # same code: trusted (it is derived)
     monkeypatch.setattr(archive_index, "FORMAT", archive_index.FORMAT + 1)  # the reading code changed
@@ -341,13 +365,13 @@ def test_the_list_and_report_commands_say_what_the_bundles_say(archive: Archive,
         assert written == {k: v.replace(NOW.isoformat(), stamp) for k, v in expected.items()}
 
 
-def test_warm_list_of_a_thousand_bundles_is_quick(tmp_path: Path) -> None:
+def test_a_warm_index_of_hundreds_of_bundles_is_quick(tmp_path: Path) -> None:
     """A loose upper bound (the bench measures): no bundle is parsed when nothing changed."""
     root = tmp_path / "big"
     root.mkdir()
     template = Archive(FIXTURES / "archive").load("item-branch")
     text = (FIXTURES / "archive" / "item-branch.toml").read_text()
-    for number in range(1000):
+    for number in range(400):
         (root / f"item-branch-{number:04d}.toml").write_text(
             text.replace('id = "item-branch"', f'id = "item-branch-{number:04d}"', 1)
         )
@@ -356,5 +380,5 @@ def test_warm_list_of_a_thousand_bundles_is_quick(tmp_path: Path) -> None:
     store = Archive(root)
     store.summaries()
     started = time.perf_counter()
-    assert len(store.summaries()) == 1000
-    assert time.perf_counter() - started < 2.0
+    assert len(store.summaries()) == 400
+    assert time.perf_counter() - started < 2.0  # about 0.05 s on an idle machine
