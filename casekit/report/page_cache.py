@@ -11,10 +11,9 @@ a lost or corrupt page is rendered again.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import zlib
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from casekit.archive_index import INDEX_DIR, CaseDigest, parallel_workers, parse_bundle_bytes
 from casekit.bundle import load_case
@@ -42,9 +41,10 @@ def page_key(fingerprint: str, summary: CaseSummary) -> str | None:
     """What a case page is a function of: the bundle's bytes, its latest cells, the renderer."""
     if not isinstance(summary.case, CaseDigest) or not summary.case.sha256:
         return None
-    cells = [vars(cell) for _, cell in sorted(summary.cells.items())]  # plain values only (see Cell)
-    text = json.dumps([fingerprint, summary.case.sha256, cells], sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
+    # Cells hold plain values (str, numbers, lists, dicts), so repr is a faithful, cheap key; equal
+    # cells whose dicts were filled in another order only cost a cache miss.
+    cells = [sorted(vars(cell).items()) for _, cell in sorted(summary.cells.items())]
+    return hashlib.sha256(repr([fingerprint, summary.case.sha256, cells]).encode()).hexdigest()[:24]
 
 
 class PageCache:
@@ -78,7 +78,7 @@ class PageCache:
         """Store a page (best effort: a cache we cannot write is no cache); drop the case's older pages."""
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            _write_replace(self._path(case_id, key), zlib.compress(page.encode("utf-8"), 1))
+            _write_replace(os.fspath(self._path(case_id, key)), zlib.compress(page.encode("utf-8"), 1))
         except OSError:
             return
         for old in self.stored.get(case_id, set()) - {key}:
@@ -159,11 +159,12 @@ def _load_full(archive_root: Path, case_id: str) -> tuple[Case, str]:
     return parse_bundle_bytes(raw, path), hashlib.sha256(raw).hexdigest()
 
 
-def _write_replace(path: Path, data: bytes) -> None:
+def _write_replace(path: str, data: bytes) -> None:
     """Atomic (temp file + rename) but not fsynced: a report and a cache can be regenerated,
     and 10,000 fsyncs would cost more than rendering. The temp name is the writer's pid:
     unique among concurrent writers, and cheaper than mkstemp's random names."""
-    tmp = f"{path.parent}/.{path.name}.{os.getpid()}.tmp"
+    folder, _, name = path.rpartition("/")
+    tmp = f"{folder}/.{name}.{os.getpid()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # the umask applies
         try:
@@ -181,15 +182,15 @@ def _write_replace(path: Path, data: bytes) -> None:
 def write_report_files(files: dict[str, str], out: Path) -> list[Path]:
     """Write rendered files under `out`, each atomically; paths may not leave it."""
     written = []
-    made: set[Path] = set()
+    made: set[str] = set()
     for relative, text in sorted(files.items()):
-        pure = PurePosixPath(relative)
-        if pure.is_absolute() or ".." in pure.parts:
+        parts = relative.split("/")
+        if relative.startswith("/") or ".." in parts or "" in parts:
             raise CasekitError(f"report file {relative!r} would leave {out}")
-        path = out.joinpath(*pure.parts)
-        if path.parent not in made:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            made.add(path.parent)
-        _write_replace(path, text.encode("utf-8"))
-        written.append(path)
+        folder = "/".join([os.fspath(out), *parts[:-1]])
+        if folder not in made:
+            os.makedirs(folder, exist_ok=True)
+            made.add(folder)
+        _write_replace(f"{folder}/{parts[-1]}", text.encode("utf-8"))
+        written.append(out / relative)
     return written
