@@ -21,6 +21,7 @@ import json
 import multiprocessing
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -130,11 +131,17 @@ def make_archive(folder: Path, size: int) -> float:
     return time.perf_counter() - started
 
 
+CPU: dict[str, float] = {}  # the CPU seconds (user + sys, workers included) of the last timed command
+
+
 def timed(*argv: str) -> tuple[float, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env, cwd=ROOT)
     seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU["last"] = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     if done.returncode != 0:
         raise SystemExit(f"failed: {' '.join(argv)}\n{done.stderr[-2000:]}")
     return seconds, done.stdout
@@ -171,10 +178,15 @@ def bench_size(work: Path, size: int, naive: bool) -> dict[str, object]:
         naive_out = None
         if naive and naive_argv is not None:
             row["naive"], naive_out = timed(*naive_argv)
+            row["naive_cpu"] = CPU["last"]
         forget_index(archive)
         row["cold"], _ = timed(*casekit_argv)
-        warm_runs = [timed(*casekit_argv) for _ in range(2)]
-        row["warm"] = min(seconds for seconds, _ in warm_runs)
+        row["cold_cpu"] = CPU["last"]
+        warm_runs = []
+        for _ in range(2):
+            warm_runs.append(timed(*casekit_argv))
+            if warm_runs[-1][0] == min(seconds for seconds, _ in warm_runs):
+                row["warm"], row["warm_cpu"] = warm_runs[-1][0], CPU["last"]
         if naive_out is not None and not compare(naive_out, warm_runs[-1][1]):
             outputs_agree = False
             print(f"  !! {name}: the indexed output differs from the naive one")
@@ -200,10 +212,13 @@ def bench_size(work: Path, size: int, naive: bool) -> dict[str, object]:
         lambda a, b: a == b,
     )
     validate_s, _ = casekit("validate", "--archive", str(archive))
-    figures["validate"] = {"naive": validate_s}
-    print(f"  {'':14} {'naive':>9} {'cold':>9} {'warm':>9} {'naive/warm':>11}")
+    figures["validate"] = {"naive": validate_s, "naive_cpu": CPU["last"]}
+    print(f"  wall seconds (CPU seconds, user + sys, workers included); load average {os.getloadavg()[0]:.1f}")
+    print(f"  {'':14} {'naive':>16} {'cold':>16} {'warm':>16} {'naive/warm':>11}")
     for name, row in figures.items():
-        cells = [f"{row[k]:8.2f}s" if k in row else f"{'-':>9}" for k in ("naive", "cold", "warm")]
+        cells = [
+            f"{row[k]:7.2f} ({row[k + '_cpu']:5.2f})" if k in row else f"{'-':>16}" for k in ("naive", "cold", "warm")
+        ]
         ratio = f"{row['naive'] / row['warm']:10.1f}x" if "naive" in row and "warm" in row else f"{'-':>11}"
         print(f"  {name:14} {' '.join(cells)} {ratio}")
     print("  validate always parses every bundle (it is the check); naive = casekit there")
