@@ -320,12 +320,22 @@ def test_reports_from_the_index_equal_reports_from_full_parses(archive: Archive,
     assert {p.name.split(".")[0] for p in pages} <= set(archive.ids())
 
 
-def test_a_corrupt_cached_page_is_rendered_again(archive: Archive) -> None:
+@pytest.mark.parametrize("damage", ["cut short", "one byte changed", "garbage"])
+def test_a_corrupt_cached_page_is_rendered_again(archive: Archive, damage: str) -> None:
     summary = summarize(archive.summaries(), now=NOW)
     expected = render_html(summary, archive.root)
     for page in (archive.root / INDEX_DIR / PAGES_DIR).iterdir():
-        page.write_bytes(b"not zlib")
+        stored = page.read_bytes()
+        middle = len(stored) // 2
+        page.write_bytes(
+            {
+                "cut short": stored[:-40],
+                "one byte changed": stored[:middle] + bytes([stored[middle] ^ 1]) + stored[middle + 1 :],
+                "garbage": b"\x00\xffnot a page",
+            }[damage]
+        )
     assert render_html(summary, archive.root) == expected
+    assert render_html(summary, archive.root) == expected  # stored again, whole
 
 
 def test_shard_planning_from_the_index_equals_planning_from_the_bundles(archive: Archive) -> None:

@@ -24,7 +24,9 @@ from casekit.report.summary import ArchiveSummary, CaseSummary
 PAGES_DIR = "pages"
 # Stands for the time stamp in a stored page; a page whose own text holds it is never stored.
 GENERATED_MARK = "\x00casekit-generated\x00"
-SUFFIX = ".html.z"
+# Stands for the stylesheet every page inlines (a quarter of a page): stored once, not 10,000 times.
+STYLESHEET_MARK = "\x00casekit-stylesheet\x00"
+SUFFIX = ".html"
 
 
 def renderer_fingerprint() -> str:
@@ -48,11 +50,20 @@ def page_key(fingerprint: str, summary: CaseSummary) -> str | None:
 
 
 class PageCache:
-    """Rendered case pages of one archive, one compressed file per case and key."""
+    """Rendered case pages of one archive, one file per case and key.
+
+    A stored page is a header line (its length and CRC-32, so a damaged file is
+    a miss, not a wrong page) and the page with both marks in place. Not compressed:
+    decompressing 10,000 pages costs more than reading them.
+    """
 
     def __init__(self, archive_root: Path) -> None:
+        from casekit.report.html import stylesheet
+
         self.folder = archive_root / INDEX_DIR / PAGES_DIR
+        self.prefix = os.fspath(self.folder)
         self.fingerprint = renderer_fingerprint()
+        self.stylesheet = stylesheet()
         try:
             names = os.listdir(self.folder)
         except OSError:
@@ -63,33 +74,42 @@ class PageCache:
                 case_id, _, key = name[: -len(SUFFIX)].rpartition(".")
                 self.stored.setdefault(case_id, set()).add(key)
 
-    def _path(self, case_id: str, key: str) -> Path:
-        return self.folder / f"{case_id}.{key}{SUFFIX}"
+    def _path(self, case_id: str, key: str) -> str:
+        return f"{self.prefix}/{case_id}.{key}{SUFFIX}"
 
     def get(self, case_id: str, key: str) -> str | None:
+        """The stored page (with the time-stamp mark), or None."""
         if key not in self.stored.get(case_id, ()):
             return None
         try:
-            return zlib.decompress(self._path(case_id, key).read_bytes()).decode("utf-8")
-        except (OSError, zlib.error, UnicodeDecodeError):
+            with open(self._path(case_id, key), "rb") as handle:
+                header, _, body = handle.read().partition(b"\n")
+            length, crc = (int(field) for field in header.split(b" ")[1:3])
+            if len(body) != length or zlib.crc32(body) != crc:
+                return None
+            return body.decode("utf-8").replace(STYLESHEET_MARK, self.stylesheet, 1)
+        except (OSError, ValueError, UnicodeDecodeError):
             return None
 
     def put(self, case_id: str, key: str, page: str) -> None:
         """Store a page (best effort: a cache we cannot write is no cache); drop the case's older pages."""
+        if page.count(self.stylesheet) != 1 or STYLESHEET_MARK in page:
+            return
+        body = page.replace(self.stylesheet, STYLESHEET_MARK).encode("utf-8")
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            _write_replace(os.fspath(self._path(case_id, key)), zlib.compress(page.encode("utf-8"), 1))
+            _write_replace(self._path(case_id, key), b"casekit-page %d %d\n" % (len(body), zlib.crc32(body)) + body)
         except OSError:
             return
         for old in self.stored.get(case_id, set()) - {key}:
-            self._path(case_id, old).unlink(missing_ok=True)
+            Path(self._path(case_id, old)).unlink(missing_ok=True)
         self.stored[case_id] = {key}
 
     def prune(self, keep: set[str]) -> None:
         """Forget the pages of cases no longer in the archive."""
         for case_id in [c for c in self.stored if c not in keep]:
             for key in self.stored.pop(case_id):
-                self._path(case_id, key).unlink(missing_ok=True)
+                Path(self._path(case_id, key)).unlink(missing_ok=True)
 
 
 def render_html(summary: ArchiveSummary, archive_root: Path) -> dict[str, str]:
