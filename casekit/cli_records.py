@@ -42,7 +42,7 @@ def report(
 ) -> None:
     """Render the archive: latest replay per case x target, case pages, history."""
     from casekit.report.formats import get_format, write_files
-    from casekit.report.page_cache import render_html, write_report_files
+    from casekit.report.page_cache import write_html_report
     from casekit.report.summary import summarize
     from casekit.shard import load_report
 
@@ -62,10 +62,10 @@ def report(
         return
     for fmt in chosen:
         if fmt.name == "html":
-            written = write_report_files(render_html(summary, store.root), out)
+            count = write_html_report(summary, store.root, out)
         else:
-            written = write_files(fmt.render(summary), out)
-        typer.echo(f"wrote {out / fmt.main_file}" + (f" (+{len(written) - 1} file(s))" if len(written) > 1 else ""))
+            count = len(write_files(fmt.render(summary), out))
+        typer.echo(f"wrote {out / fmt.main_file}" + (f" (+{count - 1} file(s))" if count > 1 else ""))
 
 
 def log(

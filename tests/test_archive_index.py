@@ -28,7 +28,7 @@ from casekit.bundle import save_case
 from casekit.errors import BundleError, CaseNotFound
 from casekit.model import ReplayRecord, Severity, SiteClass, SiteVerdict
 from casekit.report.formats import get_format
-from casekit.report.page_cache import PAGES_DIR, render_html
+from casekit.report.page_cache import PAGES_DIR, render_html, write_html_report
 from casekit.report.summary import summarize
 from casekit.shard import load_report, select_shard
 from tests.conftest import run_casekit
@@ -392,3 +392,20 @@ def test_a_warm_index_of_hundreds_of_bundles_is_quick(tmp_path: Path) -> None:
     started = time.perf_counter()
     assert len(store.summaries()) == 400
     assert time.perf_counter() - started < 2.0  # about 0.05 s on an idle machine
+
+
+def test_a_big_report_written_by_workers_equals_the_full_render(tmp_path: Path) -> None:
+    root = tmp_path / "big"
+    root.mkdir()
+    templates = Archive(FIXTURES / "archive").load_all()
+    for number in range(archive_index.PARALLEL_FROM + 12):
+        case = copy.deepcopy(templates[number % len(templates)])
+        case.id = f"{case.id}-{number:03d}"
+        save_case(case, root / f"{case.id}.toml")
+    store = Archive(root)
+    expected = get_format("html").render(summarize(store.load_all(), now=NOW))
+    for run in ("cold", "warm"):
+        out = tmp_path / run
+        count = write_html_report(summarize(store.summaries(keep_cases=True), now=NOW), root, out)
+        written = {str(p.relative_to(out)): p.read_text() for p in out.rglob("*.html")}
+        assert count == len(written) and written == expected, run

@@ -13,7 +13,9 @@ from __future__ import annotations
 import hashlib
 import os
 import zlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from casekit.archive_index import INDEX_DIR, CaseDigest, parallel_workers, parse_bundle_bytes
 from casekit.bundle import load_case
@@ -21,6 +23,7 @@ from casekit.errors import CasekitError
 from casekit.model import Case
 from casekit.report.summary import ArchiveSummary, CaseSummary
 
+T = TypeVar("T")
 PAGES_DIR = "pages"
 # Stands for the time stamp in a stored page; a page whose own text holds it is never stored.
 GENERATED_MARK = "\x00casekit-generated\x00"
@@ -142,6 +145,76 @@ def render_html(summary: ArchiveSummary, archive_root: Path) -> dict[str, str]:
         files[f"cases/{case_id}.html"] = pages[case_id].replace(GENERATED_MARK, summary.generated)
     cache.prune({c.case.id for c in summary.cases})
     return files
+
+
+def write_html_report(summary: ArchiveSummary, archive_root: Path, out: Path) -> int:
+    """Write the HTML report into `out` (the files `render_html` gives), using every core; returns the file count.
+
+    Stored pages are copied out by forked workers, a slice each (reading, stamping and
+    writing 10,000 pages is most of a warm report); the others are rendered as in
+    `render_html` and stored for next time.
+    """
+    from casekit.report.html import index_page
+
+    cache = PageCache(archive_root)
+    folder = os.fspath(out / "cases")
+    os.makedirs(folder, exist_ok=True)
+    keyed = [(case_summary, page_key(cache.fingerprint, case_summary)) for case_summary in summary.cases]
+    stored = [(c.case.id, key) for c, key in keyed if key and key in cache.stored.get(c.case.id, ())]
+
+    def copy_out(items: list[tuple[str, str]]) -> list[str]:
+        missed = []
+        for case_id, key in items:
+            page = cache.get(case_id, key)
+            if page is None:
+                missed.append(case_id)
+            else:
+                _write_replace(f"{folder}/{case_id}.html", page.replace(GENERATED_MARK, summary.generated).encode())
+        return missed
+
+    missed = set(_in_forked_slices(copy_out, stored))
+    hit = {case_id for case_id, _ in stored} - missed
+    missing = [(c, key) for c, key in keyed if c.case.id not in hit]
+    rendered = _render_pages(archive_root, [c for c, _ in missing])
+    for (case_summary, key), (page, sha256) in zip(missing, rendered, strict=True):
+        if key and sha256 == getattr(case_summary.case, "sha256", "") and page.count(GENERATED_MARK) == 1:
+            cache.put(case_summary.case.id, key, page)
+        stamped = page.replace(GENERATED_MARK, summary.generated)
+        _write_replace(f"{folder}/{case_summary.case.id}.html", stamped.encode())
+    write_report_files({"index.html": index_page(summary)}, out)
+    cache.prune({c.case.id for c in summary.cases})
+    return 1 + len(summary.cases)
+
+
+def _in_forked_slices(work: Callable[[list[T]], list[str]], items: list[T]) -> list[str]:
+    """`work` over `items`, split among forked children (they inherit everything, nothing is pickled
+    but the strings they send back); in this process when there are few items or one core."""
+    workers = parallel_workers(len(items))
+    if workers == 1:
+        return work(items)
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    children = []
+    for index in range(workers):
+        receive, send = context.Pipe(duplex=False)
+        child = context.Process(target=_send_result, args=(work, items[index::workers], send), daemon=True)
+        child.start()
+        send.close()
+        children.append((child, receive, items[index::workers]))
+    results: list[str] = []
+    for child, receive, share in children:
+        try:
+            results += receive.recv()
+        except EOFError:  # the child died: redo its share here
+            results += work(share)
+        child.join()
+    return results
+
+
+def _send_result(work: Callable[[list[T]], list[str]], items: list[T], send: Any) -> None:
+    send.send(work(items))
+    send.close()
 
 
 def _render_pages(archive_root: Path, summaries: list[CaseSummary]) -> list[tuple[str, str | None]]:
