@@ -407,7 +407,8 @@ def post_fix_broken(post: ScriptResult | None, pre: ScriptResult | None = None) 
         # fix; but when the pre-fix ran in the same environment, the fix itself is what fails (an API it used
         # changed: a torch.cond fix that no longer runs even eagerly).
         pre_ran = pre is not None and pre.status not in (ScriptStatus.EAGER_FAILED, ScriptStatus.ENV_FAILED)
-        if not pre_ran or "(pinned)" in cause or post.status is ScriptStatus.ENV_FAILED:
+        unchanged = post.status == post.recorded_status  # it failed so at capture too: nothing new about the fix
+        if not pre_ran or unchanged or "(pinned)" in cause or post.status is ScriptStatus.ENV_FAILED:
             return None
         return f"post-fix {post.status.value}: {post.observation.detail}"
     if (
