@@ -16,13 +16,13 @@ import math
 import os
 import re
 import stat
+import tomllib
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
 import tomli_w
-import tomllib
 
 from casekit.errors import BundleError, CaseIdError, ScriptNameError
 from casekit.fsutil import write_atomic

@@ -53,7 +53,7 @@ class CaptureRequest:
 # ---------------------------------------------------------------- gates
 
 
-class Gate(str, enum.Enum):
+class Gate(enum.StrEnum):
     """What a capture must have observed to be a case (see `check_gates`)."""
 
     EAGER = "eager"  # the eager baseline ran
@@ -379,7 +379,7 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
         notes=request.notes,
         fix_summary=request.fix_summary,
         rollback_notes=request.rollback_notes,
-        created=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+        created=dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
         backend=request.backend,
         environment=environment_record(batch, runner, packages),
         observations=observations,

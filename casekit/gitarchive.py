@@ -174,7 +174,7 @@ def _parse_time(text: str) -> dt.datetime | None:
         moment = dt.datetime.fromisoformat(text)
     except ValueError:
         return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 
 def replay_summary(record: ReplayRecord) -> str:
@@ -231,9 +231,7 @@ def case_log(root: Path, case_id: str) -> list[LogEntry]:
             dirty = relative in repo.untracked_files or bool(repo.git.status("--porcelain", "--", relative).strip())
             if dirty:
                 entries.append(
-                    LogEntry(
-                        dt.datetime.now(dt.timezone.utc), "uncommitted", "the bundle has changes not committed yet"
-                    )
+                    LogEntry(dt.datetime.now(dt.UTC), "uncommitted", "the bundle has changes not committed yet")
                 )
     if case is None and not entries:
         known = ", ".join(archive.ids()[:8]) or "none"
@@ -248,7 +246,7 @@ def log_text(case_id: str, entries: list[LogEntry]) -> str:
         return f"{case_id}: no history yet"
     lines = []
     for entry in entries:
-        when = entry.at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+        when = entry.at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M")
         tag = entry.sha[:10] if entry.sha else entry.kind
         who = f" ({entry.author})" if entry.author else ""
         lines.append(f"{when}  {tag:11} {entry.summary}{who}")

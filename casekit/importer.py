@@ -463,7 +463,7 @@ def build_drafts(
             result.skipped.append(f"{site.where()} ({site.gb_id or site.category}): already archived as {owner}")
             continue
         groups.setdefault(_group_key(site, group), []).append(site)
-    created = (now or dt.datetime.now(dt.timezone.utc)).replace(microsecond=0).isoformat()
+    created = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0).isoformat()
     environment = {
         k: v
         for k, v in {

@@ -285,7 +285,7 @@ def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
             site = pairing.site
             sites.append(SiteVerdict(ScriptRole(which), pairing.site_class, site.anchor.where(), site.category))
     return ReplayRecord(
-        at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+        at=dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
         target=run.label,
         torch=str(run.environment.get("torch", "?")),
         runner=run.spec.runner,

@@ -35,7 +35,7 @@ from casekit.shard import select_shard
 from tests.conftest import run_casekit
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
-NOW = dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from casekit.archive import Archive
 from casekit.bundle import load_case

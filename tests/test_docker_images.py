@@ -157,7 +157,7 @@ def test_network_failure_mid_build_is_one_line(engine: Any, monkeypatch: pytest.
     assert "\n" not in message
     assert message.startswith("building casekit-replay:torch-2.13.0-cpu-casekit-base-bookworm")
     assert "network failure during the build" in message
-    assert any("Step" in line for line in progress)  # the build log streamed to progress
+    assert any(line.startswith("[build ") for line in progress)  # the build steps streamed to progress
 
 
 @pytest.mark.docker

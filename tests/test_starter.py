@@ -8,9 +8,9 @@ lines with those graph-break ids. test_replay.py re-runs the archive live.
 from __future__ import annotations
 
 import re
+import tomllib
 
 import pytest
-import tomllib
 
 from casekit.archive import Archive
 

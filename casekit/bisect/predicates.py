@@ -24,7 +24,7 @@ ABSENT = "absent"
 GOOD, BAD = "good", "bad"  # git bisect run's exit-code outcomes
 
 
-class Direction(str, enum.Enum):
+class Direction(enum.StrEnum):
     """Which way the outcome moved from the good end to the first bad target."""
 
     REGRESSION = "regression"

@@ -205,5 +205,5 @@ def summarize(
         (TargetInfo(label, torch) for label, (torch, _) in torch_of.items()),
         key=lambda t: (version_key(t.torch), t.label),
     )
-    moment = (now or dt.datetime.now(dt.timezone.utc)).replace(microsecond=0)
+    moment = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
     return ArchiveSummary(summaries, targets, moment.isoformat(), title, warnings)

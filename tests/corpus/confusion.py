@@ -12,11 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tomllib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-
-import tomllib
 
 from casekit.bundle import sha256_text
 from casekit.classify import classify_case

@@ -11,12 +11,12 @@ import copy
 import datetime as dt
 import json
 import os
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tomli_w
-import tomllib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

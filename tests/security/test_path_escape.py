@@ -35,8 +35,9 @@ HOSTILE_NAMES = [
 def test_hostile_script_names_are_refused_at_load(name: str):
     text = case_to_toml(make_case()).replace('name = "repro.py"', f"name = {name!r}".replace("'", '"'))
     if name in ("x\x00.py", "x\n.py", "a\\b.py"):  # not expressible by naive quoting: build the TOML properly
-        import tomli_w
         import tomllib
+
+        import tomli_w
 
         data = tomllib.loads(case_to_toml(make_case()))
         data["scripts"]["pre"]["name"] = name
