@@ -80,7 +80,7 @@ def test_each_subject_gets_its_single_bisection_answer(histories: list[list[Hash
         assert same_answer(shared.result(key, list(range(n))), single(history)), (key, history)
     evaluated = [candidate for candidate, _ in calls]
     assert len(evaluated) == len(set(evaluated)), "a candidate was evaluated in two rounds"
-    for candidate, keys in calls:
+    for _candidate, keys in calls:
         assert len(keys) == len(set(keys))
     # never more rounds than the subjects' single bisections put together, nor fewer than the longest one
     alone = [len(CaseSearchRun(h).order) for h in histories]

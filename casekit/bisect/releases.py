@@ -57,6 +57,9 @@ class ReleaseBisect:
     timeout: float = 300.0
     archive_dir: Path | None = None  # only to print a reproduce command that finds the case
     cache: CacheSettings = field(default_factory=CacheSettings)
+    extra_packages: tuple[
+        str, ...
+    ] = ()  # pins installed beside torch (a shared bisection pins all its cases' libraries)
 
     def spec(self, version: str) -> TargetSpec:
         return TargetSpec(
@@ -65,6 +68,7 @@ class ReleaseBisect:
             python=self.pythons.get(version),
             cuda=self.cuda,
             index_url=self.index_url,
+            extra_packages=self.extra_packages,
         )
 
     def target_key(self, version: str) -> str:
@@ -120,6 +124,21 @@ def replay_command(case_id: str, version: str, config: ReleaseBisect) -> str:
     return " ".join(["casekit", "replay", "--case", case_id, *words, "--no-record"])
 
 
+def fresh_from_run(run: TargetRun, case_id: str, version: str) -> Fresh:
+    """One case's record out of a replay of one target (which may have replayed other cases too)."""
+    if run.error:
+        return Fresh(unknown_record(f"environment failed: {run.error}"))
+    result = next((r for r in run.results if r.case_id == case_id), None)
+    if result is None:
+        return Fresh(unknown_record("the replay returned no result"))
+    scripts = result.scripts
+    failed = [f"{w}: {s.observation.detail}" for w, s in scripts.items() if s.status is ScriptStatus.ENV_FAILED]
+    if failed:
+        return Fresh(unknown_record("environment failed: " + "; ".join(failed)))
+    torch = str(run.environment.get("torch") or version)
+    return Fresh(observations_record({w: s.observation for w, s in scripts.items()}, torch=torch))
+
+
 def _release_subject(case: Case, config: ReleaseBisect, seams: ReleaseSeams) -> Subject:
     """How one release is run fresh, and how its cached record is read back into an outcome."""
     make_runner = seams.make_runner or registry_runner()
@@ -131,16 +150,7 @@ def _release_subject(case: Case, config: ReleaseBisect, seams: ReleaseSeams) -> 
             why = f"no interpreter given for {version} (--python-for {version}=PATH)"
             return Fresh(unknown_record(why), cacheable=False, ran=False)
         run = replay_one(config.spec(version), [case], options, make_runner, seams.progress)
-        if run.error:
-            return Fresh(unknown_record(f"environment failed: {run.error}"))
-        if not run.results:
-            return Fresh(unknown_record("the replay returned no result"))
-        scripts = run.results[0].scripts
-        failed = [f"{w}: {s.observation.detail}" for w, s in scripts.items() if s.status is ScriptStatus.ENV_FAILED]
-        if failed:
-            return Fresh(unknown_record("environment failed: " + "; ".join(failed)))
-        torch = str(run.environment.get("torch") or version)
-        return Fresh(observations_record({w: s.observation for w, s in scripts.items()}, torch=torch))
+        return fresh_from_run(run, case.id, version)
 
     def interpret(version: str, record: Record) -> Evaluated | None:
         if "unknown" in record:

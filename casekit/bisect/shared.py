@@ -1,0 +1,210 @@
+"""One bisection for many cases: one candidate list, each release env prepared once, one probe batch per release.
+
+Every case keeps its own predicate outcome, cache entries (per case content and
+target) and answer -- the one its single bisection gives (see
+`search.bisect_shared`). A round replays, on one release, every open case
+whose window still holds it, in one probe (one torch import). While a round
+runs, the envs of the next rounds' candidates are built in the background
+(`ahead.BuildAhead`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+from casekit.bisect.ahead import AheadStats, BuildAhead, free_bytes_at
+from casekit.bisect.engine import Evaluator, Fresh, Subject, default_cache_path, registry_runner
+from casekit.bisect.releases import (
+    ReleaseBisect,
+    ReleaseSeams,
+    _release_subject,
+    compare_url,
+    fresh_from_run,
+    replay_command,
+    version_candidates,
+)
+from casekit.bisect.report import BisectReport, ReportHeader, build_report
+from casekit.bisect.search import EndsUnknown, Outcome, bisect_shared
+from casekit.errors import BisectError
+from casekit.model import Case
+from casekit.replay import ReplayOptions, RunnerFactory, case_pins, run_target
+
+
+@dataclass
+class SharedStats:
+    """What the shared bisection cost: rounds (one release each), probe batches and case runs, envs built ahead."""
+
+    rounds: int = 0
+    batches: int = 0
+    case_runs: int = 0
+    from_cache: int = 0
+    seconds: float = 0.0
+    ahead: AheadStats = field(default_factory=AheadStats)
+
+    def summary(self, cases: int) -> str:
+        built = len(self.ahead.built)
+        return (
+            f"{cases} case(s): {self.rounds} release(s) evaluated, {self.batches} probe batch(es) run "
+            f"({self.case_runs} case run(s), {self.from_cache} from the cache), "
+            f"{built} env(s) built ahead of need, {self.seconds:.1f} s"
+        )
+
+
+@dataclass
+class SharedBisection:
+    """Per case: its report, or why it could not be bisected (an end unknown, a predicate it cannot follow)."""
+
+    reports: dict[str, BisectReport]
+    errors: dict[str, str]
+    stats: SharedStats
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """How far to build ahead: at most `limit` envs (0: never), only with `min_free_gib` free on the cache disk."""
+
+    limit: int = 2
+    min_free_gib: float = 5.0
+
+
+def _shared_spec(config: ReleaseBisect, cases: list[Case]) -> tuple[ReleaseBisect, list[str]]:
+    """Pin the libraries all the cases recorded, once, so every round uses the same env whatever cases it runs."""
+    if config.runner == "python":
+        return config, []
+    pins, warnings = case_pins(cases)
+    return replace(config, extra_packages=tuple(pins)), warnings
+
+
+def bisect_releases_many(
+    cases: list[Case], config: ReleaseBisect, seams: ReleaseSeams | None = None, ahead: Ahead | None = None
+) -> SharedBisection:
+    """Bisect every case between config.good and config.bad over one candidate list, sharing envs and probes."""
+    seams = seams or ReleaseSeams()
+    ahead = ahead or Ahead()
+    if not cases:
+        raise BisectError("no cases to bisect")
+    if config.runner == "python" and not config.pythons:
+        raise BisectError("--runner python needs interpreters: --python-for VERSION=PATH for each version")
+    started = time.monotonic()
+    errors: dict[str, str] = {}
+    open_cases: list[Case] = []
+    for case in cases:
+        try:
+            config.predicate.validate(case)
+            open_cases.append(case)
+        except BisectError as error:
+            errors[case.id] = str(error)
+    config, warnings = _shared_spec(config, open_cases)
+    candidates = version_candidates(config, seams.list_versions)
+    make_runner = seams.make_runner or registry_runner()
+    replay_one = seams.run_target or run_target
+    options = ReplayOptions(
+        backend=config.backend, timeout=config.timeout, record=False, verify_rollback=False, pin_packages=False
+    )
+    stats = SharedStats()
+    pending: dict[tuple[str, str], Fresh] = {}
+    evaluators = {case.id: _evaluator(case, config, seams, pending) for case in open_cases}
+    by_id = {case.id: case for case in open_cases}
+
+    def evaluate_many(version: str, ids: list[str]) -> dict[str, Outcome]:
+        fresh_ids = [i for i in ids if _needs_run(evaluators[i], version)]
+        if builder is not None:
+            builder.claim(version)
+        seconds = 0.0
+        if fresh_ids and (config.runner != "python" or version in config.pythons):
+            say = seams.progress
+            say(f"{version}: one probe for {len(fresh_ids)} case(s) ({len(ids) - len(fresh_ids)} cached)")
+            begun = time.monotonic()
+            run = replay_one(config.spec(version), [by_id[i] for i in fresh_ids], options, make_runner, say)
+            seconds = time.monotonic() - begun
+            stats.batches += 1
+            stats.case_runs += len(fresh_ids)
+            for case_id in fresh_ids:
+                pending[(case_id, version)] = fresh_from_run(run, case_id, version)
+        stats.rounds += 1
+        stats.from_cache += len(ids) - len(fresh_ids)
+        outcomes = {}
+        for case_id in ids:
+            evaluator = evaluators[case_id]
+            outcomes[case_id] = evaluator(version)
+            step = evaluator.steps[-1]
+            if case_id in fresh_ids and not step.cached:
+                step.seconds = seconds  # the shared probe's time: what this case waited for
+        return outcomes
+
+    builder = _builder(config, make_runner, ahead, seams)
+    what = config.predicate.describe()
+    seams.progress(
+        f"bisecting {len(open_cases)} case(s) by {what}: {len(candidates)} candidate(s), {candidates[0]} … {candidates[-1]}"
+    )
+    try:
+        shared = bisect_shared(
+            candidates, list(evaluators), evaluate_many, prefetch=builder.want if builder is not None else None
+        )
+    finally:
+        if builder is not None:
+            builder.close()
+            stats.ahead = builder.stats
+    reports = {}
+    for case in open_cases:
+        answer = shared.result(case.id, candidates)
+        evaluator = evaluators[case.id]
+        if answer in (EndsUnknown.GOOD_UNKNOWN, EndsUnknown.BAD_UNKNOWN):
+            end = candidates[0] if answer is EndsUnknown.GOOD_UNKNOWN else candidates[-1]
+            word = "good" if answer is EndsUnknown.GOOD_UNKNOWN else "bad"
+            errors[case.id] = f"the {word} end {end} could not be evaluated: {evaluator.done[end].detail}"
+            continue
+        result = None if answer is EndsUnknown.SAME else answer
+        assert not isinstance(result, EndsUnknown)
+        header = ReportHeader("versions", case.id, what, config.runner, config.predicate.hint())
+        report = build_report(header, candidates, evaluator, result, case, config.predicate.direction)
+        if result is not None:
+            report.reproduce = replay_command(case.id, result.first_bad, config)
+            report.compare_url = compare_url(result.last_good, result.first_bad)
+        reports[case.id] = report
+    stats.seconds = time.monotonic() - started
+    return SharedBisection(reports, errors, stats, warnings)
+
+
+def _evaluator(
+    case: Case, config: ReleaseBisect, seams: ReleaseSeams, pending: dict[tuple[str, str], Fresh]
+) -> Evaluator:
+    """The case's own evaluator (cache, steps, outcome); a fresh run is taken from the shared probe's results."""
+    own = _release_subject(case, config, seams)
+
+    def run_fresh(version: str) -> Fresh:
+        fresh = pending.pop((case.id, version), None)
+        return fresh if fresh is not None else own.run_fresh(version)  # e.g. a cached record that no longer reads
+
+    subject = Subject(own.name, own.target_key, run_fresh, own.interpret, own.label)
+    say = seams.progress
+    return Evaluator(subject, config.cache, lambda message: say(f"{case.id}: {message}"))
+
+
+def _needs_run(evaluator: Evaluator, version: str) -> bool:
+    """Whether this case has no usable record for this release (so it joins the round's probe)."""
+    if version in evaluator.done:
+        return False
+    record = evaluator.store.get(evaluator.subject.name, evaluator.subject.target_key(version))
+    return record is None or ("unknown" in record and evaluator.retry_unknown)
+
+
+def _builder(config: ReleaseBisect, make_runner: RunnerFactory, ahead: Ahead, seams: ReleaseSeams) -> BuildAhead | None:
+    """A background builder for runners that build (venv, docker); none for existing interpreters."""
+    if config.runner == "python" or ahead.limit <= 0:
+        return None
+    say = seams.progress
+
+    def prepare(version: str) -> None:
+        make_runner(config.spec(version)).prepare(lambda message: None)
+
+    root = (config.cache.path or default_cache_path()).parent
+    return BuildAhead(
+        prepare,
+        limit=ahead.limit,
+        free_bytes=lambda: free_bytes_at(root),
+        min_free=int(ahead.min_free_gib * (1 << 30)),
+        progress=lambda message: say(f"[ahead] {message}"),
+    )
