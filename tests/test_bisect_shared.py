@@ -219,3 +219,37 @@ def test_shared_bisection_builds_the_next_candidates_ahead(tmp_path: Path) -> No
     assert len(prepared) == len(set(prepared))
     assert {c for c, _ in shared.stats.ahead.built} == set(prepared)
     assert len(evaluated & set(prepared)) >= 1
+
+
+def test_cli_bisects_several_cases_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from casekit.archive import Archive
+    from casekit.bisect import releases
+    from tests.test_bisect_cli import invoke
+
+    archive = tmp_path / "cases"
+    for name in HISTORIES:
+        Archive(archive).save(case_named(name))
+    fake = PerCaseReplay(HISTORIES)
+    monkeypatch.setattr(releases, "run_target", fake)
+    common = ["--good", "2.5.1", "--bad", "2.15.0", "--versions", ",".join(ALL), "--archive", archive, "--ahead", "0"]
+    code, output, error = invoke(
+        "bisect", "--all", *common, "--cache", tmp_path / "c.json", "--json", tmp_path / "m.json"
+    )
+    assert code == 0, (output, error)
+    document = json.loads((tmp_path / "m.json").read_text())
+    assert document["schema"] == "casekit.bisect-many/1"
+    assert {doc["subject"]: doc["first_bad"] for doc in document["reports"]} == {
+        "early": "2.6.0",
+        "late": "2.8.0",
+        "never": None,
+        "shifted": "2.14.0",
+    }
+    assert f"4 case(s): {len(fake.calls)} release(s) evaluated, {len(fake.calls)} probe batch(es) run" in output
+    code, output, error = invoke("bisect", "late", "early", *common, "--no-cache")
+    assert code == 0 and output.count("searched versions") == 2, output
+    code, _, error = invoke("bisect", "late", "--all", *common, "--no-cache")
+    assert code != 0 and "not both" in str(error)
+    code, _, error = invoke("bisect", "late", "early", *common, "--no-cache", "--html", tmp_path / "x.html")
+    assert code != 0 and "--html draws one bisection" in str(error)

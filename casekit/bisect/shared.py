@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
+from casekit.bisect import releases as release_bisection
 from casekit.bisect.ahead import AheadStats, BuildAhead, free_bytes_at
 from casekit.bisect.engine import Evaluator, Fresh, Subject, default_cache_path, registry_runner
 from casekit.bisect.releases import (
@@ -28,7 +29,7 @@ from casekit.bisect.report import BisectReport, ReportHeader, build_report
 from casekit.bisect.search import EndsUnknown, Outcome, bisect_shared
 from casekit.errors import BisectError
 from casekit.model import Case
-from casekit.replay import ReplayOptions, RunnerFactory, case_pins, run_target
+from casekit.replay import ReplayOptions, RunnerFactory, case_pins
 
 
 @dataclass
@@ -99,7 +100,7 @@ def bisect_releases_many(
     config, warnings = _shared_spec(config, open_cases)
     candidates = version_candidates(config, seams.list_versions)
     make_runner = seams.make_runner or registry_runner()
-    replay_one = seams.run_target or run_target
+    replay_one = seams.run_target or release_bisection.run_target  # looked up late, as releases does
     options = ReplayOptions(
         backend=config.backend, timeout=config.timeout, record=False, verify_rollback=False, pin_packages=False
     )

@@ -14,7 +14,9 @@ import typer
 from casekit.errors import BisectError
 
 if TYPE_CHECKING:  # the bisection core (git, replay) is imported only when a command runs
+    from casekit.archive import Archive
     from casekit.bisect.predicates import Predicate
+    from casekit.bisect.releases import ReleaseBisect
     from casekit.bisect.report import BisectReport
 
 
@@ -81,9 +83,17 @@ def _interrupted(cache_path: Path | None) -> typer.Exit:
 
 
 def bisect(
-    case_id: Annotated[str, typer.Argument(help="Case id in the archive.")],
     good: Annotated[str, typer.Option("--good", help="A torch version where the case behaves as it should.")],
     bad: Annotated[str, typer.Option("--bad", help="A later torch version where it does not.")],
+    case_ids: Annotated[
+        list[str] | None, typer.Argument(help="Case id(s) in the archive; several are bisected together.")
+    ] = None,
+    all_cases: Annotated[
+        bool, typer.Option("--all", help="Bisect every case of the archive together (one env and probe per release).")
+    ] = False,
+    ahead: Annotated[
+        int, typer.Option("--ahead", help="With several cases: envs built in the background ahead of need (0: none).")
+    ] = 2,
     versions: Annotated[
         str | None,
         typer.Option(
@@ -156,13 +166,65 @@ def bisect(
         archive_dir=archive,
         cache=CacheSettings(None if no_cache else (cache or default_cache_path()), retry_unknown),
     )
-    case = Archive(archive_dir(archive)).load(case_id)
-    typer.echo(f"bisecting case {case_id} between torch {good} (good) and {bad} (bad) with the {kind} runner", err=True)
+    chosen = _chosen_cases(case_ids or [], all_cases)
+    if len(chosen) > 1 or all_cases:
+        _bisect_many(Archive(archive_dir(archive)), chosen, config, ahead, json_out, html_out)
+        return
+    case = Archive(archive_dir(archive)).load(chosen[0])
+    typer.echo(
+        f"bisecting case {chosen[0]} between torch {good} (good) and {bad} (bad) with the {kind} runner", err=True
+    )
     try:
         report = bisect_releases(case, config, ReleaseSeams(progress=_progress))
     except KeyboardInterrupt:
         raise _interrupted(config.cache.path) from None
     _finish(report, json_out, html_out)
+
+
+def _chosen_cases(case_ids: list[str], all_cases: bool) -> list[str]:
+    """The ids named, or (with --all) none yet: the archive's; one clear error for what is missing."""
+    if all_cases and case_ids:
+        raise BisectError("give case ids or --all, not both")
+    if not all_cases and not case_ids:
+        raise BisectError("name the case(s) to bisect, or pass --all")
+    return list(dict.fromkeys(case_ids))
+
+
+def _bisect_many(
+    archive: Archive,
+    case_ids: list[str],
+    config: ReleaseBisect,
+    ahead: int,
+    json_out: Path | None,
+    html_out: Path | None,
+) -> None:
+    """Several cases over one candidate list: each report as a single bisection prints it, then the shared costs."""
+    from casekit.bisect.releases import ReleaseSeams
+    from casekit.bisect.report import render_shared_text, shared_exit_code, write_multi_report
+    from casekit.bisect.shared import Ahead, bisect_releases_many
+
+    if html_out:
+        raise BisectError("--html draws one bisection: give one case id (the --json document holds them all)")
+    if ahead < 0:
+        raise BisectError(f"--ahead takes 0 or more, not {ahead}")
+    cases = archive.load_all(case_ids or None)
+    if not cases:
+        raise BisectError(f"the archive {archive.root} holds no cases to bisect")
+    typer.echo(
+        f"bisecting {len(cases)} case(s) together between torch {config.good} (good) and {config.bad} (bad) "
+        f"with the {config.runner} runner",
+        err=True,
+    )
+    try:
+        shared = bisect_releases_many(cases, config, ReleaseSeams(progress=_progress), Ahead(limit=ahead))
+    except KeyboardInterrupt:
+        raise _interrupted(config.cache.path) from None
+    typer.echo("")
+    typer.echo(render_shared_text(shared))
+    if json_out:
+        write_multi_report(shared, json_out)
+        typer.echo(f"wrote {json_out}")
+    raise typer.Exit(shared_exit_code(shared))
 
 
 def bisect_commits_command(
