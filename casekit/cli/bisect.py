@@ -261,6 +261,12 @@ def bisect_commits_command(
     ] = None,
     backend: Annotated[str, typer.Option("--backend", help="torch.compile backend forced for the runs.")] = "eager",
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run may take.")] = 300.0,
+    warm: Annotated[
+        bool,
+        typer.Option(
+            "--warm/--no-warm", help="One probe (one torch import) for all commits, or a fresh one per commit."
+        ),
+    ] = True,
     archive: Annotated[Path | None, typer.Option("--archive", help="Archive folder for --case.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the casekit.bisect/1 report here.")] = None,
     html_out: Annotated[
@@ -296,6 +302,7 @@ def bisect_commits_command(
         backend=backend,
         timeout=timeout,
         cache=CacheSettings(None if no_cache else (cache or default_cache_path()), retry_unknown),
+        warm=warm,
     )
     try:
         report = bisect_commits(config, progress=_progress)
