@@ -144,10 +144,13 @@ def bisect_releases_many(
         shared = bisect_shared(
             candidates, list(evaluators), evaluate_many, prefetch=builder.want if builder is not None else None
         )
-    finally:
-        if builder is not None:
-            builder.close()
-            stats.ahead = builder.stats
+    except BaseException:
+        if builder is not None:  # Ctrl-C or an error: start nothing more, do not wait for a build in progress
+            builder.close(wait=False)
+        raise
+    if builder is not None:  # a build in progress finishes: a complete env, reused by the next bisection
+        builder.close()
+        stats.ahead = builder.stats
     reports = {}
     for case in open_cases:
         answer = shared.result(case.id, candidates)
