@@ -211,7 +211,7 @@ def test_shared_bisection_builds_the_next_candidates_ahead(tmp_path: Path) -> No
         [case_named(n) for n in HISTORIES],
         config(tmp_path, runner="venv"),
         ReleaseSeams(run_target=slow_replay, make_runner=Preparing),  # type: ignore[arg-type]
-        Ahead(limit=2, min_free_gib=0),
+        Ahead(limit=2, min_free_gib=0, ends_together=False),
     )
     evaluated = {version for version, _ in fake.calls}
     assert prepared and set(prepared) <= set(ALL)
@@ -253,3 +253,31 @@ def test_cli_bisects_several_cases_together(tmp_path: Path, monkeypatch: pytest.
     assert code != 0 and "not both" in str(error)
     code, _, error = invoke("bisect", "late", "early", *common, "--no-cache", "--html", tmp_path / "x.html")
     assert code != 0 and "--html draws one bisection" in str(error)
+
+
+def test_the_bad_end_is_probed_beside_the_good_end(tmp_path: Path) -> None:
+    fake = PerCaseReplay(HISTORIES)
+    spans: dict[str, tuple[float, float]] = {}
+
+    def slow_replay(spec, cases, *rest):  # type: ignore[no-untyped-def]
+        begun = time.monotonic()
+        time.sleep(0.5)
+        run = fake(spec, cases, *rest)
+        spans[spec.torch or "?"] = (begun, time.monotonic())
+        return run
+
+    cases = [case_named(n) for n in HISTORIES]
+    shared = bisect_releases_many(
+        cases, config(tmp_path), ReleaseSeams(run_target=slow_replay, make_runner=no_runner), Ahead(limit=0)
+    )
+    (good_start, good_end), (bad_start, bad_end) = spans["2.5.1"], spans["2.15.0"]
+    assert bad_start < good_end and good_start < bad_end, "the two ends' probes overlap"
+    versions = [version for version, _ in fake.calls]
+    assert len(versions) == len(set(versions)) == shared.stats.batches
+    for case in cases:  # and each case still reads its steps in the single bisection's order
+        alone = bisect_releases(
+            case, config(tmp_path, None), ReleaseSeams(run_target=PerCaseReplay(HISTORIES), make_runner=no_runner)
+        )
+        assert [(s.target, s.outcome) for s in shared.reports[case.id].steps] == [
+            (s.target, s.outcome) for s in alone.steps
+        ]

@@ -121,7 +121,7 @@ class BuildAhead:
                     self._progress(f"not building {candidate} ahead: under {self.min_free / GIB:.0f} GiB free")
                     continue
                 started = time.monotonic()
-                self._progress(f"building {candidate} ahead of need")
+                self._progress(f"preparing {candidate} ahead of need (built unless cached)")
                 try:
                     self._prepare(candidate)
                 except Exception as error:  # the search meets it again when it needs this candidate

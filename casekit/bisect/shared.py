@@ -10,7 +10,10 @@ runs, the envs of the next rounds' candidates are built in the background
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from casekit.bisect import releases as release_bisection
@@ -29,7 +32,8 @@ from casekit.bisect.report import BisectReport, ReportHeader, build_report
 from casekit.bisect.search import EndsUnknown, Outcome, bisect_shared
 from casekit.errors import BisectError
 from casekit.model import Case
-from casekit.replay import ReplayOptions, RunnerFactory, case_pins
+from casekit.replay import ReplayOptions, RunnerFactory, TargetRun, case_pins
+from casekit.runners.interface import TargetSpec
 
 
 @dataclass
@@ -48,7 +52,7 @@ class SharedStats:
         return (
             f"{cases} case(s): {self.rounds} release(s) evaluated, {self.batches} probe batch(es) run "
             f"({self.case_runs} case run(s), {self.from_cache} from the cache), "
-            f"{built} env(s) built ahead of need, {self.seconds:.1f} s"
+            f"{built} env(s) prepared ahead of need, {self.seconds:.1f} s"
         )
 
 
@@ -68,6 +72,7 @@ class Ahead:
 
     limit: int = 2
     min_free_gib: float = 5.0
+    ends_together: bool = True  # probe the bad end beside the good end (every case needs both)
 
 
 def _shared_spec(config: ReleaseBisect, cases: list[Case]) -> tuple[ReleaseBisect, list[str]]:
@@ -107,43 +112,21 @@ def bisect_releases_many(
     stats = SharedStats()
     pending: dict[tuple[str, str], Fresh] = {}
     evaluators = {case.id: _evaluator(case, config, seams, pending) for case in open_cases}
-    by_id = {case.id: case for case in open_cases}
-
-    def evaluate_many(version: str, ids: list[str]) -> dict[str, Outcome]:
-        fresh_ids = [i for i in ids if _needs_run(evaluators[i], version)]
-        if builder is not None:
-            builder.claim(version)
-        seconds = 0.0
-        if fresh_ids and (config.runner != "python" or version in config.pythons):
-            say = seams.progress
-            say(f"{version}: one probe for {len(fresh_ids)} case(s) ({len(ids) - len(fresh_ids)} cached)")
-            begun = time.monotonic()
-            run = replay_one(config.spec(version), [by_id[i] for i in fresh_ids], options, make_runner, say)
-            seconds = time.monotonic() - begun
-            stats.batches += 1
-            stats.case_runs += len(fresh_ids)
-            for case_id in fresh_ids:
-                pending[(case_id, version)] = fresh_from_run(run, case_id, version)
-        stats.rounds += 1
-        stats.from_cache += len(ids) - len(fresh_ids)
-        outcomes = {}
-        for case_id in ids:
-            evaluator = evaluators[case_id]
-            outcomes[case_id] = evaluator(version)
-            step = evaluator.steps[-1]
-            if case_id in fresh_ids and not step.cached:
-                step.seconds = seconds  # the shared probe's time: what this case waited for
-        return outcomes
-
     builder = _builder(config, make_runner, ahead, seams)
+    probes = _SharedProbes(config, seams, open_cases, evaluators, pending, stats, builder)
+    probes.ends_together = ahead.ends_together and len(candidates) > 1
+    probes.bad_end = candidates[-1]
+    probes.run = lambda spec, chosen: replay_one(spec, chosen, options, make_runner, seams.progress)
+    evaluate_many = probes.evaluate_many
     what = config.predicate.describe()
     seams.progress(
         f"bisecting {len(open_cases)} case(s) by {what}: {len(candidates)} candidate(s), {candidates[0]} … {candidates[-1]}"
     )
     try:
-        shared = bisect_shared(
-            candidates, list(evaluators), evaluate_many, prefetch=builder.want if builder is not None else None
-        )
+        with probes:
+            shared = bisect_shared(
+                candidates, list(evaluators), evaluate_many, prefetch=builder.want if builder is not None else None
+            )
     except BaseException:
         if builder is not None:  # Ctrl-C or an error: start nothing more, do not wait for a build in progress
             builder.close(wait=False)
@@ -170,6 +153,82 @@ def bisect_releases_many(
         reports[case.id] = report
     stats.seconds = time.monotonic() - started
     return SharedBisection(reports, errors, stats, warnings)
+
+
+class _SharedProbes:
+    """The probes of a shared bisection: one per release for the cases that need it, the bad end's beside the good end's.
+
+    Every case needs both ends (unless its good end is unknown), so with
+    `ends_together` the bad end's probe runs in a second thread while the good
+    end's runs: two imports at once on two cores. Only the probes overlap; the
+    cases' evaluators still read the outcomes in the search's order.
+    """
+
+    def __init__(
+        self,
+        config: ReleaseBisect,
+        seams: ReleaseSeams,
+        cases: list[Case],
+        evaluators: dict[str, Evaluator],
+        pending: dict[tuple[str, str], Fresh],
+        stats: SharedStats,
+        builder: BuildAhead | None,
+    ) -> None:
+        self.config, self.seams, self.stats, self.builder = config, seams, stats, builder
+        self.by_id = {case.id: case for case in cases}
+        self.evaluators, self.pending = evaluators, pending
+        self.ends_together = False
+        self.bad_end = ""
+        self.run: Callable[[TargetSpec, list[Case]], TargetRun] = lambda spec, chosen: TargetRun(spec, spec.label)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="casekit-bad-end")
+        self._early: dict[str, tuple[list[str], Future[None]]] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> _SharedProbes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _probe(self, version: str, ids: list[str], cached: int) -> None:
+        """One probe of this release for these cases; each case's record waits in `pending`."""
+        if not ids or (self.config.runner == "python" and version not in self.config.pythons):
+            return
+        self.seams.progress(f"{version}: one probe for {len(ids)} case(s) ({cached} cached)")
+        begun = time.monotonic()
+        run = self.run(self.config.spec(version), [self.by_id[i] for i in ids])
+        seconds = time.monotonic() - begun
+        with self._lock:
+            self.stats.batches += 1
+            self.stats.case_runs += len(ids)
+            for case_id in ids:
+                fresh = fresh_from_run(run, case_id, version)
+                fresh.seconds = seconds  # what this case waited for, the probe being shared
+                self.pending[(case_id, version)] = fresh
+
+    def _needing(self, version: str, ids: list[str]) -> list[str]:
+        return [i for i in ids if _needs_run(self.evaluators[i], version)]
+
+    def evaluate_many(self, version: str, ids: list[str]) -> dict[str, Outcome]:
+        if self.builder is not None:
+            self.builder.claim(version)
+        fresh_ids = self._needing(version, ids)
+        if self.ends_together and not self.stats.rounds and version != self.bad_end:
+            early = self._needing(self.bad_end, ids)
+            if early:
+                if self.builder is not None:
+                    self.builder.claim(self.bad_end)
+                future = self._pool.submit(self._probe, self.bad_end, early, len(ids) - len(early))
+                self._early[self.bad_end] = (early, future)
+        running = fresh_ids
+        if version in self._early:
+            covered, future = self._early.pop(version)
+            future.result()
+            running = [i for i in fresh_ids if i not in covered]
+        self._probe(version, running, len(ids) - len(fresh_ids))
+        self.stats.rounds += 1
+        self.stats.from_cache += len(ids) - len(fresh_ids)
+        return {case_id: self.evaluators[case_id](version) for case_id in ids}
 
 
 def _evaluator(
