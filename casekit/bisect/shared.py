@@ -29,7 +29,7 @@ from casekit.bisect.releases import (
     version_candidates,
 )
 from casekit.bisect.report import BisectReport, ReportHeader, build_report
-from casekit.bisect.search import EndsUnknown, Outcome, bisect_shared
+from casekit.bisect.search import EndsUnknown, Outcome, SharedResult, bisect_shared
 from casekit.errors import BisectError
 from casekit.model import Case
 from casekit.replay import ReplayOptions, RunnerFactory, TargetRun, case_pins
@@ -134,8 +134,23 @@ def bisect_releases_many(
     if builder is not None:  # a build in progress finishes: a complete env, reused by the next bisection
         builder.close()
         stats.ahead = builder.stats
+    reports = _case_reports(open_cases, candidates, config, evaluators, shared, errors)
+    stats.seconds = time.monotonic() - started
+    return SharedBisection(reports, errors, stats, warnings)
+
+
+def _case_reports(
+    cases: list[Case],
+    candidates: list[str],
+    config: ReleaseBisect,
+    evaluators: dict[str, Evaluator],
+    shared: SharedResult[str, str],
+    errors: dict[str, str],
+) -> dict[str, BisectReport]:
+    """Each case's report, as its single bisection builds it; an unknown end goes to `errors` instead."""
+    what = config.predicate.describe()
     reports = {}
-    for case in open_cases:
+    for case in cases:
         answer = shared.result(case.id, candidates)
         evaluator = evaluators[case.id]
         if answer in (EndsUnknown.GOOD_UNKNOWN, EndsUnknown.BAD_UNKNOWN):
@@ -151,8 +166,7 @@ def bisect_releases_many(
             report.reproduce = replay_command(case.id, result.first_bad, config)
             report.compare_url = compare_url(result.last_good, result.first_bad)
         reports[case.id] = report
-    stats.seconds = time.monotonic() - started
-    return SharedBisection(reports, errors, stats, warnings)
+    return reports
 
 
 class _SharedProbes:
