@@ -281,3 +281,34 @@ def test_the_bad_end_is_probed_beside_the_good_end(tmp_path: Path) -> None:
         assert [(s.target, s.outcome) for s in shared.reports[case.id].steps] == [
             (s.target, s.outcome) for s in alone.steps
         ]
+
+
+def test_a_single_bisection_builds_both_halves_of_the_next_split_ahead(tmp_path: Path) -> None:
+    from casekit.bisect.ahead import Ahead as AheadOptions
+
+    prepared: list[str] = []
+
+    class Preparing:
+        def __init__(self, spec: TargetSpec) -> None:
+            self.spec = spec
+
+        def prepare(self, progress: ProgressFn) -> None:
+            prepared.append(self.spec.torch or "?")
+
+    fake = PerCaseReplay(HISTORIES)
+
+    def slow_replay(*args):  # type: ignore[no-untyped-def]
+        time.sleep(0.3)
+        return fake(*args)
+
+    case = case_named("late")
+    seams = ReleaseSeams(run_target=slow_replay, make_runner=Preparing)  # type: ignore[arg-type]
+    report = bisect_releases(case, config(tmp_path, None, ahead=AheadOptions(limit=2, min_free_gib=0)), seams)
+    alone = bisect_releases(case, config(tmp_path, None), ReleaseSeams(run_target=fake, make_runner=no_runner))
+    assert report.first_bad == alone.first_bad == "2.8.0"
+    assert [s.target for s in report.steps] == [s.target for s in alone.steps]
+    # while the good end ran: the bad end; while the median ran: the medians of both halves
+    assert prepared[0] == "2.15.0", prepared
+    ran = [s.target for s in report.steps]
+    assert len(prepared) == len(set(prepared)) and not set(prepared) & {ran[0]}
+    assert set(ran[2:]) & set(prepared), "later steps find their env already prepared"

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from casekit.runners.interface import ProgressFn
+from casekit.bisect.engine import default_cache_path
+from casekit.runners.interface import ProgressFn, Runner, TargetSpec
 
 Prepare = Callable[[str], None]
 """Make one candidate's environment ready (the runner's `prepare`); raises when it cannot be built."""
@@ -134,3 +135,36 @@ class BuildAhead:
             finally:
                 with self._lock:
                     self._building = None
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """How far to build ahead: at most `limit` envs (0: never), only with `min_free_gib` free on the cache disk."""
+
+    limit: int = 2
+    min_free_gib: float = 5.0
+    ends_together: bool = True  # several cases: probe the bad end beside the good end (every case needs both)
+
+
+def release_builder(
+    runner: str,
+    spec: Callable[[str], TargetSpec],
+    make_runner: Callable[[TargetSpec], Runner],
+    ahead: Ahead,
+    progress: ProgressFn,
+) -> BuildAhead | None:
+    """A background builder for runners that build (venv, docker); none for existing interpreters."""
+    if runner == "python" or ahead.limit <= 0:
+        return None
+
+    def prepare(version: str) -> None:
+        make_runner(spec(version)).prepare(lambda message: None)
+
+    root = default_cache_path().parent  # the envs' cache folder
+    return BuildAhead(
+        prepare,
+        limit=ahead.limit,
+        free_bytes=lambda: free_bytes_at(root),
+        min_free=int(ahead.min_free_gib * GIB),
+        progress=lambda message: progress(f"[ahead] {message}"),
+    )

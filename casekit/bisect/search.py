@@ -353,3 +353,18 @@ def bisect_shared(
         rounds.append((items[index], batch))
         serve_known()
     return SharedResult(searches, rounds)
+
+
+def likely_after(size: int, seen: Sequence[tuple[int, Outcome]], current: int) -> list[int]:
+    """For a single search that saw `seen` (in order) and now evaluates `current`: the indices it wants next.
+
+    Both halves of the split `current` makes (for building their envs ahead);
+    empty when `seen` is not the history of a search over `size` candidates.
+    """
+    search = CaseSearch(size)
+    try:
+        for index, outcome in seen:
+            search.tell(index, outcome)
+    except BisectError:
+        return []
+    return likely_next(search) if search.wanted() == current else []

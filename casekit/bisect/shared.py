@@ -17,8 +17,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from casekit.bisect import releases as release_bisection
-from casekit.bisect.ahead import AheadStats, BuildAhead, free_bytes_at
-from casekit.bisect.engine import Evaluator, Fresh, Subject, default_cache_path, registry_runner
+from casekit.bisect.ahead import Ahead, AheadStats, BuildAhead, release_builder
+from casekit.bisect.engine import Evaluator, Fresh, Subject, registry_runner
 from casekit.bisect.releases import (
     ReleaseBisect,
     ReleaseSeams,
@@ -32,7 +32,7 @@ from casekit.bisect.report import BisectReport, ReportHeader, build_report
 from casekit.bisect.search import EndsUnknown, Outcome, SharedResult, bisect_shared
 from casekit.errors import BisectError
 from casekit.model import Case
-from casekit.replay import ReplayOptions, RunnerFactory, TargetRun, case_pins
+from casekit.replay import ReplayOptions, TargetRun, case_pins
 from casekit.runners.interface import TargetSpec
 
 
@@ -64,15 +64,6 @@ class SharedBisection:
     errors: dict[str, str]
     stats: SharedStats
     warnings: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Ahead:
-    """How far to build ahead: at most `limit` envs (0: never), only with `min_free_gib` free on the cache disk."""
-
-    limit: int = 2
-    min_free_gib: float = 5.0
-    ends_together: bool = True  # probe the bad end beside the good end (every case needs both)
 
 
 def _shared_spec(config: ReleaseBisect, cases: list[Case]) -> tuple[ReleaseBisect, list[str]]:
@@ -112,7 +103,7 @@ def bisect_releases_many(
     stats = SharedStats()
     pending: dict[tuple[str, str], Fresh] = {}
     evaluators = {case.id: _evaluator(case, config, seams, pending) for case in open_cases}
-    builder = _builder(config, make_runner, ahead, seams)
+    builder = release_builder(config.runner, config.spec, make_runner, ahead, seams.progress)
     probes = _SharedProbes(config, seams, open_cases, evaluators, pending, stats, builder)
     probes.ends_together = ahead.ends_together and len(candidates) > 1
     probes.bad_end = candidates[-1]
@@ -266,22 +257,3 @@ def _needs_run(evaluator: Evaluator, version: str) -> bool:
         return False
     record = evaluator.store.get(evaluator.subject.name, evaluator.subject.target_key(version))
     return record is None or ("unknown" in record and evaluator.retry_unknown)
-
-
-def _builder(config: ReleaseBisect, make_runner: RunnerFactory, ahead: Ahead, seams: ReleaseSeams) -> BuildAhead | None:
-    """A background builder for runners that build (venv, docker); none for existing interpreters."""
-    if config.runner == "python" or ahead.limit <= 0:
-        return None
-    say = seams.progress
-
-    def prepare(version: str) -> None:
-        make_runner(config.spec(version)).prepare(lambda message: None)
-
-    root = (config.cache.path or default_cache_path()).parent
-    return BuildAhead(
-        prepare,
-        limit=ahead.limit,
-        free_bytes=lambda: free_bytes_at(root),
-        min_free=int(ahead.min_free_gib * (1 << 30)),
-        progress=lambda message: say(f"[ahead] {message}"),
-    )

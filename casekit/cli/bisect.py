@@ -92,8 +92,12 @@ def bisect(
         bool, typer.Option("--all", help="Bisect every case of the archive together (one env and probe per release).")
     ] = False,
     ahead: Annotated[
-        int, typer.Option("--ahead", help="With several cases: envs built in the background ahead of need (0: none).")
-    ] = 2,
+        int | None,
+        typer.Option(
+            "--ahead",
+            help="Envs built in the background ahead of need (0: none) [default: 2 for several cases, 0 for one].",
+        ),
+    ] = None,
     versions: Annotated[
         str | None,
         typer.Option(
@@ -145,6 +149,7 @@ def bisect(
 ) -> None:
     """Find the first torch version between --good and --bad where the case's outcome changes."""
     from casekit.archive import Archive, archive_dir
+    from casekit.bisect.ahead import Ahead
     from casekit.bisect.engine import CacheSettings, default_cache_path
     from casekit.bisect.releases import ReleaseBisect, ReleaseSeams, bisect_releases
     from casekit.bisect.versions import read_version_list
@@ -165,10 +170,11 @@ def bisect(
         timeout=timeout,
         archive_dir=archive,
         cache=CacheSettings(None if no_cache else (cache or default_cache_path()), retry_unknown),
+        ahead=Ahead(limit=_ahead_limit(ahead, 0)),
     )
     chosen = _chosen_cases(case_ids or [], all_cases)
     if len(chosen) > 1 or all_cases:
-        _bisect_many(Archive(archive_dir(archive)), chosen, config, ahead, json_out, html_out)
+        _bisect_many(Archive(archive_dir(archive)), chosen, config, _ahead_limit(ahead, 2), json_out, html_out)
         return
     case = Archive(archive_dir(archive)).load(chosen[0])
     typer.echo(
@@ -179,6 +185,12 @@ def bisect(
     except KeyboardInterrupt:
         raise _interrupted(config.cache.path) from None
     _finish(report, json_out, html_out)
+
+
+def _ahead_limit(ahead: int | None, default: int) -> int:
+    if ahead is not None and ahead < 0:
+        raise BisectError(f"--ahead takes 0 or more, not {ahead}")
+    return default if ahead is None else ahead
 
 
 def _chosen_cases(case_ids: list[str], all_cases: bool) -> list[str]:
@@ -205,8 +217,6 @@ def _bisect_many(
 
     if html_out:
         raise BisectError("--html draws one bisection: give one case id (the --json document holds them all)")
-    if ahead < 0:
-        raise BisectError(f"--ahead takes 0 or more, not {ahead}")
     cases = archive.load_all(case_ids or None)
     if not cases:
         raise BisectError(f"the archive {archive.root} holds no cases to bisect")
