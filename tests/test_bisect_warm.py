@@ -104,3 +104,27 @@ def test_warm_commit_bisection_gives_the_same_answer_with_one_import(tmp_path: P
         else:
             assert not any("warm probe" in line for line in heard) and imports == len(report.steps), heard
     assert answers[True] == answers[False] and answers[True][0] == shas[5]
+
+
+@pytest.mark.slow
+def test_serve_protocol_answers_a_bad_request_and_ends_at_end_of_input(tmp_path: Path) -> None:
+    import json
+    import subprocess
+
+    from casekit.runners.interface import PROBE_PATH
+
+    state, out = tmp_path / "state", tmp_path / "out"
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"schema": "casekit.probe-request/0", "out_dir": str(out), "jobs": []}))
+    done = subprocess.run(
+        [sys.executable, str(PROBE_PATH), "--serve", str(state)],
+        input=f"{request}\n\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads((state / "env.json").read_text())["ok"] is True
+    answer = json.loads((out / "done.json").read_text())
+    assert "unsupported request schema" in answer["error"]
+    assert json.loads((out / "env.json").read_text())["warm"] is True
