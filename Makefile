@@ -3,12 +3,13 @@ PYTHON ?= python3
 STAMP := .casekit-cache/setup.stamp
 OUT ?= out
 
-.PHONY: run test setup bench lint format starter report clean
+.PHONY: run test setup bench lint format starter report clean identity
 
 # The main job: replay the starter archive on the locally installed torch,
-# write the JSON and the HTML report to out/ (the archive itself is not changed).
+# write the JSON and the HTML report to out/ (replay records history only with
+# --record / --commit, so the archive and the git tree stay unchanged).
 run: $(STAMP)
-	$(PYTHON) -m casekit replay --archive cases --no-record --json $(OUT)/replay.json
+	$(PYTHON) -m casekit replay --archive cases --json $(OUT)/replay.json
 	$(PYTHON) -m casekit report --archive cases --results $(OUT)/replay.json --format html --format md --out $(OUT)/report
 	@echo "report: $(OUT)/report/index.html"
 
@@ -27,10 +28,15 @@ $(STAMP): pyproject.toml
 bench: $(STAMP)
 	$(PYTHON) bench/replay_bench.py
 
+# ruff (the probe parsed as Python 3.9), mypy on the core, mypy on the probe for the
+# oldest Python mypy targets (3.10; the probe itself must also run on 3.9), and the
+# import-linter layer contracts of pyproject.toml.
 lint: $(STAMP)
 	$(PYTHON) -m ruff check casekit tests bench
 	$(PYTHON) -m ruff format --check casekit tests bench
 	$(PYTHON) -m mypy
+	$(PYTHON) -m mypy --python-version 3.10 casekit/probe.py
+	PYTHONPATH=$(CURDIR) $(PYTHON) -c 'from importlinter.cli import lint_imports_command; lint_imports_command()'
 
 format: $(STAMP)
 	$(PYTHON) -m ruff format casekit tests bench
@@ -40,8 +46,14 @@ format: $(STAMP)
 starter: $(STAMP)
 	$(PYTHON) examples/capture_starter.py --archive cases
 
+# Break identity across releases: classify the corpus (tests/corpus) both ways, write docs/identity.md.
+identity: $(STAMP)
+	$(PYTHON) tests/corpus/confusion.py --out docs/identity.md
+
+# The report of the last `make run` (its JSON), over the history the bundles hold.
 report: $(STAMP)
-	$(PYTHON) -m casekit report --archive cases --format html --out $(OUT)/report
+	@test -f $(OUT)/replay.json || { echo "no $(OUT)/replay.json yet: run \`make run\` first"; exit 2; }
+	$(PYTHON) -m casekit report --archive cases --results $(OUT)/replay.json --format html --out $(OUT)/report
 
 clean:
 	rm -rf $(OUT) .casekit-cache .pytest_cache .mypy_cache .ruff_cache

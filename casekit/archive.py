@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from casekit.bundle import check_case_id, load_case, save_case
 from casekit.errors import BundleError, CaseIdError, CasekitError, CaseNotFound
+from casekit.fsutil import exclusive_lock, write_atomic
 from casekit.model import Case
+from casekit.settings import archive_root
 
-DEFAULT_ARCHIVE = "cases"
+LOCK_NAME = ".casekit.lock"
+SCRATCH = (LOCK_NAME, ".casekit/")  # what casekit writes into an archive that is not a bundle
 
 
 def archive_dir(explicit: str | Path | None = None) -> Path:
     """--archive, else $CASEKIT_ARCHIVE, else ./cases."""
-    return Path(explicit or os.environ.get("CASEKIT_ARCHIVE") or DEFAULT_ARCHIVE)
+    return archive_root(explicit)
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Archive:
 
     def path_for(self, case_id: str) -> Path:
         check_case_id(case_id)
-        path = (self.root / f"{case_id}.toml").resolve()
+        path = self.root.resolve() / f"{case_id}.toml"  # the file itself is never resolved: no symlink chooses it
         if path.parent != self.root.resolve():  # belt and braces: a slug cannot escape, check anyway
             raise CaseIdError(f"case id {case_id!r} would leave the archive folder")
         return path
@@ -45,8 +46,7 @@ class Archive:
     def load(self, case_id: str) -> Case:
         path = self.path_for(case_id)
         if not path.exists():
-            known = ", ".join(self.ids()[:8]) or "none"
-            raise CaseNotFound(f"no case {case_id!r} in {self.root} (cases: {known})")
+            raise CaseNotFound(_not_found(case_id, self.root, self.ids()))
         case = load_case(path)
         if case.id != case_id:
             raise BundleError(path, "id", f"{case.id!r} does not match the file name {case_id!r}")
@@ -89,11 +89,43 @@ class Archive:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """Serialize read-modify-write of bundles between concurrent casekit processes."""
+        """Serialize read-modify-write of bundles between concurrent casekit processes.
+
+        The lock file stays beside the bundles (a lock must live on the archive's own
+        file system to serialize writers that share it); the archive's `.gitignore`
+        keeps it, and casekit's other scratch files, out of the user's commits.
+        """
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".casekit.lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        ignore_scratch(self.root)
+        with exclusive_lock(self.root / LOCK_NAME, what="the archive"):
+            yield
+
+
+def ignore_scratch(root: Path) -> None:
+    """Add casekit's scratch names to `root/.gitignore` (created if absent), keeping what is there."""
+    path = root / ".gitignore"
+    try:
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            return  # a link, FIFO or folder is not ours to follow or rewrite: the lock works without it
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+    except (OSError, UnicodeDecodeError):
+        return  # an unreadable .gitignore is the user's; the lock works without it
+    if len(text) > 1 << 20:
+        return
+    missing = [name for name in SCRATCH if name not in text.splitlines()]
+    if not missing:
+        return
+    head = "" if not text or text.endswith("\n") else "\n"
+    comment = "" if text else "# written by casekit: its lock and scratch files are not case bundles\n"
+    write_atomic(path, text + head + comment + "".join(f"{name}\n" for name in missing))
+
+
+def _not_found(case_id: str, root: Path, known: list[str]) -> str:
+    """'no case X; did you mean Y?' from the archive's ids (all of them when few)."""
+    import difflib
+
+    close = difflib.get_close_matches(case_id, known, n=3, cutoff=0.6)
+    if close:
+        return f"no case {case_id!r} in {root}; did you mean {' or '.join(repr(c) for c in close)}?"
+    listed = ", ".join(known[:8]) + (f" and {len(known) - 8} more" if len(known) > 8 else "")
+    return f"no case {case_id!r} in {root} (cases: {listed or 'none'})"

@@ -9,11 +9,13 @@ integer, got 'six'`), never a traceback.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import enum
 import hashlib
+import math
 import os
 import re
-import tempfile
+import stat
 import types
 import typing
 from pathlib import Path
@@ -23,12 +25,22 @@ import tomli_w
 import tomllib
 
 from casekit.errors import BundleError, CaseIdError, ScriptNameError
+from casekit.fsutil import write_atomic
 from casekit.model import Case, to_plain
 
 SCHEMA_VERSION = 1
 CASE_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,79}")
 # A script name becomes a file name on the replaying host: one plain name, never a path.
 SCRIPT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}")
+# Bounds: a shared archive is untrusted input; nothing in it may make casekit read or hold without limit.
+MAX_BUNDLE_BYTES = 32 * 1024 * 1024
+MAX_SCRIPT_CHARS = 1024 * 1024
+MAX_STRING_CHARS = 2 * 1024 * 1024
+MAX_ITEMS = 100_000  # per list or table
+MAX_DEPTH = 32  # nesting of free-form tables (environment)
+MAX_INT = 2**63
+# The free-form environment table: known keys have exact types, the rest are plain TOML values.
+ENVIRONMENT_FIELDS: dict[str, Any] = {"packages": dict[str, str]}
 FIELD_ORDER = [
     "schema_version",
     "id",
@@ -92,44 +104,47 @@ def content_hash(case: Case) -> str:
     return sha256_text(f"{case.pre.sha256}:{post}:{case.backend}")[:16]
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write then rename: readers and interrupted runs see the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a bundle is a shared, reviewed file
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def save_case(case: Case, path: Path) -> None:
     write_atomic(path, case_to_toml(case))
 
 
 def load_case(path: Path) -> Case:
-    """Read and validate one bundle."""
+    """Read and validate one bundle: a regular file (no symlink, device or FIFO) of bounded size."""
+    return parse_case(read_regular_text(path, MAX_BUNDLE_BYTES, BundleError), path)
+
+
+def read_regular_text(path: Path, limit: int, error: Any) -> str:
+    """The UTF-8 text of a regular file of at most `limit` bytes, never following a symlink.
+
+    `error(path, field, problem)` builds the exception (BundleError for bundles). O_NONBLOCK:
+    opening a FIFO must not wait for a writer; fstat then refuses it.
+    """
     try:
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise BundleError(path, None, "no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise BundleError(path, None, f"cannot read: {error}") from None
-    return parse_case(text, path)
+        raise error(path, None, "no such file") from None
+    except OSError as failure:
+        if os.path.islink(path):
+            raise error(path, None, "is a symbolic link (casekit reads only regular files)") from None
+        raise error(path, None, f"cannot read: {failure.strerror or failure}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise error(path, None, "is not a regular file (a device, FIFO or folder?)")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise error(path, None, f"is over {limit // (1024 * 1024)} MiB")
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as failure:
+        raise error(path, None, f"cannot read: not UTF-8 ({failure.reason} at byte {failure.start})") from None
 
 
 def parse_case(text: str, path: Path | str = "<bundle>") -> Case:
@@ -155,6 +170,7 @@ def parse_case(text: str, path: Path | str = "<bundle>") -> Case:
         raise BundleError(path, f"scripts.{sorted(unknown)[0]}", "unknown script (expected 'pre' and 'post')")
     case = from_plain(Case, data, path, "")
     check_id_field(case, path)
+    check_environment(case.environment, path)
     for which in ("pre", "post"):
         script = case.script(which)
         if script:
@@ -162,9 +178,76 @@ def parse_case(text: str, path: Path | str = "<bundle>") -> Case:
                 check_script_name(script.name)
             except ScriptNameError as error:
                 raise BundleError(path, f"scripts.{which}.name", str(error)) from None
+        if script and len(script.source) > MAX_SCRIPT_CHARS:
+            raise BundleError(path, f"scripts.{which}.source", f"over {MAX_SCRIPT_CHARS} characters")
         if script and sha256_text(script.source) != script.sha256:
             raise BundleError(path, f"scripts.{which}.sha256", "does not match the embedded source (edited by hand?)")
+    _check_included_files(case, path)
     return case
+
+
+def _check_included_files(case: Case, path: Path | str) -> None:
+    from casekit.includes import IncludeError, check_includes  # includes imports this module
+
+    try:
+        check_includes(case.includes)
+    except IncludeError as error:
+        raise BundleError(path, "includes", str(error)) from None
+
+
+def check_environment(environment: dict[str, Any], path: Path | str) -> None:
+    """Known environment keys have exact types; every other value is plain data (no datetimes)."""
+    for key, value in environment.items():
+        where = f"environment.{key}"
+        if key in ENVIRONMENT_FIELDS:
+            from_plain(ENVIRONMENT_FIELDS[key], value, path, where)
+        else:
+            check_plain(value, path, where, 0)
+
+
+def check_plain(value: Any, path: Path | str, where: str, depth: int) -> None:
+    """A free-form value: strings, finite numbers, booleans, and lists/tables of them, bounded."""
+    if depth > MAX_DEPTH:
+        raise BundleError(path, where, f"nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        _check_count(value, path, where)
+        for key, item in value.items():
+            check_plain(item, path, _join(where, str(key)), depth + 1)
+    elif isinstance(value, list):
+        _check_count(value, path, where)
+        for i, item in enumerate(value):
+            check_plain(item, path, f"{where}[{i}]", depth + 1)
+    elif isinstance(value, (dt.datetime, dt.date, dt.time)):
+        raise BundleError(path, where, f"a TOML date/time is not allowed here, got {_describe(value)}")
+    elif isinstance(value, str):
+        _check_string(value, path, where)
+    elif isinstance(value, float):
+        _check_float(value, path, where)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        _check_int(value, path, where)
+
+
+def _check_count(value: Any, path: Path | str, where: str) -> None:
+    if len(value) > MAX_ITEMS:
+        raise BundleError(path, where or None, f"over {MAX_ITEMS} items")
+
+
+def _check_string(value: str, path: Path | str, where: str) -> str:
+    if len(value) > MAX_STRING_CHARS and not where.endswith(".source"):
+        raise BundleError(path, where, f"over {MAX_STRING_CHARS} characters")
+    return value
+
+
+def _check_float(value: float, path: Path | str, where: str) -> float:
+    if not math.isfinite(value):
+        raise BundleError(path, where, f"expected a finite number, got {value!r}")
+    return value
+
+
+def _check_int(value: int, path: Path | str, where: str) -> int:
+    if abs(value) >= MAX_INT:
+        raise BundleError(path, where, "integer out of range")
+    return value
 
 
 def check_id_field(case: Case, path: Path | str) -> None:
@@ -184,6 +267,7 @@ def from_plain(tp: Any, value: Any, path: Path | str, where: str) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if tp is Any:
+        check_plain(value, path, where, 0)
         return value
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -208,25 +292,27 @@ def from_plain(tp: Any, value: Any, path: Path | str, where: str) -> Any:
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         try:
             return tp(value)
-        except ValueError:
+        except (ValueError, TypeError):
             allowed = ", ".join(m.value for m in tp)
             raise BundleError(path, where, f"{_describe(value)} is not one of: {allowed}") from None
     if origin is list:
         if not isinstance(value, list):
             raise BundleError(path, where, f"expected a list, got {_describe(value)}")
+        _check_count(value, path, where)
         return [from_plain(args[0], item, path, f"{where}[{i}]") for i, item in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise BundleError(path, where, f"expected a table, got {_describe(value)}")
+        _check_count(value, path, where)
         return {str(k): from_plain(args[1], v, path, _join(where, str(k))) for k, v in value.items()}
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise BundleError(path, where, f"expected a number, got {_describe(value)}")
-        return float(value)
+        return _check_float(float(value), path, where)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise BundleError(path, where, f"expected an integer, got {_describe(value)}")
-        return value
+        return _check_int(value, path, where)
     if tp is bool:
         if not isinstance(value, bool):
             raise BundleError(path, where, f"expected true or false, got {_describe(value)}")
@@ -234,8 +320,8 @@ def from_plain(tp: Any, value: Any, path: Path | str, where: str) -> Any:
     if tp is str:
         if not isinstance(value, str):
             raise BundleError(path, where, f"expected a string, got {_describe(value)}")
-        return value
-    return value
+        return _check_string(value, path, where)
+    raise BundleError(path, where, f"casekit cannot check a field of type {tp!r}")  # a model change without a loader
 
 
 def _join(where: str, key: str) -> str:

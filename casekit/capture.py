@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import enum
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,9 +13,21 @@ from typing import Any
 from casekit.archive import Archive
 from casekit.bundle import check_case_id, check_script_name, sha256_text, slugify
 from casekit.errors import CasekitError, ScriptError, ScriptNameError
-from casekit.model import Case, Provenance, ScriptObservation, ScriptSource
-from casekit.observe import failed_observation, interpret
+from casekit.importer import DRAFT_TAG
+from casekit.includes import collect_includes, missing_includes
+from casekit.model import (
+    CaptureRecord,
+    Case,
+    IncludedFile,
+    Provenance,
+    ScriptObservation,
+    ScriptSource,
+    ScriptStatus,
+)
+from casekit.observe.batch import observe_batch
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner
+from casekit.scrub import Replacement, Scrubber, interpreter_prefix, machine_folders
+from casekit.timeouts import DEFAULT_RUN_TIMEOUT_S, check_timeout
 
 
 @dataclass
@@ -28,9 +43,173 @@ class CaptureRequest:
     fix_summary: str = ""
     rollback_notes: str = ""
     backend: str = "eager"
-    timeout: float = 300.0
+    timeout: float = DEFAULT_RUN_TIMEOUT_S
     fullgraph: bool = True  # also run with fullgraph=True: the first break as an error (seeds' step 1)
     force: bool = False
+    includes: list[Path] = field(default_factory=list)  # files and folders beside the script it needs
+    waive: list[str] = field(default_factory=list)  # gates kept failing on purpose ("all" = every one)
+
+
+# ---------------------------------------------------------------- gates
+
+
+class Gate(str, enum.Enum):
+    """What a capture must have observed to be a case (see `check_gates`)."""
+
+    EAGER = "eager"  # the eager baseline ran
+    COMPILED = "compiled"  # a compiled entry point was called (and compared with eager)
+    TIMEOUT = "timeout"  # no run timed out
+    FIX = "fix"  # the post-fix removes or changes what the pre-fix showed, and matches eager
+
+
+GATE_NAMES = tuple(g.value for g in Gate)
+
+
+@dataclass(frozen=True)
+class GateFailure:
+    """One failed gate: which, on which script, the evidence, and what to do."""
+
+    gate: Gate
+    script: str  # "pre" | "post"
+    evidence: str
+    advice: str
+
+    def line(self) -> str:
+        return f"gate {self.gate.value} ({self.script}-fix): {self.evidence}; {self.advice}"
+
+
+def findings(observation: ScriptObservation, script_name: str | None = None) -> set[str]:
+    """What a script shows that makes it a case: breaks, recompiles, fallbacks, crashes, mismatches.
+
+    A break is named by file, function and reason, not line: a fix that only shifts lines fixes nothing;
+    the script's own file is named alike for the pre- and post-fix (repro.py and fixed.py).
+    """
+
+    def file_of(file: str) -> str:
+        return "the script" if file == script_name else file
+
+    found = {f"break in {s.function} ({s.category}) in {file_of(s.file)}" for s in observation.sites}
+    found |= {f"recompile of {r.function}" for r in observation.recompiles}
+    found |= {f"fallback of {f.function} to eager" for f in observation.fallback_frames}
+    if observation.status in (ScriptStatus.COMPILE_ERROR, ScriptStatus.CRASHED):
+        found.add(f"{observation.status.value}: {_last_line(observation)}")
+    if observation.status is ScriptStatus.MISMATCH:
+        found.add("compiled output differs from eager")
+    if observation.graphs > 1 and not observation.sites:
+        found.add(f"{observation.graphs} graphs")  # a split with no break logged still counts
+    return found
+
+
+def is_sentinel(observations: Mapping[str, ScriptObservation]) -> bool:
+    """A pre-fix that ran and compiled cleanly: a case that alerts when a break appears.
+
+    A post-fix may come with it (a version-difference case: the rewrite to use once the break appears).
+    """
+    pre = observations.get("pre")
+    return pre is not None and pre.status is ScriptStatus.OK and not _run_gates("pre", pre) and not findings(pre)
+
+
+def check_gates(
+    observations: Mapping[str, ScriptObservation], script_names: Mapping[str, str] | None = None
+) -> list[GateFailure]:
+    """Every gate the observations fail (pure: used by capture before saving and by `casekit validate`).
+
+    `script_names` ("pre" -> "repro.py") lets a break in repro.py and the same break in fixed.py compare equal.
+    """
+    failures: list[GateFailure] = []
+    for which in ("pre", "post"):
+        observation = observations.get(which)
+        if observation is not None:
+            failures.extend(_run_gates(which, observation))
+    pre, post = observations.get("pre"), observations.get("post")
+    if pre is not None and post is not None and not any(f.gate is not Gate.FIX for f in failures):
+        names = script_names or {}
+        before, after = findings(pre, names.get("pre")), findings(post, names.get("post"))
+        failures.extend(_fix_gate(before, after, post, _remaining_sites(pre, after, names.get("pre"))))
+    return failures
+
+
+def _run_gates(which: str, observation: ScriptObservation) -> list[GateFailure]:
+    status = observation.status
+    if status is ScriptStatus.TIMEOUT:
+        return [GateFailure(Gate.TIMEOUT, which, observation.detail or "a run timed out", _TIMEOUT_ADVICE)]
+    if status in (ScriptStatus.EAGER_FAILED, ScriptStatus.ENV_FAILED):
+        return [GateFailure(Gate.EAGER, which, f"the eager run failed: {_last_line(observation)}", _EAGER_ADVICE)]
+    called = sum(entry.calls for entry in observation.entries) or len(observation.calls)
+    if not called:
+        evidence = "no compiled entry point was called (torch.compile never ran, or the run ended before a call)"
+        return [GateFailure(Gate.COMPILED, which, evidence, _COMPILED_ADVICE)]
+    crashed = status in (ScriptStatus.COMPILE_ERROR, ScriptStatus.CRASHED)
+    if not crashed and observation.check.compared == 0:
+        evidence = f"{called} compiled call(s) but 0 compared with eager (the compiled run ended early?)"
+        return [GateFailure(Gate.COMPILED, which, evidence, _COMPILED_ADVICE)]
+    return []
+
+
+def _remaining_sites(pre: ScriptObservation, after: set[str], script_name: str | None) -> list[str]:
+    """The pre-fix's breaks still present after the fix, by their pre-fix place (the evidence to show)."""
+    remaining = []
+    for site in pre.sites:
+        if findings(ScriptObservation(pre.status, sites=[site]), script_name) <= after:
+            remaining.append(f"{site.where()} in {site.function} ({site.category})")
+    return remaining
+
+
+def _fix_gate(before: set[str], after: set[str], post: ScriptObservation, remaining: list[str]) -> list[GateFailure]:
+    if before and before <= after:
+        remained = "; ".join((remaining or sorted(before))[:3])
+        advice = "pass the script that really fixes it as --fixed"
+        return [GateFailure(Gate.FIX, "post", f"the fix changes nothing the pre-fix showed: {remained}", advice)]
+    if post.status is not ScriptStatus.OK:
+        evidence = f"the post-fix does not match eager ({post.status.value}: {_last_line(post)})"
+        return [GateFailure(Gate.FIX, "post", evidence, "a fix must run and give eager's outputs")]
+    return []
+
+
+_TIMEOUT_ADVICE = "make the repro smaller, or raise --timeout"
+_EAGER_ADVICE = "make `python repro.py` run without torch.compile first (a sibling file? pass --include)"
+_COMPILED_ADVICE = "call the torch.compile'd function or module in the script, and let the run reach its end"
+
+
+def _last_line(observation: ScriptObservation) -> str:
+    if observation.error is not None:
+        lines = [line for line in observation.error.message.strip().splitlines() if line.strip()]
+        text = f"{observation.error.type}: {lines[-1].strip()}" if lines else observation.error.type
+        return text[:300]
+    return (observation.detail.strip().splitlines() or [observation.status.value])[-1][:300]
+
+
+def gates_to_check(failures: list[GateFailure], waived: Iterable[str]) -> list[GateFailure]:
+    """The failures the user did not waive ("all" waives every gate)."""
+    names = set(waived)
+    return [f for f in failures if "all" not in names and f.gate.value not in names]
+
+
+def check_waivers(waived: Iterable[str]) -> list[str]:
+    unknown = sorted(set(waived) - set(GATE_NAMES) - {"all"})
+    if unknown:
+        raise CasekitError(f"--waive {unknown[0]}: not a gate (one of: {', '.join(GATE_NAMES)}, all)")
+    return sorted(set(waived))
+
+
+class CaptureRefused(CasekitError):
+    """The capture would not make a case that reproduces: nothing was written (exit 1)."""
+
+    exit_code = 1
+
+
+class MissingIncludes(CaptureRefused):
+    """The script imports or reads a file beside it that was not passed with --include."""
+
+
+class GateError(CaptureRefused):
+    """A capture failed its gates: nothing was written."""
+
+    def __init__(self, failures: list[GateFailure]) -> None:
+        self.failures = failures
+        lines = [f.line() for f in failures]
+        lines.append("nothing was written (--waive GATE or --keep-failing-gates keeps such a case on purpose)")
+        super().__init__("\n".join(lines))
 
 
 def read_script(path: Path) -> ScriptSource:
@@ -53,8 +232,16 @@ def read_script(path: Path) -> ScriptSource:
     return ScriptSource(name=path.name, sha256=sha256_text(source), source=source)
 
 
+_CREDENTIALS = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@]*@", re.IGNORECASE)
+
+
+def strip_credentials(url: str) -> str:
+    """A remote URL without the user:token@ part (a bundle is shared)."""
+    return _CREDENTIALS.sub(lambda m: m["scheme"], url.strip())
+
+
 def provenance_of(path: Path) -> Provenance | None:
-    """Remote, commit, dirty flag and repo-relative path when the script lives in a git checkout."""
+    """Remote (or folder name), commit, dirty flag and repo-relative path: never the checkout's host path."""
     try:
         import git
     except ImportError:  # pragma: no cover - gitpython is a hard dependency
@@ -64,49 +251,94 @@ def provenance_of(path: Path) -> Provenance | None:
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         return None
     root = Path(repo.working_tree_dir or ".").resolve()
-    relative = str(path.resolve().relative_to(root))
+    relative = path.resolve().relative_to(root).as_posix()
     try:
         commit = repo.head.commit.hexsha
     except ValueError:  # a repository without commits yet
         commit = None
     remote = None
     try:
-        remote = next(iter(repo.remotes)).url if repo.remotes else None
+        remote = strip_credentials(next(iter(repo.remotes)).url) if repo.remotes else None
     except Exception:
         remote = None
     dirty = repo.is_dirty(untracked_files=True, path=relative) or relative in repo.untracked_files
-    return Provenance(repo=str(root), remote=remote, commit=commit, dirty=bool(dirty), path=relative)
+    return Provenance(repo=root.name, remote=remote, commit=commit, dirty=bool(dirty), path=relative)
 
 
 def jobs_for(
-    case_id: str, scripts: dict[str, Path], modes: tuple[str, ...], backend: str, timeout: float
+    case_id: str,
+    scripts: dict[str, Path],
+    modes: tuple[str, ...],
+    backend: str,
+    timeout: float,
+    includes: tuple[IncludedFile, ...] = (),
 ) -> list[ProbeJob]:
     return [
-        ProbeJob(id=f"{case_id}.{which}", script=path, modes=modes, backend=backend, timeout=timeout)
+        ProbeJob(id=f"{case_id}.{which}", script=path, modes=modes, backend=backend, timeout=timeout, includes=includes)
         for which, path in scripts.items()
     ]
 
 
-def observe_batch(batch: ProbeBatchResult, job: ProbeJob, source: ScriptSource) -> ScriptObservation:
-    """The observation for one job of a batch (env_failed when the probe gave nothing)."""
-    raw = batch.results.get(job.id)
-    if raw is None:
-        return failed_observation(batch.failed.get(job.id, "no result from the probe"))
-    return interpret(raw, str(raw.get("script", job.script)), source.name, source.source)
+# Host-specific facts a bundle leaves out: they name this machine's folders and mean nothing elsewhere.
+HOST_ONLY_ENVIRONMENT = ("python_executable", "env_path")
 
 
 def environment_record(batch: ProbeBatchResult, runner: Runner, packages: dict[str, str]) -> dict[str, Any]:
     env: dict[str, Any] = {k: v for k, v in batch.environment.items() if v is not None and v != []}
     env.update({k: v for k, v in runner.describe().items() if v is not None})
+    prefixes = [interpreter_prefix(str(env.get("python_executable") or ""))]
+    for key in HOST_ONLY_ENVIRONMENT:
+        env.pop(key, None)
     if packages:
         env["packages"] = dict(sorted(packages.items()))
-    return env
+    extra = [Replacement(p, "<python>") for p in prefixes if p]
+    scrubbed: dict[str, Any] = Scrubber(machine_folders(extra)).walk(env)
+    return scrubbed
+
+
+def capture_record(
+    request: CaptureRequest, observations: Mapping[str, ScriptObservation], waived: list[str]
+) -> CaptureRecord:
+    run_seconds = {}
+    for which, observation in observations.items():
+        for mode, seconds in (("eager", observation.eager_wall_s), ("compiled", observation.compiled_wall_s)):
+            if seconds is not None:
+                run_seconds[f"{which}.{mode}"] = round(seconds, 3)
+    return CaptureRecord(
+        timeout_s=request.timeout, run_seconds=run_seconds, sentinel=is_sentinel(observations), waived_gates=waived
+    )
+
+
+def read_includes(request: CaptureRequest, sources: Mapping[str, ScriptSource | None]) -> tuple[IncludedFile, ...]:
+    """The --include files, and a refusal when a script imports or reads a sibling that is not included."""
+    included: list[IncludedFile] = []
+    for script in (request.script, request.fixed):
+        if script is not None:
+            for item in collect_includes(script, request.includes):
+                if item.path not in {i.path for i in included}:
+                    included.append(item)
+    problems = []
+    for which, script in (("pre", request.script), ("post", request.fixed)):
+        source = sources.get(which)
+        if script is not None and source is not None:
+            problems.extend(missing_includes(script, source.source, included))
+    if problems:
+        raise MissingIncludes("\n".join(sorted(set(problems))))
+    return tuple(included)
 
 
 def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress: ProgressFn) -> Case:
-    """Observe the scripts for real, build the case, and save it atomically."""
+    """Observe the scripts for real, check the gates, build the case, and save it atomically.
+
+    Raises GateError (nothing written) when the observations fail a gate the request did not waive.
+    """
+    check_timeout(request.timeout)
+    waivable = check_waivers(request.waive)
     pre = read_script(request.script)
     post = read_script(request.fixed) if request.fixed else None
+    if request.fixed and request.fixed.resolve().parent != request.script.resolve().parent and request.includes:
+        raise CasekitError("--include needs the pre-fix and the post-fix scripts in the same folder")
+    includes = read_includes(request, {"pre": pre, "post": post})
     case_id = check_case_id(request.case_id or slugify(request.title or request.script.stem))
     if archive.exists(case_id) and not request.force:
         raise CasekitError(f"case {case_id!r} already exists in {archive.root} (choose --id, or --force to replace it)")
@@ -114,7 +346,7 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
     if request.fixed:
         scripts["post"] = request.fixed
     modes = ("eager", "compiled", "fullgraph") if request.fullgraph else ("eager", "compiled")
-    jobs = jobs_for(case_id, scripts, modes, request.backend, request.timeout)
+    jobs = jobs_for(case_id, scripts, modes, request.backend, request.timeout, includes)
     progress(f"preparing {runner.spec.label}")
     runner.prepare(progress)
     progress(
@@ -128,6 +360,13 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
         source = sources[which]
         assert source is not None
         observations[which] = observe_batch(batch, job, source)
+    failures = check_gates(observations, {which: source.name for which, source in sources.items() if source})
+    refused = gates_to_check(failures, waivable)
+    if refused:
+        raise GateError(refused)
+    waived = sorted({f.gate.value for f in failures})
+    for failure in failures:
+        progress(f"waived: {failure.line()}")
     packages: dict[str, str] = {}
     for observation in observations.values():
         packages.update(observation.packages)
@@ -145,7 +384,28 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
         environment=environment_record(batch, runner, packages),
         observations=observations,
         provenance=provenance_of(request.script),
+        includes=list(includes),
+        capture=capture_record(request, observations, waived),
     )
-    with archive.locked():
+    if case.capture and case.capture.sentinel:
+        progress("sentinel: the pre-fix compiles cleanly; the case alerts when a break appears")
+    with archive.locked():  # the exists check that counts is here, under the lock: two captures, one saves
+        if archive.exists(case_id) and not request.force:
+            raise CasekitError(
+                f"case {case_id!r} was saved meanwhile by another capture in {archive.root} "
+                "(choose --id, or --force to replace it)"
+            )
         archive.save(case)
     return case
+
+
+def validate_gates(case: Case) -> list[GateFailure]:
+    """The gates a recorded case breaks that its capture did not waive (what `casekit validate` checks).
+
+    Drafts imported from logs have no run of a repro yet: there is nothing to gate.
+    """
+    if DRAFT_TAG in case.tags:
+        return []
+    waived = case.capture.waived_gates if case.capture else []
+    names = {which: script.name for which in ("pre", "post") if (script := case.script(which))}
+    return gates_to_check(check_gates(case.observations, names), waived)

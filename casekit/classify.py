@@ -7,6 +7,7 @@ severity (error = functional, warn = performance, info = nothing to act on).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from casekit.model import (
@@ -19,6 +20,9 @@ from casekit.model import (
     Site,
     SiteClass,
 )
+from casekit.observe.cause import not_run_cause
+from casekit.observe.interpret import break_invariant
+from casekit.observe.reasons import named_subject
 
 FUNCTIONAL_FAILURES = {
     ScriptStatus.EAGER_FAILED,
@@ -28,6 +32,7 @@ FUNCTIONAL_FAILURES = {
     ScriptStatus.CRASHED,
     ScriptStatus.ENV_FAILED,
 }
+NOT_RUN = {ScriptStatus.EAGER_FAILED, ScriptStatus.ENV_FAILED}
 
 
 @dataclass
@@ -95,82 +100,193 @@ def site_key(site: Site) -> str:
     return f"{site.anchor.where()}|{site.category}"
 
 
+MOVE_LINES = 5  # a break this many lines away in the same function may be the same one, reached later
+
+
 def _same_place(a: Site, b: Site) -> bool:
     return a.file == b.file and a.line == b.line
 
 
-def _comparable_category(a: Site, b: Site) -> bool:
-    """Same category, or the same place where one side could not be normalized (legacy text)."""
-    if a.category == b.category:
-        return True
-    return _same_place(a, b) and (a.category.startswith("legacy:") or b.category.startswith("legacy:"))
+def _same_anchor(a: Site, b: Site) -> bool:
+    return a.anchor.where() == b.anchor.where()
 
 
-def _moved_below_same_line(a: Site, b: Site) -> bool:
-    """The script line is unchanged, the break went into (or out of) a library frame below it.
+def _same_function(a: Site, b: Site) -> bool:
+    """The same function of the same file (a break one line later in it may be the same break)."""
+    return (a.file, a.function) == (b.file, b.function) and a.function not in ("?", "<module>")
 
-    Releases disagree on how deep they trace before breaking (2.5 stops at
-    `copy.deepcopy(state)`, 2.13 inside copy.py), and the reason follows the frame.
+
+def _same_frame(a: Site, b: Site) -> bool:
+    """The same function at one place; a lambda defined and called on a line is a frame below it."""
+    return a.function == b.function or "?" in (a.function, b.function) or len(a.stack) == len(b.stack)
+
+
+def _same_subject(a: Site, b: Site) -> bool:
+    """Not two different named things (two skipped functions, two builtins): unknown counts as the same."""
+    subject_a = named_subject(f"{a.reason}\n{a.explanation}")
+    subject_b = named_subject(f"{b.reason}\n{b.explanation}")
+    return subject_a is None or subject_b is None or subject_a == subject_b
+
+
+# Operations whose result a release may let through (and break later, on its use) or break on
+PRODUCERS = {"GB0124", "GB0109", "GB0033", "GB0036", "GB0037", "GB0105"}
+DATA_DEPENDENT_USE = re.compile(r"data.dependent|generic_jump|guard on", re.IGNORECASE)
+
+
+def _produced_then_used(a: Site, b: Site) -> bool:
+    """The earlier line breaks on producing a data-dependent value, the later one on using it:
+    one release lets the operation through and breaks on its use, the other breaks on the operation."""
+    first, later = (a, b) if a.line < b.line else (b, a)
+    used = later.category == "GB0170" or bool(DATA_DEPENDENT_USE.search(f"{later.reason} {later.category}"))
+    return first.category in PRODUCERS and used
+
+
+def _depth(site: Site) -> int:
+    """Frames below the script call site (0: the break is on the script line itself)."""
+    if site.call_site is None:
+        return 0
+    if not site.stack:
+        return 1
+    for index in range(len(site.stack) - 1, -1, -1):
+        if site.stack[index] == site.call_site:
+            return len(site.stack) - 1 - index
+    return 1
+
+
+WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in WORD.findall(text)}
+
+
+def _evidence(a: Site, b: Site) -> float:
+    """How much the two reasons say about the same thing (0..1): the category, the wording,
+    and the operation the source line names (`x.item()` and "Tensor.item" agree)."""
+    score = 1.0 if a.category == b.category else 0.0
+    reason_a, reason_b = _words(a.reason + " " + a.category), _words(b.reason + " " + b.category)
+    if reason_a and reason_b:
+        score += len(reason_a & reason_b) / len(reason_a | reason_b)
+    source = _words(a.source) | _words(b.source)
+    if source:
+        score += 0.5 * (bool(reason_a & source) and bool(reason_b & source))
+    return score
+
+
+def _link(recorded: Site, observed: Site) -> tuple[int, float] | None:
+    """The cost of calling two sites one break (tier, then the weaker evidence first), or None.
+
+    0-2: the same place (same id and kind; same id; another id: persists, reason changed);
+    3: the same script call site, traced to another depth (any file): moved;
+    4: the same id in the same function: moved;
+    5: the same function within MOVE_LINES lines, another id: moved, but only between
+       sites that are each other's only candidates (checked by the caller).
+    Never across functions without a shared script call site.
     """
-    if a.anchor.where() != b.anchor.where():
-        return False
-    return a.file != a.anchor.file or b.file != b.anchor.file
+    tie = -_evidence(recorded, observed)
+    if _same_place(recorded, observed) and not _same_frame(recorded, observed):
+        return 3, tie + abs(len(recorded.stack) - len(observed.stack)) * 0.01
+    if _same_place(recorded, observed):
+        if recorded.category == observed.category:
+            return (0 if recorded.kind == observed.kind else 1), tie
+        return 2, tie + (0.5 if recorded.kind != observed.kind else 0.0)
+    if _same_anchor(recorded, observed) and (recorded.call_site or observed.call_site):
+        return 3, tie + abs(_depth(recorded) - _depth(observed)) * 0.01
+    if _same_function(recorded, observed) and _same_subject(recorded, observed):
+        distance = abs(recorded.line - observed.line)
+        if recorded.category == observed.category:
+            return 4, distance + tie * 0.01
+        if distance <= MOVE_LINES and _produced_then_used(recorded, observed):
+            return 5, distance + tie * 0.01
+    return None
 
 
-def _move_distance(a: Site, b: Site) -> tuple[int, int]:
-    """Prefer moves that keep the script call site, then the nearest line."""
-    same_anchor = a.anchor.where() == b.anchor.where()
-    return (0 if same_anchor else 1, abs(a.anchor.line - b.anchor.line))
+def _persist_note(recorded: Site, observed: Site) -> str:
+    if recorded.category != observed.category:
+        return f"reason changed: {recorded.category} ({recorded.reason[:60]}) -> {observed.category} ({observed.reason[:60]})"
+    return "reason reworded" if recorded.reason != observed.reason else ""
 
 
-def _pair_move(
-    site: Site, left_recorded: list[Site], left_observed: list[Site], pairings: list[SitePairing], same_kind_only: bool
-) -> None:
-    if same_kind_only:
-        candidates = [r for r in left_recorded if r.category == site.category]
-    else:
-        candidates = [r for r in left_recorded if _moved_below_same_line(r, site)]
-    if not candidates:
-        return
-    match = min(candidates, key=lambda r: _move_distance(r, site))
-    note = f"from {match.where()} ({match.function}) to {site.where()} ({site.function})"
-    if match.anchor.where() == site.anchor.where():
-        note += f", below the same script line {site.anchor.where()}"
-    pairings.append(SitePairing(SiteClass.MOVED, site, match, note))
-    left_recorded.remove(match)
-    left_observed.remove(site)
+def _move_note(recorded: Site, observed: Site) -> str:
+    note = f"from {recorded.where()} ({recorded.function}) to {observed.where()} ({observed.function})"
+    if _same_place(recorded, observed):
+        how = "deeper" if len(observed.stack) > len(recorded.stack) else "less deep"
+        note += f", traced {how} on the same script line"
+    elif _same_anchor(recorded, observed) and (recorded.call_site or observed.call_site):
+        deeper = _depth(observed) - _depth(recorded)
+        how = "deeper" if deeper > 0 else "less deep" if deeper < 0 else "elsewhere"
+        note += f", traced {how} below the same script line {observed.anchor.where()}"
+    elif _same_function(recorded, observed):
+        note += f", {abs(recorded.line - observed.line)} line(s) away in the same function"
+    if recorded.category != observed.category:
+        note += f"; reason {recorded.category} -> {observed.category}"
+    return note
+
+
+def _only_candidates(recorded: Site, observed: Site, left_recorded: list[Site], left_observed: list[Site]) -> bool:
+    others_r = [r for r in left_recorded if r is not recorded and _same_function(r, observed)]
+    others_o = [o for o in left_observed if o is not observed and _same_function(recorded, o)]
+    return not others_r and not others_o
+
+
+def match_sites(recorded: list[Site], observed: list[Site]) -> tuple[list[SitePairing], list[Site], list[Site]]:
+    """The one pairing: an assignment over recorded x observed sites, cheapest link first.
+
+    Returns the pairings (persists / moved) and what is left unpaired on each side.
+    Used by replay, bisect and import alike (through `pair_sites` / `classify_case`).
+    """
+    left_recorded, left_observed = list(recorded), list(observed)
+    links = []
+    for i, r in enumerate(recorded):
+        for j, o in enumerate(observed):
+            cost = _link(r, o)
+            if cost is not None:
+                links.append((cost, i, j))
+    links.sort()
+    pairings: list[SitePairing] = []
+    for (tier, _), i, j in links:
+        r, o = recorded[i], observed[j]
+        if not any(x is r for x in left_recorded) or not any(x is o for x in left_observed):
+            continue
+        if tier == 5 and not _only_candidates(r, o, left_recorded, left_observed):
+            continue
+        if tier <= 2:
+            pairings.append(SitePairing(SiteClass.PERSISTS, o, r, _persist_note(r, o)))
+        else:
+            pairings.append(SitePairing(SiteClass.MOVED, o, r, _move_note(r, o)))
+        left_recorded = [x for x in left_recorded if x is not r]
+        left_observed = [x for x in left_observed if x is not o]
+    return pairings, left_recorded, left_observed
+
+
+def same_break(recorded: Site, observed: Site) -> bool:
+    """Whether two sites are one break by place alone (same place, or the same script line traced
+    to another depth): what import uses to tell an already-archived break, without a full pairing."""
+    link = _link(recorded, observed)
+    return link is not None and link[0] <= 3
 
 
 def pair_sites(
-    recorded: list[Site], observed: list[Site], previously_fixed: set[str], fixed_categories: set[str]
+    recorded: list[Site],
+    observed: list[Site],
+    previously_fixed: set[str],
+    fixed_categories: set[str],
+    ran: bool = True,
 ) -> list[SitePairing]:
     """Pair observed with recorded sites.
 
     previously_fixed: site keys known gone (earlier replays) - they reappear;
     fixed_categories: categories the fix removed (pre-fix breaks absent from the
-    post-fix) - seeing one in the post-fix means the fix no longer holds.
+    post-fix) - seeing one in the post-fix means the fix no longer holds;
+    ran: False when the script did not get to run its compiled code to the end
+    (it failed first): what was not seen is then unobserved, never gone.
     """
-    pairings: list[SitePairing] = []
-    left_recorded = list(recorded)
-    left_observed = list(observed)
-    # 1. same place, same (or normalizable) category: persists
-    for site in list(left_observed):
-        match = next((r for r in left_recorded if _same_place(r, site) and _comparable_category(r, site)), None)
-        if match:
-            note = "reason reworded" if match.reason != site.reason else ""
-            if match.kind == "skip" and site.kind != "skip":
-                note = "the frame no longer falls back to eager entirely (fallback cleared)"
-            pairings.append(SitePairing(SiteClass.PERSISTS, site, match, note))
-            left_recorded.remove(match)
-            left_observed.remove(site)
-    # 2. moved: first the same category elsewhere (nearest first, same script call site preferred),
-    #    then a break that went into or out of a library frame below the same script line
-    for same_kind_only in (True, False):
-        for site in sorted(left_observed, key=lambda s: (s.anchor.line, s.line)):
-            _pair_move(site, left_recorded, left_observed, pairings, same_kind_only)
-    # 3. what is left
+    pairings, left_recorded, left_observed = match_sites(recorded, observed)
     for match in left_recorded:
-        pairings.append(SitePairing(SiteClass.GONE, None, match, "no longer observed"))
+        if ran:
+            pairings.append(SitePairing(SiteClass.GONE, None, match, "no longer observed"))
+        else:
+            pairings.append(SitePairing(SiteClass.UNOBSERVED, None, match, "not observed: the script did not run"))
     for site in left_observed:
         if site_key(site) in previously_fixed or site.category in fixed_categories:
             pairings.append(SitePairing(SiteClass.REAPPEARED, site, None, "a break that had been fixed is back"))
@@ -196,7 +312,52 @@ def previously_gone(replays: list[ReplayRecord], which: str) -> set[str]:
     return gone
 
 
-def classify_script(case: Case, which: str, observed: ScriptObservation) -> ScriptResult:
+def script_ran(observed: ScriptObservation) -> bool:
+    """Whether the script got to run its compiled code to the end: only then is a missing break gone."""
+    return observed.status in (ScriptStatus.OK, ScriptStatus.MISMATCH)
+
+
+def _fallback_notes(result: ScriptResult, recorded: ScriptObservation | None, observed: ScriptObservation) -> None:
+    # a function is known by where it starts: releases name a module's frame differently (Net / forward)
+    before = recorded.fallback_frames if recorded else []
+    recorded_fallbacks = {(f.file, f.line) for f in before}
+    observed_fallbacks = {(f.file, f.line) for f in observed.fallback_frames}
+    result.new_fallbacks = [f for f in observed.fallback_frames if (f.file, f.line) not in recorded_fallbacks]
+    result.cleared_fallbacks = [f for f in before if (f.file, f.line) not in observed_fallbacks]
+    still_skipped = {f.function for f in observed.fallback_frames}
+    for pairing in result.sites:
+        r, o = pairing.recorded, pairing.observed
+        if pairing.site_class is SiteClass.PERSISTS and r and o and r.kind == "skip" and o.kind != "skip":
+            if r.anchor.function not in still_skipped:
+                cleared = "the frame no longer falls back to eager entirely (fallback cleared)"
+                pairing.note = f"{cleared}; {pairing.note}" if pairing.note else cleared
+    for fallback in result.cleared_fallbacks:
+        result.notes.append(describe_fallback(fallback.function, "", now=False))
+    for fallback in result.new_fallbacks:
+        result.notes.append(describe_fallback(fallback.function, f"{fallback.file}:{fallback.line}"))
+
+
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<function>.+)_at_(?P<line>\d+)$")
+
+
+def describe_fallback(function: str, where: str, now: bool = True) -> str:
+    """A frame that falls back to eager, in precise words: a resume function is only the code after a break."""
+    resume = _RESUME.match(function)
+    if resume:
+        place = f"the code after the break at line {resume['line']} in {resume['function']}"
+        if now:
+            return f"{place} runs eagerly (its resume function falls back)"
+        return f"{place} is compiled again (fallback cleared)"
+    if now:
+        return (
+            f"{function} ({where}) now falls back to eager entirely"
+            if where
+            else f"{function} now falls back to eager entirely"
+        )
+    return f"{function} no longer falls back to eager entirely (fallback cleared)"
+
+
+def classify_script(case: Case, which: str, observed: ScriptObservation, target: str = "") -> ScriptResult:
     recorded = case.observations.get(which)
     recorded_sites = recorded.sites if recorded else []
     fixed_categories: set[str] = set()
@@ -209,26 +370,28 @@ def classify_script(case: Case, which: str, observed: ScriptObservation) -> Scri
         recorded_status=recorded.status if recorded else None,
         observation=observed,
     )
-    if observed.status is ScriptStatus.ENV_FAILED:
+    ran = script_ran(observed)
+    history = previously_gone(case.replays, which)
+    result.sites = pair_sites(recorded_sites, observed.sites, history, fixed_categories, ran=ran)
+    # the eager baseline (or the environment) failed: the compiled code never ran at all
+    nothing_ran = observed.status in NOT_RUN and not observed.sites and not observed.graphs
+    if nothing_ran:  # no fallback cleared, no recompiles compared: nothing was observed at all
+        packages = {**(recorded.packages if recorded else {}), **case.environment.get("packages", {})}
+        result.notes.append(not_run_cause(observed, packages, target))
         return result
-    result.sites = pair_sites(recorded_sites, observed.sites, previously_gone(case.replays, which), fixed_categories)
-    # a function is known by where it starts: releases name a module's frame differently (Net / forward)
-    recorded_fallbacks = {(f.file, f.line) for f in (recorded.fallback_frames if recorded else [])}
-    observed_fallbacks = {(f.file, f.line) for f in observed.fallback_frames}
-    result.new_fallbacks = [f for f in observed.fallback_frames if (f.file, f.line) not in recorded_fallbacks]
-    result.cleared_fallbacks = [
-        f for f in (recorded.fallback_frames if recorded else []) if (f.file, f.line) not in observed_fallbacks
-    ]
+    _fallback_notes(result, recorded, observed)
     result.recompiles_before = len(recorded.recompiles) if recorded else 0
     result.recompiles_after = len(observed.recompiles)
     if recorded and recorded.status in FUNCTIONAL_FAILURES and observed.status is ScriptStatus.OK:
         result.notes.append(f"was {recorded.status.value} at capture, now runs: fixed upstream")
     elif recorded and recorded.status is observed.status and observed.status in FUNCTIONAL_FAILURES:
         result.notes.append(f"persisting {observed.status.value}: {observed.detail}")
-    for fallback in result.cleared_fallbacks:
-        result.notes.append(f"{fallback.function} no longer falls back to eager entirely (fallback cleared)")
-    for fallback in result.new_fallbacks:
-        result.notes.append(f"{fallback.function} ({fallback.file}:{fallback.line}) now falls back to eager entirely")
+    if not ran and result.count(SiteClass.UNOBSERVED):
+        n = result.count(SiteClass.UNOBSERVED)
+        result.notes.append(f"{n} recorded break(s) not observed: the run stopped early ({observed.detail})")
+    invariant = break_invariant(observed)
+    if invariant:
+        result.notes.append(invariant)
     if which == "pre" and result.count(SiteClass.GONE) and case.post is not None:
         result.notes.append("a pre-fix break is gone upstream: the workaround may be removable")
     return result
@@ -236,8 +399,8 @@ def classify_script(case: Case, which: str, observed: ScriptObservation) -> Scri
 
 def post_fix_broken(post: ScriptResult | None) -> str | None:
     """Why the post-fix no longer holds, or None."""
-    if post is None:
-        return None
+    if post is None or any(note.startswith("nothing ran: ") for note in post.notes):
+        return None  # a post-fix that never ran shows nothing about the fix
     if (
         post.status in FUNCTIONAL_FAILURES
         and post.status is not ScriptStatus.ENV_FAILED
@@ -268,8 +431,16 @@ def judge(case: Case, target: str, scripts: dict[str, ScriptResult]) -> CaseResu
             verdict = name
 
     for which, result in scripts.items():
+        cause = next((n for n in result.notes if n.startswith("nothing ran: ")), None)
         if result.status is ScriptStatus.ENV_FAILED:
             raise_to(Severity.ERROR, "env_failed", f"{which}: environment failed: {result.observation.detail}")
+            if cause:
+                reasons.append(f"{which}: {cause}")
+            continue
+        if cause and result.status != result.recorded_status:
+            # a pinned library refusing the target's torch is the environment's doing, not the script's
+            name = "env_failed" if "(pinned)" in cause else "regressed"
+            raise_to(Severity.ERROR, name, f"{which}: {cause}")
             continue
         if result.status in FUNCTIONAL_FAILURES and result.status != result.recorded_status:
             raise_to(Severity.ERROR, "regressed", f"{which}: {result.status.value}: {result.observation.detail}")
@@ -299,5 +470,5 @@ def judge(case: Case, target: str, scripts: dict[str, ScriptResult]) -> CaseResu
 
 
 def classify_case(case: Case, target: str, observed: dict[str, ScriptObservation]) -> CaseResult:
-    scripts = {which: classify_script(case, which, obs) for which, obs in observed.items()}
+    scripts = {which: classify_script(case, which, obs, target) for which, obs in observed.items()}
     return judge(case, target, scripts)

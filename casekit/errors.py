@@ -53,3 +53,15 @@ class BisectError(CasekitError):
 
 class GitError(CasekitError):
     """A git repository operation failed."""
+
+
+class SandboxUnavailable(RunnerError):
+    """The host cannot sandbox the scripts (no bwrap, no user namespaces, not Linux) and no opt-out was given."""
+
+
+class Stopped(KeyboardInterrupt):
+    """casekit was told to stop (SIGINT, SIGTERM, SIGHUP): everything it started is killed on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

@@ -20,6 +20,7 @@ import git
 
 from casekit.errors import CasekitError, CaseNotFound, GitError
 from casekit.model import ReplayRecord, SiteClass
+from casekit.versions import without_local
 
 if TYPE_CHECKING:  # replay pulls in the runners; only its types are needed here
     from casekit.replay import ReplayReport
@@ -112,13 +113,13 @@ def commit_paths(root: Path, paths: Sequence[Path], message: str) -> str:
 
 def _torch_name(torch: str, bases: Counter[str]) -> str:
     """'2.13.0' for '2.13.0+cpu', unless two targets share the release (cpu vs cu124): then all of it."""
-    base = torch.split("+", 1)[0]
+    base = without_local(torch)
     return base if bases[base] == 1 else torch
 
 
 def replay_message(report: ReplayReport) -> str:
     """'replay 2.13.0: 2 moved, 1 reappeared' (per torch version), then one line per case that changed."""
-    bases: Counter[str] = Counter(str(run.environment.get("torch", "?")).split("+", 1)[0] for run in report.targets)
+    bases: Counter[str] = Counter(without_local(str(run.environment.get("torch", "?"))) for run in report.targets)
     parts = []
     body = []
     seen_names: set[str] = set()

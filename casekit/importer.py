@@ -28,6 +28,7 @@ from typing import Any
 
 from casekit.archive import Archive
 from casekit.bundle import check_case_id, sha256_text, slugify
+from casekit.classify import same_break
 from casekit.errors import CasekitError
 from casekit.model import Case, Recompile, ScriptObservation, ScriptSource, ScriptStatus, Site, SiteKind
 from casekit.observe.interpret import SHORT_DTYPE, SITE_PACKAGES, STDLIB, site_from_raw
@@ -451,21 +452,15 @@ def build_drafts(
     ]
     user_files = {namer.name(e.file) for e in events if e.kind == "recompile" and namer.is_user(e.file)}
     existing = existing or []
-    archived = {
-        f"{s.anchor.where()}|{s.category}": case.id
-        for case in existing
-        for obs in case.observations.values()
-        for s in obs.sites
-    }
+    # "Already archived" uses replay's identity (same place, or the same script line traced deeper), not a string key.
+    archived = [(s, case.id) for case in existing for obs in case.observations.values() for s in obs.sites]
     taken = {case.id for case in existing}
     result = ImportResult(drafts=[], sites=sites, recompiles=recompiles)
     groups: dict[tuple[str, str], list[Site]] = {}
     for site in sites:
-        key = f"{site.anchor.where()}|{site.category}"
-        if key in archived:
-            result.skipped.append(
-                f"{site.where()} ({site.gb_id or site.category}): already archived as {archived[key]}"
-            )
+        owner = next((case_id for recorded, case_id in archived if same_break(recorded, site)), None)
+        if owner is not None:
+            result.skipped.append(f"{site.where()} ({site.gb_id or site.category}): already archived as {owner}")
             continue
         groups.setdefault(_group_key(site, group), []).append(site)
     created = (now or dt.datetime.now(dt.timezone.utc)).replace(microsecond=0).isoformat()

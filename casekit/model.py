@@ -31,10 +31,18 @@ class SiteClass(enum.StrEnum):
     GONE = "gone"
     REAPPEARED = "reappeared"
     NEW = "new"
+    UNOBSERVED = "unobserved"  # recorded, but the script did not run far enough to tell (not gone)
 
 
 # The order every report lists site classes in: what needs attention first, never alphabetical.
-SITE_CLASS_ORDER = (SiteClass.NEW, SiteClass.REAPPEARED, SiteClass.MOVED, SiteClass.GONE, SiteClass.PERSISTS)
+SITE_CLASS_ORDER = (
+    SiteClass.NEW,
+    SiteClass.REAPPEARED,
+    SiteClass.MOVED,
+    SiteClass.GONE,
+    SiteClass.PERSISTS,
+    SiteClass.UNOBSERVED,
+)
 
 
 class ScriptRole(enum.StrEnum):
@@ -140,6 +148,20 @@ class FallbackFrame:
 
 
 @dataclass
+class TensorInput:
+    """One tensor argument as fields a reader or a tool can filter on (beside the compact text)."""
+
+    position: str  # "0", "1.2" (nested), "kw:mask"
+    dtype: str  # "float32"
+    shape: list[int]
+    device: str
+    dynamic_dims: list[int] = field(default_factory=list)  # dims marked dynamic (symbolic) on the input
+    strides: list[int] = field(default_factory=list)
+    contiguous: bool | None = None
+    requires_grad: bool = False
+
+
+@dataclass
 class CallInfo:
     """One call of a compiled entry point: what went in, how long it took."""
 
@@ -147,6 +169,7 @@ class CallInfo:
     index: int
     inputs: list[str]  # "f32[8, 8] cpu", "int", ...
     seconds: float
+    tensors: list[TensorInput] = field(default_factory=list)  # structured form of the tensor inputs
 
 
 @dataclass
@@ -217,10 +240,37 @@ class ScriptSource:
 
 
 @dataclass
-class Provenance:
-    """Where a repro came from when captured inside a git checkout."""
+class IncludedFile:
+    """A file laid out beside the scripts (a helper module, a small config), embedded in the bundle."""
 
-    repo: str | None = None
+    path: str  # relative to the script's folder, '/'-separated, every component a safe name
+    sha256: str  # of the raw bytes
+    text: str | None = None  # utf-8 content, or
+    base64: str | None = None  # small binary content
+
+
+@dataclass
+class CaptureRecord:
+    """How a case was captured: the bound its runs had, what they took, which gates were waived."""
+
+    timeout_s: float | None = None  # the capture --timeout
+    run_seconds: dict[str, float] = field(default_factory=dict)  # "pre.eager" -> wall seconds observed
+    sentinel: bool = False  # the pre-fix compiles cleanly: the case alerts when a break appears
+    waived_gates: list[str] = field(default_factory=list)  # gates that failed and were kept on purpose
+
+    def mark(self) -> str:
+        """'sentinel' / 'waived: eager, fix': how the case was kept, shown wherever it is listed."""
+        marks = ["sentinel"] if self.sentinel else []
+        if self.waived_gates:
+            marks.append("waived: " + ", ".join(self.waived_gates))
+        return "; ".join(marks)
+
+
+@dataclass
+class Provenance:
+    """Where a repro came from when captured inside a git checkout (never a host path)."""
+
+    repo: str | None = None  # the repository's folder name when it has no remote
     remote: str | None = None
     commit: str | None = None
     dirty: bool | None = None
@@ -273,6 +323,8 @@ class Case:
     observations: dict[str, ScriptObservation] = field(default_factory=dict)  # "pre" / "post"
     provenance: Provenance | None = None
     replays: list[ReplayRecord] = field(default_factory=list)
+    includes: list[IncludedFile] = field(default_factory=list)  # laid out beside pre and post scripts
+    capture: CaptureRecord | None = None
     schema_version: int = 1
 
     def script(self, which: str) -> ScriptSource | None:

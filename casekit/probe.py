@@ -29,7 +29,9 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
 import json  # noqa: E402
 import platform  # noqa: E402
+import shutil  # noqa: E402
 import signal  # noqa: E402
+import stat as stat_module  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -37,6 +39,13 @@ import traceback  # noqa: E402
 PROBE_SCHEMA = "casekit.probe/1"
 REQUEST_SCHEMA = "casekit.probe-request/1"
 MAX_TEXT = 20000  # a log record or output tail is cut here: bundles stay reviewable
+RUN_RESULT, RUN_STDOUT, RUN_STDERR, EAGER_OUTPUTS = (
+    ".casekit-run.json",
+    ".casekit.stdout",
+    ".casekit.stderr",
+    "eager.pt",
+)
+MAX_RUN_RESULT_BYTES = 64 * 1024 * 1024
 RUN_MODES = ("eager", "compiled", "fullgraph", "rollback")  # rollback: compiled with fullgraph=False forced
 
 
@@ -267,13 +276,15 @@ class Observation:
 
 def describe_value(value, torch, depth=0):
     if isinstance(value, torch.Tensor):
-        return {
+        described = {
             "kind": "tensor",
             "shape": list(value.shape),
             "dtype": str(value.dtype).replace("torch.", ""),
             "device": str(value.device),
             "requires_grad": bool(value.requires_grad),
         }
+        described.update(tensor_layout(value))
+        return described
     if depth < 2 and isinstance(value, (list, tuple)):
         return {"kind": type(value).__name__, "items": [describe_value(v, torch, depth + 1) for v in value[:16]]}
     if depth < 2 and isinstance(value, dict):
@@ -286,6 +297,20 @@ def describe_value(value, torch, depth=0):
     if isinstance(value, str):
         return {"kind": "str", "value": value[:80]}
     return {"kind": type(value).__name__}
+
+
+def tensor_layout(tensor):
+    """Strides, contiguity and the dims marked dynamic (symbolic) by torch._dynamo.mark_dynamic."""
+    layout = {}
+    try:
+        layout["strides"] = [int(s) for s in tensor.stride()]
+        layout["contiguous"] = bool(tensor.is_contiguous())
+    except Exception:  # sparse and some subclasses have no strides
+        pass
+    dynamic = getattr(tensor, "_dynamo_dynamic_indices", None)
+    if dynamic:
+        layout["dynamic_dims"] = sorted(int(d) for d in dynamic)
+    return layout
 
 
 def flatten_tensors(value, torch, out):
@@ -710,15 +735,24 @@ def collect_compilation_metrics(torch):
 
 
 def block_network():
-    """Repro scripts must not reach out: refuse every non-loopback connection."""
+    """Refuse non-loopback connections with a clear message: a second layer behind the sandbox."""
     import socket
 
     original_connect = socket.socket.connect
     original_connect_ex = socket.socket.connect_ex
 
+    import ipaddress
+
     def allowed(address):
+        # A second layer only (the sandbox's network namespace is the wall): a literal loopback
+        # address or "localhost"; never a name such as "127.example.com", which DNS resolves anywhere.
         host = address[0] if isinstance(address, tuple) and address else address
-        return isinstance(host, str) and (host.startswith("127.") or host in ("localhost", "::1"))
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except (TypeError, ValueError):
+            return False
 
     def connect(self, address):
         if self.family in (socket.AF_INET, socket.AF_INET6) and not allowed(address):
@@ -730,8 +764,8 @@ def block_network():
             raise PermissionError(f"casekit: network access is disabled for repro scripts (address {address!r})")
         return original_connect_ex(self, address)
 
-    socket.socket.connect = connect
-    socket.socket.connect_ex = connect_ex
+    socket.socket.connect = connect  # type: ignore[method-assign]
+    socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -749,25 +783,24 @@ def seed_everything(torch, seed):
         pass
 
 
-def run_script_in_child(torch, job, mode, result_path, eager_outputs_path):
-    """Body of the forked child: run the script once in `mode`, write the observation."""
+def run_script_in_child(torch, job, mode, run_dir, isolation):
+    """Body of the forked child: run the script once in `mode`, write the observation into run_dir."""
     import runpy
 
     os.setsid()  # own process group: a timeout kills whatever the script forked
+    if isolation:
+        isolate_run(isolation, run_dir)
     observation = Observation(mode)
-    log_dir = os.path.dirname(result_path)
-    out_fd = os.open(
-        os.path.join(log_dir, "{}.{}.stdout".format(job["id"], mode)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    )
-    err_fd = os.open(
-        os.path.join(log_dir, "{}.{}.stderr".format(job["id"], mode)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    )
+    result_path = os.path.join(run_dir, RUN_RESULT)
+    eager_outputs_path = os.path.join(run_dir, EAGER_OUTPUTS)
+    out_fd = os.open(os.path.join(run_dir, RUN_STDOUT), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    err_fd = os.open(os.path.join(run_dir, RUN_STDERR), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(out_fd, 1)
     os.dup2(err_fd, 2)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
 
-    written = []
+    written: list[bool] = []
 
     def finish(status, exit_code=None):
         if written:
@@ -805,7 +838,7 @@ def run_script_in_child(torch, job, mode, result_path, eager_outputs_path):
 
     baseline_modules = {name.split(".")[0] for name in sys.modules}
     eager_outputs = None
-    if mode != "eager" and eager_outputs_path and os.path.exists(eager_outputs_path):
+    if mode != "eager" and os.path.exists(eager_outputs_path):
         try:
             eager_outputs = torch.load(eager_outputs_path, weights_only=False)
         except TypeError:  # releases before weights_only existed
@@ -825,10 +858,10 @@ def run_script_in_child(torch, job, mode, result_path, eager_outputs_path):
     if not job.get("allow_network", False):
         block_network()
     os._exit = observed_exit
-    script = job["script"]
+    script = job_script_path(job, os.path.dirname(run_dir))
     sys.argv = [script] + list(job.get("argv", []))
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    os.chdir(job.get("workdir") or os.path.dirname(os.path.abspath(script)))
+    os.chdir(job.get("workdir") or run_dir)
     seed_everything(torch, job.get("seed", 0))
     status, code = "ok", 0
     try:
@@ -862,16 +895,18 @@ def describe_exception(error, script):
     }
 
 
-def run_one(torch, job, mode, work_dir, timeout):
-    """Fork a child for one run; turn every way it can end into a status."""
-    result_path = os.path.join(work_dir, "{}.{}.json".format(job["id"], mode))
-    eager_outputs_path = os.path.join(work_dir, "{}.eager.pt".format(job["id"]))
+def run_one(torch, job, mode, runs_dir, timeout, isolation):
+    """Fork a child for one run in a fresh copy of its job folder; turn every way it can end into a status."""
+    run_dir = prepare_run_dir(job, runs_dir)
+    eager_kept = os.path.join(runs_dir, "{}.{}".format(job["id"], EAGER_OUTPUTS))
+    if mode != "eager" and os.path.exists(eager_kept):
+        shutil.copyfile(eager_kept, os.path.join(run_dir, EAGER_OUTPUTS))
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
         try:
-            run_script_in_child(torch, job, mode, result_path, eager_outputs_path)
+            run_script_in_child(torch, job, mode, run_dir, isolation)
         except BaseException:
             try:
                 traceback.print_exc()
@@ -890,11 +925,9 @@ def run_one(torch, job, mode, work_dir, timeout):
             status = "timeout"
             break
         time.sleep(0.01)
-    _kill_group(pid)  # orphans the script forked must not outlive its run
-    observation = None
-    if os.path.exists(result_path):
-        with open(result_path) as handle:
-            observation = json.load(handle)
+    _kill_group(pid)
+    kill_descendants()  # setsid children and double-fork daemons were reparented to us (subreaper)
+    observation = read_run_result(os.path.join(run_dir, RUN_RESULT))
     if observation is None:  # the child died before writing anything
         observation = Observation(mode).data
         observation["status"] = status or "running"
@@ -907,8 +940,68 @@ def run_one(torch, job, mode, work_dir, timeout):
     elif status is None and observation["status"] == "running":
         observation["status"] = "crashed"
         observation["exit_code"] = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else None
-    observation["stdout_tail"] = read_tail(os.path.join(work_dir, "{}.{}.stdout".format(job["id"], mode)))
-    observation["stderr_tail"] = read_tail(os.path.join(work_dir, "{}.{}.stderr".format(job["id"], mode)))
+    observation["stdout_tail"] = read_tail(os.path.join(run_dir, RUN_STDOUT))
+    observation["stderr_tail"] = read_tail(os.path.join(run_dir, RUN_STDERR))
+    if mode == "eager" and os.path.isfile(os.path.join(run_dir, EAGER_OUTPUTS)):
+        shutil.copyfile(os.path.join(run_dir, EAGER_OUTPUTS), eager_kept)
+    shutil.rmtree(run_dir, ignore_errors=True)  # the next run must not see this one's files
+    return observation
+
+
+def prepare_run_dir(job, runs_dir):
+    """A fresh, private copy of the job's folder (its script, and any files laid out beside it)."""
+    run_dir = os.path.join(runs_dir, job["id"])
+    shutil.rmtree(run_dir, ignore_errors=True)
+    if job.get("job_dir"):
+        shutil.copytree(job["job_dir"], run_dir, symlinks=True)
+        for folder, _dirs, files in os.walk(run_dir):  # inputs are read-only; the folder takes new files
+            for name in files:
+                if not os.path.islink(os.path.join(folder, name)):  # a link's target is not ours to change
+                    os.chmod(os.path.join(folder, name), 0o444)
+    else:  # an in-place job (bisect across commits) runs the script where it lies
+        os.makedirs(run_dir)
+    return run_dir
+
+
+def job_script_path(job, runs_dir):
+    """The run's own copy of the script; an in-place job's script where it lies."""
+    if not job.get("job_dir"):
+        return job["script"]
+    return os.path.join(runs_dir, job["id"], os.path.basename(job["script"]))
+
+
+def read_run_result(path):
+    """The observation a run wrote, or None: a run can lie about itself, not crash the probe."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        if not stat_module.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, MAX_RUN_RESULT_BYTES + 1)
+        while len(data) <= MAX_RUN_RESULT_BYTES:
+            more = os.read(fd, MAX_RUN_RESULT_BYTES + 1 - len(data))
+            if not more:
+                break
+            data += more
+    finally:
+        os.close(fd)
+    if len(data) > MAX_RUN_RESULT_BYTES:
+        return _invalid_run(f"its result is over {MAX_RUN_RESULT_BYTES} bytes")
+    try:
+        observation = json.loads(data.decode("utf-8"))
+    except ValueError as error:
+        return _invalid_run(f"its result is not valid JSON: {error}")
+    if not isinstance(observation, dict) or not isinstance(observation.get("status"), str):
+        return _invalid_run("its result is not an observation")
+    return observation
+
+
+def _invalid_run(why):
+    observation = Observation("invalid").data
+    observation["status"] = "crashed"
+    observation["exception"] = {"type": "InvalidResult", "message": why}
     return observation
 
 
@@ -919,15 +1012,134 @@ def _kill_group(pid):
         pass
 
 
-def run_job(torch, job, work_dir):
+def kill_descendants(rounds=50):
+    """SIGKILL every process below this one, until none is left (a fork loop gets stopped too)."""
+    me = os.getpid()
+    for _ in range(rounds):
+        found = _descendant_pids(me)
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        _reap()
+        time.sleep(0.005)
+
+
+def _reap():
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _descendant_pids(root):
+    children = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                text = handle.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2 :].split()
+        if len(fields) > 1 and fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+# ------------------------------------------------------------- run isolation
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
+
+
+def _libc():
+    import ctypes
+
+    return ctypes, ctypes.CDLL(None, use_errno=True)
+
+
+def _enter_user_namespace(ctypes, libc):
+    uid, gid = os.geteuid(), os.getegid()
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "unshare: " + os.strerror(ctypes.get_errno()))
+    for name, text in (
+        ("setgroups", "deny"),
+        ("uid_map", f"{uid} {uid} 1"),
+        ("gid_map", f"{gid} {gid} 1"),
+    ):
+        with open("/proc/self/" + name, "w") as handle:
+            handle.write(text)
+
+
+def _mount(ctypes, libc, source, target, fstype, flags, data=None):
+    encode = lambda text: None if text is None else text.encode()  # noqa: E731
+    if libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"mount {target}: {os.strerror(error)}")
+
+
+def isolate_run(isolation, run_dir):
+    """Give this run a private view: the batch read-only, other jobs and the results hidden, run_dir writable.
+
+    Done in a user namespace of its own, then a second one is entered: the mounts
+    made in the first become locked there, so the script cannot undo them.
+    """
+    ctypes, libc = _libc()
+    _enter_user_namespace(ctypes, libc)
+    _mount(ctypes, libc, None, "/", None, MS_REC | MS_PRIVATE)
+    root = isolation["batch_root"]
+    _mount(ctypes, libc, root, root, None, MS_BIND | MS_REC)
+    _mount(ctypes, libc, None, root, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for hidden in isolation.get("hide", []):
+        _mount(ctypes, libc, "tmpfs", hidden, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0555")
+    _mount(ctypes, libc, run_dir, run_dir, None, MS_BIND)
+    _mount(ctypes, libc, None, run_dir, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)  # a bind copies "ro"
+    _enter_user_namespace(ctypes, libc)
+
+
+def guard_probe():
+    """Not dumpable (no ptrace, no /proc/<pid>/root or fd of the probe from a script); reap every orphan."""
+    try:
+        ctypes, libc = _libc()
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: process groups are all there is
+        pass
+
+
+def run_job(torch, job, runs_dir, isolation=None):
     timeout = float(job.get("timeout", 300))
     runs = {}
     modes = [m for m in job.get("modes", ["eager", "compiled"]) if m in RUN_MODES]
     for mode in modes:
-        runs[mode] = run_one(torch, job, mode, work_dir, timeout)
+        runs[mode] = run_one(torch, job, mode, runs_dir, timeout, isolation)
         if mode == "eager" and runs[mode]["status"] == "timeout":
             break  # the script hangs without compile: compiled runs would only hang again
-    return {"schema": PROBE_SCHEMA, "job": job["id"], "script": job["script"], "runs": runs}
+    try:
+        os.unlink(os.path.join(runs_dir, "{}.{}".format(job["id"], EAGER_OUTPUTS)))
+    except OSError:
+        pass
+    script = job_script_path(job, runs_dir)
+    return {"schema": PROBE_SCHEMA, "job": job["id"], "script": script, "runs": runs}
 
 
 def warm_up(torch):
@@ -967,12 +1179,13 @@ def serve(state_dir, requests):
     Writes STATE_DIR/env.json once (as a batch's env.json: ok or the import
     error). Each line read from `requests` is the path of a request file, the
     same casekit.probe-request/1 a batch takes; its jobs run exactly as in a
-    batch (a forked child per run, from this warm interpreter, which never runs
-    a script itself), then env.json, the results and done.json are written to
+    batch (a forked child per run, with the request's runs_dir and isolation,
+    from this warm interpreter, which never runs a script itself), then env.json, the results and done.json are written to
     its out_dir -- done.json last, so the caller waits for that one file.
     A bisection over commits asks one request per commit and pays one import.
     """
     os.makedirs(state_dir, exist_ok=True)
+    guard_probe()
     started = time.time()
     try:
         import torch
@@ -997,10 +1210,12 @@ def serve(state_dir, requests):
             request = json.load(handle)
         out_dir = request["out_dir"]
         os.makedirs(out_dir, exist_ok=True)
+        runs_dir = request.get("runs_dir") or os.path.join(out_dir, "runs")
+        os.makedirs(runs_dir, exist_ok=True)
         write_json_atomic(os.path.join(out_dir, "env.json"), dict(env_record, import_s=0.0, warm=True))
         if request.get("schema") == REQUEST_SCHEMA:
             for job in request["jobs"]:
-                result = run_job(torch, job, out_dir)
+                result = run_job(torch, job, runs_dir, request.get("isolation"))
                 write_json_atomic(os.path.join(out_dir, "{}.result.json".format(job["id"])), result)
         done = {"schema": PROBE_SCHEMA, "wall_s": time.time() - begun}
         if request.get("schema") != REQUEST_SCHEMA:
@@ -1022,6 +1237,10 @@ def main(argv):
         return 2
     out_dir = request["out_dir"]
     os.makedirs(out_dir, exist_ok=True)
+    runs_dir = request.get("runs_dir") or os.path.join(out_dir, "runs")
+    os.makedirs(runs_dir, exist_ok=True)
+    isolation = request.get("isolation")
+    guard_probe()
     started = time.time()
     try:
         import torch
@@ -1042,7 +1261,7 @@ def main(argv):
     env_record = {"schema": PROBE_SCHEMA, "ok": True, "environment": env, "import_s": time.time() - started}
     write_json_atomic(os.path.join(out_dir, "env.json"), env_record)
     for job in request["jobs"]:
-        result = run_job(torch, job, out_dir)
+        result = run_job(torch, job, runs_dir, isolation)
         write_json_atomic(os.path.join(out_dir, "{}.result.json".format(job["id"])), result)
     write_json_atomic(os.path.join(out_dir, "done.json"), {"schema": PROBE_SCHEMA, "wall_s": time.time() - started})
     return 0

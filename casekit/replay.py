@@ -20,9 +20,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from casekit import settings
 from casekit.archive import Archive
 from casekit.bundle import check_case_id, check_script_name
-from casekit.capture import observe_batch
 from casekit.classify import CaseResult, classify_case, site_key
 from casekit.errors import CasekitError, ScriptNameError
 from casekit.model import (
@@ -36,8 +36,11 @@ from casekit.model import (
     Verdict,
 )
 from casekit.observe import interpret
+from casekit.observe.batch import observe_batch
 from casekit.outcome import check_seconds
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
+from casekit.runners.process import REPLAY_PREFIX
+from casekit.timeouts import replay_run_timeout
 
 
 @dataclass
@@ -45,14 +48,15 @@ class ReplayOptions:
     """How to replay: the backend (None = each case's recorded one), limits, what to record."""
 
     backend: str | None = None
-    timeout: float = 300.0
+    timeout: float | None = None  # None = each case's bound, derived from its capture (casekit.timeouts)
     record: bool = True
     pin_packages: bool = True
     parallel: int | None = None  # targets at once; None = as many as cores allow
     verify_rollback: bool = True
 
     def __post_init__(self) -> None:
-        self.timeout = check_seconds("--timeout", self.timeout)
+        if self.timeout is not None:
+            self.timeout = check_seconds("--timeout", self.timeout)
         if self.parallel is not None and self.parallel < 1:
             raise CasekitError(f"parallel must be at least 1, not {self.parallel}")
 
@@ -134,7 +138,8 @@ def _jobs(
             script=path,
             modes=modes,
             backend=options.backend or next(c.backend for c in cases if c.id == case_id),
-            timeout=options.timeout,
+            timeout=replay_run_timeout(next(c.capture for c in cases if c.id == case_id), options.timeout),
+            includes=tuple(next(c.includes for c in cases if c.id == case_id)),
         )
         for (case_id, which), path in paths.items()
     ]
@@ -180,7 +185,8 @@ def _verify_rollbacks(
                         script=paths[(result.case_id, which)],
                         modes=("eager", "rollback"),
                         backend=options.backend or cases[result.case_id].backend,
-                        timeout=options.timeout,
+                        timeout=replay_run_timeout(cases[result.case_id].capture, options.timeout),
+                        includes=tuple(cases[result.case_id].includes),
                     )
                 )
     progress(f"verifying rollback for {len(needing)} case(s) with fullgraph=False")
@@ -231,7 +237,7 @@ def run_target(
         spec = replace(spec, extra_packages=tuple(spec.extra_packages) + pins)
     run = TargetRun(spec=spec, label=spec.label, warnings=list(pin_warnings))
     say: ProgressFn = lambda message: progress(f"[{spec.label}] {message}")  # noqa: E731
-    folder = Path(tempfile.mkdtemp(prefix="casekit-replay-"))
+    folder = Path(tempfile.mkdtemp(prefix=f"{REPLAY_PREFIX}{os.getpid()}-"))  # the pid: swept if we are killed
     try:
         paths = _write_scripts(cases, folder)
         jobs = _jobs(cases, paths, options, ("eager", "compiled"))
@@ -244,7 +250,8 @@ def run_target(
         except CasekitError as error:
             run.error = str(error)
             batch = ProbeBatchResult(environment={}, results={}, failed={job.id: str(error) for job in jobs})
-        run.environment = {**batch.environment, **runner.describe()}
+        # what the probe saw wins: the exact build (2.5.1+cu124), not the version the runner asked for
+        run.environment = {**runner.describe(), **batch.environment}
         run.import_s = batch.import_s
         by_id = {case.id: case for case in cases}
         for job in jobs:
@@ -262,7 +269,7 @@ def run_target(
             except CasekitError as error:
                 run.warnings.append(f"rollback verification could not run: {error}")
     finally:
-        if not os.environ.get("CASEKIT_KEEP_BATCH"):
+        if not settings.keep_batch():
             shutil.rmtree(folder, ignore_errors=True)
     run.seconds = time.monotonic() - started
     return run

@@ -87,6 +87,7 @@ class TargetEntry(TypedDict):
     cuda: NotRequired[str | None]
     python: NotRequired[str | None]
     runner: NotRequired[str | None]
+    sandbox: NotRequired[str | None]  # what isolated the scripts, in one line ("bwrap: no network, ...")
     error: NotRequired[str | None]
     warnings: NotRequired[list[str]]
     seconds: NotRequired[float | None]
@@ -188,6 +189,7 @@ def target_entry(run: TargetRun) -> TargetEntry:
         "cuda": run.environment.get("torch_cuda"),
         "python": run.environment.get("python"),
         "runner": run.spec.runner,
+        "sandbox": run.environment.get("sandbox"),
         "error": run.error,
         "warnings": run.warnings,
         "seconds": round(run.seconds, 2),

@@ -9,7 +9,7 @@ empty shard, the exit code) is testable in-process with a fake runner.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from casekit.archive import Archive
@@ -23,6 +23,7 @@ from casekit.runners.registry import RUNNER_NAMES
 from casekit.shard import parse_shard, select_shard
 
 DRAFT_TAG = "draft"  # imported drafts have no repro yet (their script only raises)
+STDOUT = Path("-")  # `--json -`: the command prints the document; nothing is written here
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class TargetChoice:
     index_url: str | None = None
     find_links: str | None = None
     image: str | None = None
-    allow: tuple[str, ...] = ()  # docker sandbox relaxations KEY=VALUE
+    allow: tuple[str, ...] = ()  # sandbox relaxations KEY=VALUE (bubblewrap or docker keys)
     base_image: str | None = None
 
     def specs(self) -> list[TargetSpec]:
@@ -51,7 +52,8 @@ class TargetChoice:
             options.append((key, value))
         if self.base_image:
             options.append(("base_image", self.base_image))
-        specs = [TargetSpec(runner="python", python=p) for p in self.pythons]
+        # python/venv targets take the sandbox keys (sandbox, network, memory, pids, cpu), docker its own
+        specs = [TargetSpec(runner="python", python=p, options=tuple(options)) for p in self.pythons]
         kind = self.runner or "venv"
         if kind == "python" and self.torches:
             raise CasekitError("--runner python takes --python PATH, not --torch")
@@ -70,7 +72,7 @@ class TargetChoice:
         if self.image and not self.torches:
             specs.append(TargetSpec(runner="docker", image=self.image, options=tuple(options)))
         if not specs:
-            specs.append(TargetSpec(runner="python"))  # the local torch
+            specs.append(TargetSpec(runner="python", options=tuple(options)))  # the local torch
         return specs
 
 
@@ -89,9 +91,13 @@ class ReplayRequest:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fail_on", FailOn.parse(self.fail_on))
+        if self.commit and not self.options.record:  # committing the history means recording it
+            object.__setattr__(self, "options", replace(self.options, record=True))
         if self.shard is not None:
             parse_shard(self.shard)
-        if self.json_out is not None and self.json_out.is_dir():  # found now, not after a long replay
+        if (
+            self.json_out is not None and self.json_out != STDOUT and self.json_out.is_dir()
+        ):  # found now, not after a long replay
             raise CasekitError(f"--json {self.json_out}: is a folder; give a file name")
 
 
@@ -107,6 +113,8 @@ class ReplayOutcome:
     failed_targets: list[str] = field(default_factory=list)  # "label: why", one per environment that failed
     json_written: Path | None = None
     committed: str | None = None
+    recorded: int = 0  # bundles whose history this replay appended to (0 unless --record / --commit)
+    marks: dict[str, str] = field(default_factory=dict)  # case id -> 'sentinel' / 'waived: ...'
 
     @property
     def worst(self) -> Severity:
@@ -153,10 +161,16 @@ def run_replay(
     cases, invalid = archive.load_all_tolerant(list(request.case_ids) or None)
     for error in invalid:
         notice(f"invalid bundle: {error}")
-    drafts = [c.id for c in cases if DRAFT_TAG in c.tags and not request.case_ids]
+    # a draft has no repro (its script only raises): skipped alike whether named with --case or not
+    drafts = [c.id for c in cases if DRAFT_TAG in c.tags]
     if drafts:
         notice(f"skipping {len(drafts)} draft case(s) without a repro: {', '.join(drafts)}")
         cases = [c for c in cases if c.id not in drafts]
+        if not cases and not invalid and request.shard is None:
+            raise CasekitError(
+                f"nothing to replay: {', '.join(drafts)} {'is a draft' if len(drafts) == 1 else 'are drafts'} "
+                "without a repro; capture one with `casekit capture SCRIPT --id ID --force`"
+            )
     if not cases and invalid:
         raise CasekitError(f"no valid case to replay: {len(invalid)} invalid bundle(s), the first: {invalid[0]}")
     if not cases and request.shard is None:
@@ -187,6 +201,8 @@ def run_replay(
         skipped_drafts=drafts,
         invalid=invalid,
         failed_targets=failed,
+        recorded=len(selection.cases) if request.options.record and len(failed) < len(report.targets) else 0,
+        marks={c.id: c.capture.mark() for c in selection.cases if c.capture and c.capture.mark()},
     )
     outcome = _write(request, outcome)
     if request.commit and request.options.record:
@@ -198,6 +214,6 @@ def run_replay(
 
 
 def _write(request: ReplayRequest, outcome: ReplayOutcome) -> ReplayOutcome:
-    if request.json_out is not None:
+    if request.json_out is not None and request.json_out != STDOUT:
         outcome.json_written = write_replay_document(outcome.document, request.json_out)
     return outcome

@@ -148,7 +148,7 @@ def test_finds_the_release_where_the_verdict_changes(tmp_path: Path) -> None:
     assert report.direction is Direction.REGRESSION and report.warnings == []
     assert report.changed is not None and report.changed.baseline == "2.5.1", "one baseline: the good end"
     assert report.changed.lines == [
-        "pre-fix: moved: repro.py:6 in f: Tensor.item (from repro.py:5 (f) to repro.py:6 (f))",
+        "pre-fix: moved: repro.py:6 in f: Tensor.item (from repro.py:5 (f) to repro.py:6 (f), 1 line(s) away in the same function)",
         "post-fix: ok on 2.5.1 -> compile_error on 2.8.0: compiled run: RuntimeError: boom",
         "post-fix: 1 -> 0 graph(s)",
     ]

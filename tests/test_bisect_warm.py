@@ -33,7 +33,8 @@ def test_serve_mode_imports_once_and_isolates_every_run(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     workdir.mkdir()
     heard: list[str] = []
-    with WarmProbe(sys.executable) as probe:
+    # in-place jobs run where they lie: their folder is bound when the probe starts (as commits binds its worktrees)
+    with WarmProbe(sys.executable, writable=[tmp_path]) as probe:
         first = probe.run_probe([job(scripts["breaks"], "breaks"), job(scripts["marks"], "marks")], heard.append)
         started = time.monotonic()
         in_place = InPlaceProbeJob(

@@ -10,7 +10,7 @@ import pytest
 from casekit.archive import Archive
 from casekit.bundle import case_to_toml, check_case_id, load_case, parse_case, sha256_text
 from casekit.errors import BundleError, CaseIdError
-from casekit.model import Case, Frame, ScriptObservation, ScriptSource, ScriptStatus, Site
+from casekit.model import Case, EntryPoint, Frame, OutputCheck, ScriptObservation, ScriptSource, ScriptStatus, Site
 
 from .conftest import run_casekit
 
@@ -35,7 +35,15 @@ def make_case(case_id: str = "demo") -> Case:
         pre=ScriptSource("repro.py", sha256_text(source), source),
         tags=["item"],
         rollback_notes="go back to fullgraph=False",
-        observations={"pre": ScriptObservation(status=ScriptStatus.OK, graphs=2, sites=[site])},
+        observations={
+            "pre": ScriptObservation(
+                status=ScriptStatus.OK,
+                graphs=2,
+                sites=[site],
+                entries=[EntryPoint("step", "repro.py", 5, calls=1)],  # a real capture passes the gates
+                check=OutputCheck(compared=1, allclose=True),
+            )
+        },
     )
 
 
@@ -96,9 +104,9 @@ def test_atomic_save_leaves_old_bundle_when_interrupted(tmp_path: Path, monkeypa
     def explode(*args, **kwargs):
         raise KeyboardInterrupt
 
-    import casekit.bundle
+    import casekit.fsutil
 
-    monkeypatch.setattr(casekit.bundle.os, "replace", explode)
+    monkeypatch.setattr(casekit.fsutil.os, "replace", explode)
     changed = make_case()
     changed.title = "changed"
     with pytest.raises(KeyboardInterrupt):
@@ -133,7 +141,7 @@ def test_cli_hostile_id_one_line(tmp_path: Path):
 
 def test_show_json_is_the_whole_case(tmp_path: Path):
     Archive(tmp_path).save(make_case())
-    result = run_casekit("show", "demo", "--json", "--archive", str(tmp_path))
+    result = run_casekit("show", "demo", "--json", "-", "--archive", str(tmp_path))
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["observations"]["pre"]["sites"][0]["gb_id"] == "GB0124"

@@ -76,8 +76,11 @@ def test_one_line_further_down_is_moved():
 def test_into_a_lambda_on_the_same_line_is_moved():
     [p] = pair_sites([site(6, function="step")], [site(6, function="<lambda>", file="repro.py")], set(), set())
     assert p.site_class is SiteClass.PERSISTS  # same file:line, same category: the frame name alone does not move it
-    [p] = pair_sites([site(6)], [site(6, file="helpers.py")], set(), set())
+    below = Frame("repro.py", 6, "step", "y = helper(x)")
+    [p] = pair_sites([site(6)], [site(6, file="helpers.py", call_site=below)], set(), set())
     assert p.site_class is SiteClass.MOVED
+    # without a shared script call site, the same id in another file is another break
+    assert sorted(classes(pair_sites([site(6)], [site(6, file="helpers.py")], set(), set()))) == ["gone", "new"]
 
 
 def test_into_a_library_below_the_same_script_line_is_moved_not_gone_plus_new():
@@ -141,10 +144,12 @@ def test_functional_failures_are_errors(status):
     assert result.severity is Severity.ERROR and result.verdict == "regressed"
 
 
-def test_env_failed_is_an_error_without_site_claims():
+def test_env_failed_is_an_error_and_its_sites_are_unobserved_never_gone():
     case = case_with(obs(site(6)))
     result = classify_case(case, "t", {"pre": ScriptObservation(status=ScriptStatus.ENV_FAILED, detail="no torch")})
-    assert result.verdict == "env_failed" and result.scripts["pre"].sites == []
+    assert result.verdict == "env_failed"
+    assert classes(result.scripts["pre"].sites) == ["unobserved"]
+    assert result.scripts["pre"].cleared_fallbacks == []
 
 
 def test_crash_fixed_upstream_and_persisting_crash():
@@ -227,3 +232,157 @@ def test_an_accepted_post_fix_break_that_moves_warns_but_the_fix_still_holds():
     result = classify_case(case, "t", {"pre": obs(site(6)), "post": obs(site(22, "GB0098", file="fixed.py"))})
     assert classes(result.scripts["post"].sites) == ["moved"]
     assert (result.verdict, result.severity, result.rollback) == ("changed", Severity.WARN, None)
+
+
+# ---- issue 10: identity that survives rewording, re-registration and deeper tracing
+
+
+def frame(line: int, function: str = "step", file: str = "repro.py") -> Frame:
+    return Frame(file, line, function)
+
+
+def deep(line: int, category: str, function: str, stack: list[Frame], reason: str = "r", **kw) -> Site:
+    s = site(line, category, function=function, reason=reason, **kw)
+    s.stack = stack
+    return s
+
+
+def test_same_place_reworded_into_another_id_persists_with_the_change_named():
+    recorded = site(8, "GB0059", reason="builtin: repr [TensorVariable] False")
+    observed = site(8, "GB0569", reason="repr() on tensor")
+    [p] = pair_sites([recorded], [observed], set(), set())
+    assert p.site_class is SiteClass.PERSISTS and p.note.startswith("reason changed: GB0059")
+
+
+def test_a_lambda_called_on_the_same_line_is_a_deeper_frame_moved_not_gone_plus_new():
+    recorded = deep(6, "GB0059", "best", [frame(6, "best")], reason="builtin: sorted")
+    observed = deep(6, "GB0124", "<lambda>", [frame(6, "best"), frame(6, "<lambda>")], reason="Tensor.item")
+    for a, b in ((recorded, observed), (observed, recorded)):
+        [p] = pair_sites([a], [b], set(), set())
+        assert p.site_class is SiteClass.MOVED and "on the same script line" in p.note
+    assert "traced deeper" in pair_sites([recorded], [observed], set(), set())[0].note
+
+
+def test_deeper_in_a_script_helper_below_the_same_call_line_is_moved():
+    anchor = frame(12, "forward")
+    recorded = site(12, "GB0059", function="forward")
+    observed = site(30, "GB0124", function="helper", call_site=anchor)
+    [p] = pair_sites([recorded], [observed], set(), set())
+    assert p.site_class is SiteClass.MOVED and "deeper below the same script line repro.py:12" in p.note
+
+
+def test_an_operation_let_through_that_breaks_on_its_use_later_in_the_function_is_moved():
+    produced = site(6, "GB0033", reason="Data dependent operator")
+    used = site(10, "legacy:Could not guard on data-dependent expression u0 < N", reason="Could not guard on ...")
+    for a, b in ((produced, used), (used, produced)):
+        [p] = pair_sites([a], [b], set(), set())
+        assert p.site_class is SiteClass.MOVED and "same function" in p.note
+
+
+def test_unrelated_breaks_near_each_other_stay_gone_plus_new():
+    # an item() break fixed and a print break new, three lines apart: not one break reached later
+    assert sorted(classes(pair_sites([site(6, "GB0124")], [site(9, "GB0059")], set(), set()))) == ["gone", "new"]
+    # a produced value and two later uses: not each other's only candidates, so no guess
+    uses = [site(9, "GB0170", reason="generic_jump"), site(10, "GB0170", reason="generic_jump")]
+    assert sorted(classes(pair_sites([site(6, "GB0124")], uses, set(), set()))) == ["gone", "new", "new"]
+
+
+def test_never_pairs_across_functions_without_a_shared_script_line():
+    recorded = site(13, "GB0007", function="encode")
+    observed = site(18, "GB0007", function="jitter")
+    assert sorted(classes(pair_sites([recorded], [observed], set(), set()))) == ["gone", "new"]
+
+
+def test_two_different_skipped_functions_are_two_breaks():
+    time_site = site(9, "GB0007", reason="Graph break due to unsupported builtin time.time. This function")
+    now_site = site(11, "GB0007", reason="Graph break due to unsupported builtin None.datetime.now. This function")
+    # time.time gone and datetime.now new in one function: same id, but they name different things
+    assert sorted(classes(pair_sites([time_site], [now_site], set(), set()))) == ["gone", "new"]
+    same = site(12, "GB0007", reason="Graph break due to unsupported builtin time.time. This function")
+    assert classes(pair_sites([time_site], [same], set(), set())) == ["moved"]
+
+
+def test_two_records_on_one_line_pair_straight_and_no_fallback_is_claimed_cleared():
+    brk = site(14, "GB0066", reason="Graph break under GenericContextWrappingVariable")
+    skipped = site(14, "GB0059", reason="builtin: print")
+    skipped.kind = "skip"
+    new_brk = site(14, "GB0066", reason="reworded context manager break")
+    new_skipped = site(14, "GB0059", reason="Failed to trace builtin operator")
+    new_skipped.kind = "skip"
+    pairs = pair_sites([brk, skipped], [new_skipped, new_brk], set(), set())
+    assert {(p.recorded.kind, p.observed.kind) for p in pairs} == {("break", "break"), ("skip", "skip")}
+    # a frame that falls back to eager on both sides: reworded, not "fallback cleared"
+    fallback = FallbackFrame("step", "repro.py", 3)
+    now = site(14, "GB0025")
+    case = case_with(obs(skipped, fallback_frames=[fallback]))
+    result = classify_case(case, "t", {"pre": obs(now, fallback_frames=[fallback])})
+    [p] = result.scripts["pre"].sites
+    assert p.site_class is SiteClass.PERSISTS and "fallback cleared" not in p.note
+    assert not result.scripts["pre"].cleared_fallbacks
+
+
+def test_eager_failure_leaves_sites_unobserved_never_gone_and_clears_no_fallback():
+    case = case_with(obs(site(6), site(9, "GB0059"), fallback_frames=[FallbackFrame("step", "repro.py", 3)]), obs())
+    failed = ScriptObservation(status=ScriptStatus.EAGER_FAILED, detail="eager baseline: ImportError: no module x")
+    result = classify_case(case, "venv:torch-2.5.1", {"pre": failed})
+    pre = result.scripts["pre"]
+    assert classes(pre.sites) == ["unobserved", "unobserved"]
+    assert pre.cleared_fallbacks == [] and not any("removable" in n or "cleared" in n for n in pre.notes)
+    assert result.verdict == "regressed" and any(
+        "nothing ran: eager baseline: ImportError" in r for r in result.reasons
+    )
+
+
+def test_a_pinned_library_refusing_the_target_torch_is_named_with_what_to_do():
+    from casekit.observe.cause import not_run_cause
+
+    case = case_with(obs(site(6)), obs())
+    case.environment = {"packages": {"transformers": "5.24.0"}}
+    message = (
+        "ImportError: AutoModel requires PyTorch >= 2.6, but PyTorch was not found or an older version is installed."
+    )
+    failed = ScriptObservation(status=ScriptStatus.EAGER_FAILED, detail=f"eager baseline: {message}")
+    result = classify_case(case, "venv:torch-2.5.1", {"pre": failed})
+    assert (result.verdict, result.severity) == ("env_failed", Severity.ERROR)
+    [line] = [r for r in result.reasons if "nothing ran" in r]
+    assert "transformers 5.24.0 (pinned) requires torch>=2.6 and refuses torch 2.5.1" in line
+    assert "--no-pin-packages" in line and "a transformers version that supports torch 2.5.1" in line
+    # the floor from the library's metadata when the error does not state it
+    quiet = ScriptObservation(status=ScriptStatus.EAGER_FAILED, detail="eager baseline: ImportError: transformers")
+    metadata = {"transformers": ['torch>=2.6; extra == "torch"', "numpy>=1.17"]}
+    line = not_run_cause(quiet, {"transformers": "5.24.0"}, "venv:torch-2.5.1", lambda d, v: metadata.get(d))
+    assert "requires torch>=2.6" in line
+    # the library not installed at all (--no-pin-packages): no floor to blame
+    missing = ScriptObservation(
+        status=ScriptStatus.EAGER_FAILED, detail="eager baseline: ModuleNotFoundError: No module named 'transformers'"
+    )
+    line = not_run_cause(missing, {"transformers": "5.24.0"}, "venv:torch-2.5.1", lambda d, v: metadata.get(d))
+    assert line == "nothing ran: eager baseline: ModuleNotFoundError: No module named 'transformers'"
+    # no pinned library to blame: the cause as it is
+    plain = not_run_cause(quiet, {}, "venv:torch-2.5.1", lambda d, v: None)
+    assert plain == "nothing ran: eager baseline: ImportError: transformers"
+
+
+def test_a_crash_midway_leaves_what_was_not_reached_unobserved():
+    case = case_with(obs(site(6), site(20, "GB0059")))
+    crashed = obs(site(6), status=ScriptStatus.COMPILE_ERROR)
+    crashed.detail = "compiled run: AssertionError: Guard check failed"
+    pre = classify_case(case, "t", {"pre": crashed}).scripts["pre"]
+    assert classes(pre.sites) == ["persists", "unobserved"]
+
+
+def test_gone_advice_only_for_a_real_gone():
+    case = case_with(obs(site(6)), obs())
+    moved = classify_case(case, "t", {"pre": obs(site(7, "GB0124")), "post": obs()})
+    assert not any("removable" in n for n in moved.scripts["pre"].notes)
+    failed = ScriptObservation(status=ScriptStatus.EAGER_FAILED, detail="eager baseline: boom")
+    assert not any("removable" in n for n in classify_case(case, "t", {"pre": failed}).scripts["pre"].notes)
+
+
+def test_same_break_by_place_for_import():
+    from casekit.classify import same_break
+
+    anchor = frame(8, "snapshot")
+    assert same_break(site(8, "GB0179"), site(8, "GB0124"))  # same place, another id
+    assert same_break(site(8, "GB0179"), site(153, "GB4198", file="copy.py", call_site=anchor))
+    assert not same_break(site(8, "GB0179"), site(9, "GB0179"))  # a move needs the whole pairing

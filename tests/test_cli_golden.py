@@ -44,3 +44,139 @@ def test_golden_merge_transcript():
     if os.environ.get("CASEKIT_UPDATE_GOLDEN"):
         golden.write_text(text)
     assert text == golden.read_text()
+
+
+# ------------------------------------------------------------------ help, version, replay text
+#
+# In-process (typer's CliRunner) with the environment a CI log has: NO_COLOR, a fixed
+# width, no terminal. Help text is plain click help, so the same bytes come back there.
+
+PLAIN = {"NO_COLOR": "1", "COLUMNS": "80", "TERM": "dumb"}
+
+
+def _commands() -> list[list[str]]:
+    import typer.main
+
+    from casekit.cli import app
+
+    group = typer.main.get_command(app)
+    found = []
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        found.append([name])
+        found += [[name, sub] for sub in getattr(command, "commands", {})]
+    return found
+
+
+COMMANDS = _commands()
+
+
+def _invoke(args: list[str], **kwargs: object):
+    from typer.testing import CliRunner
+
+    from casekit.cli import app
+
+    return CliRunner().invoke(app, args, prog_name="casekit", env=PLAIN, **kwargs)  # type: ignore[arg-type]
+
+
+def _check_golden(name: str, text: str) -> None:
+    golden = GOLDEN / f"{name}.txt"
+    if os.environ.get("CASEKIT_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+def test_every_command_is_covered_by_a_help_transcript():
+    """A new command cannot slip past the transcripts below."""
+    names = {" ".join(args) for args in COMMANDS}
+    assert {"capture", "list", "show", "validate", "replay", "report", "log", "import", "merge"} <= names
+    assert {"images build", "envs remove", "bisect", "bisect-commits"} <= names
+
+
+@pytest.mark.parametrize("args", [[], *COMMANDS], ids=lambda args: "-".join(args) or "casekit")
+def test_golden_help(args: list[str]):
+    done = _invoke([*args, "--help"])
+    assert done.exit_code == 0, done.output
+    assert "\x1b[" not in done.output  # no escape codes in a log
+    assert "<list[str]>" not in done.output and "<bool>" not in done.output
+    _check_golden("help-" + ("-".join(args) or "casekit"), done.output)
+
+
+@pytest.mark.parametrize("args", [[], *COMMANDS], ids=lambda args: "-".join(args) or "casekit")
+def test_every_help_teaches_by_example(args: list[str]):
+    """Each --help ends with runnable examples, and every declared default is visible."""
+    text = _invoke([*args, "--help"]).output
+    assert "Examples:\n" in text
+    examples = [line.strip() for line in text.split("Examples:\n", 1)[1].splitlines() if line.strip()]
+    assert examples and all(line.startswith("casekit ") or "=" in line.split()[0] for line in examples)
+
+
+def test_help_shows_the_defaults_rich_markup_used_to_eat():
+    text = _invoke(["capture", "--help"]).output
+    assert "[default: $CASEKIT_ARCHIVE or ./cases]" in " ".join(text.split())
+    assert "Interpreter to run the probe with [default: this one]." in " ".join(text.split())
+    assert "--timeout SECONDS" in text and "--tag TEXT" in text
+
+
+def test_golden_version():
+    from importlib import metadata
+
+    done = _invoke(["--version"])
+    assert done.exit_code == 0
+    assert done.output == f"casekit {metadata.version('casekit')}\n"
+    _check_golden("version", done.output.replace(metadata.version("casekit"), "<version>"))
+
+
+def test_golden_replay_text_with_an_error_a_warning_and_a_failed_target(tmp_path, monkeypatch):
+    """The replay a person reads: each non-info verdict with its reasons; the failed target's error once, no table.
+
+    The runs are served by the fake runner (recorded real-torch probe results), so the
+    transcript is deterministic; capture, classification and rendering are the real code.
+    """
+    import re
+
+    import casekit.cli.replay as replay_command
+    from casekit.archive import Archive
+
+    from .fakes import Target, recorded_targets
+    from .test_replay_fast import CASES, FIXTURE_SCRIPTS, CaptureRequest, capture, quiet
+
+    store = Archive(tmp_path / "cases")
+    [spec], capture_factory, _ = recorded_targets({"capture-2.5.1": Target("2.5.1")})
+    for case_id, fixed in CASES.items():
+        script = "breaks" if case_id == "fixcase" else case_id.replace("-", "_")
+        request = CaptureRequest(
+            script=FIXTURE_SCRIPTS / f"{script}.py",
+            fixed=FIXTURE_SCRIPTS / f"{fixed}.py" if fixed else None,
+            case_id=case_id,
+            rollback_notes="go back to fullgraph=False",
+        )
+        capture(request, capture_factory(spec), store, quiet)
+    targets = {
+        "t-2.13.0": Target(
+            "2.13.0", serve_as={"deepcopy_state": "breaks"}
+        ),  # a broken fix (error), moved breaks (warn)
+        "t-broken": Target("2.13.0", prepare_error="no torch 9.9 wheel for cp311 on the index"),
+    }
+    _, factory, _ = recorded_targets(targets)
+    monkeypatch.setattr(replay_command, "default_runner_factory", factory)
+    args = [
+        "replay",
+        "--archive",
+        str(store.root),
+        "--python",
+        "t-2.13.0",
+        "--python",
+        "t-broken",
+        "--fail-on",
+        "never",
+    ]
+    done = _invoke(args)
+    assert done.exit_code == 2, done.output  # a failed target is exit 2 whatever --fail-on says
+    text = re.sub(r" in \d+\.\d s\b", " in <seconds>", done.stdout.replace(str(tmp_path), "<tmp>"))
+    assert text.count("no torch 9.9 wheel") == 1  # once, and never over a table
+    assert "casekit: error: 1 target(s) could not run: python:t-broken" in done.stderr
+    for line in text.splitlines():
+        if line.endswith((": changed (warn)", ": fix_broken (error)", ": regressed (error)")):
+            block = text.split(line, 1)[1].split("\n\n", 1)[0]
+            assert "\n  why: " in block, line  # every non-info verdict says why
+    _check_golden("replay-error-warning-failed-target", text)

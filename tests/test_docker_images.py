@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from casekit import images
 from casekit.errors import DockerUnavailable, EnvironmentFailed
+from casekit.runners.docker import images
 from casekit.runners.interface import TargetSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -60,6 +60,27 @@ def test_host_ca_bundle_is_passed_to_the_build_by_default(tmp_path: Path, monkey
     assert images.recipe_for(TargetSpec(runner="docker")).ca_bundle == bundle
     with pytest.raises(EnvironmentFailed, match="does not exist"):
         images.recipe_for(TargetSpec(runner="docker", options=(("ca_bundle", str(tmp_path / "missing.pem")),)))
+
+
+def test_the_pip_wheelhouse_serves_image_builds_unless_one_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    configured, given = tmp_path / "configured", tmp_path / "given"
+    configured.mkdir()
+    given.mkdir()
+    monkeypatch.setenv("PIP_FIND_LINKS", str(configured))
+    assert images.recipe_for(TargetSpec(runner="docker")).wheelhouse == configured
+    assert images.recipe_for(TargetSpec(runner="docker", find_links=str(given))).wheelhouse == given
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "not-a-folder"))
+    assert images.recipe_for(TargetSpec(runner="docker")).wheelhouse is None
+
+
+def test_the_dockerfile_ships_inside_the_package() -> None:
+    # Read through importlib.resources, as a wheel install reads it: not from the checkout's containers/.
+    text = images.dockerfile_text().decode()
+    assert "ARG TORCH_VERSION" in text and "/opt/casekit-venv" in text
+    for build_arg in images.recipe_for(TargetSpec(runner="docker", torch="2.13.0")).build_args:
+        assert f"ARG {build_arg}" in text
 
 
 def test_wheelhouse_must_be_a_local_folder(tmp_path: Path) -> None:
@@ -120,8 +141,9 @@ def test_image_is_built_once_then_reused_and_listed(engine: Any) -> None:
 
 
 @pytest.mark.docker
-def test_network_failure_mid_build_is_one_line(engine: Any) -> None:
+def test_network_failure_mid_build_is_one_line(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # No wheelhouse and no network inside the build: pip cannot fetch torch.
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
     spec = TargetSpec(
         runner="docker",
         torch="2.13.0",

@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 
-from casekit import images
 from casekit.errors import DockerUnavailable, RunnerError
-from casekit.runners.docker import RUN_LABEL, DockerRunner
+from casekit.runners.docker import RUN_LABEL, DockerRunner, images
 from casekit.runners.interface import ProbeJob, TargetSpec
 
 pytestmark = pytest.mark.docker

@@ -37,3 +37,13 @@ def test_engine_down_is_one_line(no_engine: str, step: str, tmp_path: Path) -> N
     message = str(raised.value)
     assert "\n" not in message
     assert message.startswith(f"cannot reach the Docker engine at {no_engine}: start dockerd or set DOCKER_HOST")
+
+
+def test_container_wall_clock_is_the_host_probe_limit_plus_a_container_start(tmp_path: Path) -> None:
+    from casekit.runners.docker.runner import CONTAINER_START_S
+    from casekit.runners.process import overall_timeout
+
+    jobs = [ProbeJob(id="a", script=tmp_path / "a.py", modes=("eager", "compiled"), timeout=30)]
+    runner = DockerRunner(TargetSpec("docker"))  # no engine is contacted before prepare()
+    assert runner._wall_timeout(jobs) == overall_timeout(jobs) + CONTAINER_START_S
+    assert DockerRunner(TargetSpec("docker", options=(("timeout", "42"),)))._wall_timeout(jobs) == 42.0

@@ -12,7 +12,7 @@ import pytest
 
 from casekit.observe import interpret
 from casekit.observe.logs import parse_frames, parse_graph_break, parse_recompile, parse_wont_convert
-from casekit.observe.reasons import categorize, normalize_function
+from casekit.observe.reasons import categorize, legacy_key, named_subject, normalize_function
 
 from .conftest import FIXTURES
 
@@ -157,7 +157,85 @@ def test_categories_survive_rewording(reason, category):
     assert categorize(reason)[0] == category
 
 
-def test_unknown_legacy_reasons_get_a_stable_normalized_key():
+def test_unknown_legacy_reasons_get_a_stable_normalized_key_that_keeps_what_they_name():
     a = categorize("some new thing at 0x7f00 with 'x' 3")[0]
-    b = categorize("some new thing at 0x7faa with 'y' 4")[0]
+    b = categorize("some new thing at 0x7faa with 'x' 4")[0]
     assert a == b and a.startswith("legacy:")
+    assert categorize("some new thing at 0x7f00 with 'y' 3")[0] != a  # another name, another key
+    one = legacy_key("'skip function g in file /usr/lib/python3.11/contextlib.py'")
+    other = legacy_key("'skip function h in file /opt/env/lib/python3.11/site-packages/m.py'")
+    assert one == "legacy:skip function g in file contextlib.py" and one != other
+
+
+@pytest.mark.parametrize(
+    ("reason", "category", "subject"),
+    [
+        # 2.5.1's "skip function X in file Y" family is today's GB0007 (marked as skipped) ...
+        (
+            "'skip function manual_seed in file /env/lib/python3.11/site-packages/torch/random.py'",
+            "GB0007",
+            "manual_seed in random.py",
+        ),
+        ("Graph break due to unsupported builtin time.time. This function is either", "GB0007", "time.time"),
+        ("Graph break due to unsupported builtin None.datetime.now. This function is", "GB0007", "datetime.now"),
+        # ... except graph_break() itself, which has its own id
+        (
+            "'skip function graph_break in file /env/torch/_dynamo/decorators.py'",
+            "GB0025",
+            "graph_break in decorators.py",
+        ),
+        ("call torch._dynamo.disable() wrapped function <function f at 0x7f70d861b100>", "GB0098", "f"),
+        ("builtin: repr [<class 'TensorVariable'>] False", "GB0059", "repr"),
+    ],
+)
+def test_legacy_wording_maps_to_registry_ids_and_keeps_what_it_names(reason, category, subject):
+    assert categorize(reason)[0] == category
+    assert named_subject(reason) == subject
+
+
+def _site(line: int, function: str, stack: list[tuple[int, str]], sources: list[str], category: str = "GB0124"):
+    from casekit.model import Frame, Site
+
+    frames = [Frame("repro.py", n, f) for n, f in stack]
+    return Site("repro.py", line, function, "", category, "r", stack=frames, sources=sources)
+
+
+def test_a_reasons_only_record_of_the_parent_call_line_merges_into_the_break_below_it():
+    from casekit.observe.interpret import _merge_call_sites
+
+    inner = _site(5, "g", [(14, "f"), (5, "g")], ["log"])
+    parent = _site(14, "f", [(14, "f")], ["reasons"], category="GB0025")
+    assert _merge_call_sites([inner, parent]) == [inner] and "reasons" in inner.sources
+    # a logged break on the parent line is a break of its own
+    logged = _site(14, "f", [(14, "f")], ["log"], category="GB0025")
+    assert len(_merge_call_sites([inner, logged])) == 2
+
+
+def test_two_records_of_one_break_on_one_line_are_one_site():
+    # 2.13 logs both the key lambda's item() and the max() call it broke: one break, 2 graphs
+    [site] = observe_corpus("2.13.0", "max_lambda_key").sites
+    assert (site.line, site.function) == (6, "pick")
+
+
+def test_the_2_13_skip_wording_is_a_skip():
+    for release in RELEASES:
+        [site] = observe_corpus(release, "graph_break_try_finally").sites
+        assert site.kind == "skip", release
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_break_invariant_holds_on_the_corpus_and_flags_what_does_not_add_up(release):
+    from casekit.model import ScriptObservation, ScriptStatus
+    from casekit.observe.interpret import break_invariant
+
+    assert break_invariant(observe_corpus(release, "item_scalar")) is None
+    assert break_invariant(observe_corpus(release, "nested_graph_break")) is None
+    doubled = observe_corpus(release, "item_scalar")
+    twice = ScriptObservation(ScriptStatus.OK, graphs=0, sites=doubled.sites)
+    assert "no graph compiled" in (break_invariant(twice) or "")
+
+
+def observe_corpus(release: str, name: str):
+    root = FIXTURES.parent / "corpus" / name
+    raw = json.loads((root / "probe" / f"{release}.json").read_text())
+    return interpret(raw, raw["script"], "repro.py", (root / "repro.py").read_text())

@@ -85,7 +85,7 @@ def validate_replay_json(data: dict) -> None:
             assert isinstance(script["graphs"], int) and isinstance(script["recompiles"], int)
             assert isinstance(script["fallback_frames"], list)
             for site in script["sites"]:
-                assert site["class"] in ("persists", "moved", "gone", "reappeared", "new")
+                assert site["class"] in ("persists", "moved", "gone", "reappeared", "new", "unobserved")
                 for side in ("observed", "recorded"):
                     if site[side] is not None:
                         assert {"file", "line", "function", "source", "gb_id", "reason"} <= set(site[side])
@@ -100,7 +100,7 @@ def test_exit_codes_and_history(starter_copy: Path, tmp_path: Path):
     shutil.copy(starter_copy / "print-in-forward.toml", archive)
     before = (archive / "print-in-forward.toml").read_text()
     fail_on_info = run_casekit(
-        "replay", "--archive", str(archive), "--fail-on", "info", "--json", str(tmp_path / "r.json")
+        "replay", "--archive", str(archive), "--record", "--fail-on", "info", "--json", str(tmp_path / "r.json")
     )
     assert fail_on_info.returncode == 1  # info reached: the JSON is still written
     assert json.loads((tmp_path / "r.json").read_text())["results"][0]["severity"] == "info"
@@ -111,7 +111,7 @@ def test_exit_codes_and_history(starter_copy: Path, tmp_path: Path):
     assert usage.returncode == 2 and "fail-on" in usage.stderr
     missing = run_casekit("replay", "--archive", str(archive), "--python", "/no/such/python", "--no-record")
     assert missing.returncode == 2  # an environment problem: exit 2, with one clear line
-    assert "casekit: error: python:/no/such/python" in missing.stderr
+    assert "casekit: error: 1 target(s) could not run: python:/no/such/python" in missing.stderr
     assert "environment failed" in missing.stdout
 
 

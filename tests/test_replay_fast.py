@@ -16,7 +16,7 @@ import pytest
 from casekit.archive import Archive
 from casekit.capture import CaptureRequest, capture
 from casekit.errors import CasekitError
-from casekit.model import ScriptRole, Severity, SiteClass, Verdict
+from casekit.model import SITE_CLASS_ORDER, ScriptRole, Severity, SiteClass, Verdict
 from casekit.outcome import ExitCode, FailOn, check_seconds, exit_code
 from casekit.replay import ReplayOptions
 from casekit.replay_document import parse_replay_document, read_replay_document
@@ -198,9 +198,13 @@ def test_bad_flags_are_one_line_from_the_core() -> None:
 
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-5"])
 def test_cli_timeout_flags_are_one_clear_line(value: str, tmp_path: Path) -> None:
-    for command in (["replay", "--archive", str(tmp_path)], ["capture", str(FIXTURE_SCRIPTS / "breaks.py")]):
+    # a replay flag is a usage error (2); capture refuses the case (1, as every failed capture gate)
+    for command, code in (
+        (["replay", "--archive", str(tmp_path)], 2),
+        (["capture", str(FIXTURE_SCRIPTS / "breaks.py")], 1),
+    ):
         done = run_casekit(*command, "--timeout", value, cwd=tmp_path, timeout=120)
-        assert done.returncode == 2
+        assert done.returncode == code
         assert done.stderr.strip().splitlines() == [
             f"casekit: error: --timeout must be a finite number of seconds greater than 0, not {float(value)!r}"
         ]
@@ -244,5 +248,8 @@ def test_the_replay_command_renders_the_outcome(archive: Archive, monkeypatch: p
     assert done.exit_code == 1, done.output
     [row] = [line for line in done.stdout.splitlines() if line.startswith("fixcase ") and " on " not in line]
     assert row.split()[1:4] == ["fix_broken", "error", "pre:ok/post:ok"]
-    assert row.endswith("2 reappeared, 1 gone, 2 persists")  # attention first, never alphabetical
+    # attention first (new, reappeared, moved, gone, persists, unobserved), never alphabetical
+    shown = [part.split()[1] for part in row.split("  ")[-1].split(", ")]
+    order = [str(c) for c in SITE_CLASS_ORDER]
+    assert shown == sorted(shown, key=order.index) and "reappeared" in shown
     assert "rollback (verified): post-fix breaks again at deepcopy_state.py:6" in done.stdout

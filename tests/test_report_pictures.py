@@ -14,9 +14,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from casekit.bisect.run import BisectReport, Step
 
 from casekit.archive import Archive
+from casekit.bisect.engine import Step
+from casekit.bisect.predicates import Direction
+from casekit.bisect.report import BisectReport, WhatChanged, report_to_json
 from casekit.model import Case, ReplayRecord, Severity, SiteClass, SiteVerdict
 from casekit.report.formats import get_format
 from casekit.report.pictures import (
@@ -203,6 +205,8 @@ def bisect_doc(subject: str = "item-branch") -> dict[str, object]:
         bad_outcome="unchanged",
         last_good="2.6.0",
         first_bad="2.7.1",
+        first_bad_outcome="unchanged",
+        direction=Direction.FIX,
         ambiguous=[],
         steps=[
             Step("2.5.1", "changed", "pre: recompiles 1 -> 2"),
@@ -210,10 +214,10 @@ def bisect_doc(subject: str = "item-branch") -> dict[str, object]:
             Step("2.7.1", "unchanged", cached=True),
             Step("2.6.0", "changed", "<b>detail</b>"),
         ],
-        changes=["torch 2.6.0 -> 2.7.1: the recompile is gone"],
+        changed=WhatChanged("2.5.1", ["torch 2.6.0 -> 2.7.1: the recompile is gone"], [], "improved", []),
         reproduce="casekit bisect item-branch --from 2.5.1 --to 2.9.0",
     )
-    return report.to_json()
+    return report_to_json(report)
 
 
 def test_bisect_picture_marks_steps_and_the_change() -> None:

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from casekit.runners import process
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, TargetSpec
 from casekit.runners.process import overall_timeout, run_probe_subprocess
 from casekit.runners.python import PythonRunner, version_matches
+from tests.security.procs import marked_processes, wait_unmarked
 
 pytestmark = pytest.mark.slow
 
@@ -193,14 +195,20 @@ def test_overall_timeout_kills_the_probe_and_reports_unfinished_jobs(tmp_path: P
     assert not any(path.exists() for path in batch_dirs)
 
 
-def test_ctrl_c_kills_the_probe_and_the_running_script(tmp_path: Path, batch_dirs: list[Path]) -> None:
-    pidfile = tmp_path / "script.pid"
-    script = write(tmp_path / "hangs.py", HANGS_WITH_PIDFILE)
-    job = ProbeJob("hang:pre", script, modes=("eager",), timeout=600, argv=(str(pidfile),))
+def test_ctrl_c_kills_the_probe_and_the_running_script(
+    tmp_path: Path, batch_dirs: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = f"casekit-ctrl-c-{uuid.uuid4().hex}"
+    monkeypatch.setenv("CASEKIT_TEST_TOKEN", token)  # the sandboxed script is found on the host by it
+    script = write(tmp_path / "hangs.py", "import time\ntime.sleep(600)\n")
+    job = ProbeJob("hang:pre", script, modes=("eager",), timeout=600)
 
     def interrupt_once_the_script_runs() -> None:
         deadline = time.monotonic() + 120
-        while not pidfile.exists() and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not any(
+            b"hangs.py" in Path(f"/proc/{pid}/cmdline").read_bytes() or _is_script_run(pid)
+            for pid in marked_processes(token)
+        ):
             time.sleep(0.1)
         _thread.interrupt_main()  # what Ctrl-C does to the main thread
 
@@ -209,9 +217,18 @@ def test_ctrl_c_kills_the_probe_and_the_running_script(tmp_path: Path, batch_dir
     with pytest.raises(KeyboardInterrupt):
         run_probe_subprocess(sys.executable, [job], lines.append)
     # the script runs in a session of its own, apart from the probe: both must be gone
-    assert wait_dead(int(pidfile.read_text()))
+    assert wait_unmarked(token) == []
     assert wait_dead(probe_pid(lines))
     assert not any(path.exists() for path in batch_dirs)
+
+
+def _is_script_run(pid: int) -> bool:
+    """A forked run of the probe: the probe's children (the script runs in one of them)."""
+    try:
+        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        return b"probe.py" in Path(f"/proc/{parent}/cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def test_keep_batch_leaves_the_folder_for_inspection(

@@ -100,6 +100,23 @@ def test_cache_lives_under_casekit_cache(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert cache_root() == Path("~/.cache/casekit").expanduser()
 
 
+def test_installer_environment_trusts_the_hosts_ca_and_keeps_uvs_cache_beside_the_envs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from casekit.runners.venv.install import installer_environment
+
+    proxy_ca = tmp_path / "proxy-ca.pem"
+    proxy_ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    for variable in ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "UV_CACHE_DIR"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("CASEKIT_CA_BUNDLE", str(proxy_ca))  # the same discovery the docker image build uses
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
+    env = installer_environment(tmp_path)
+    assert env["SSL_CERT_FILE"] == env["PIP_CERT"] == str(proxy_ca)
+    assert env["UV_CACHE_DIR"] == str(tmp_path / "uv")
+    assert "PYTHONPATH" not in env
+
+
 def test_registry_makes_each_runner() -> None:
     assert type(make_runner(TargetSpec("venv", torch="2.5.1"))).__name__ == "VenvRunner"
     assert type(make_runner(TargetSpec("python"))).__name__ == "PythonRunner"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from casekit.bisect.engine import Evaluated, Evaluator, Step, write_text_atomic
 from casekit.bisect.predicates import SCRIPT_LABELS, Direction
 from casekit.bisect.search import UNKNOWN, BisectResult, Outcome
-from casekit.classify import CaseResult, ScriptResult, classify_case
+from casekit.classify import CaseResult, ScriptResult, classify_case, describe_fallback
 from casekit.errors import BisectError
 from casekit.model import Case, ScriptObservation, ScriptSource, Site, SiteClass
 
@@ -142,9 +142,9 @@ def _script_lines(name: str, result: ScriptResult, before: ScriptObservation, la
     if before.graphs != result.observation.graphs:
         lines.append(f"{name}: {before.graphs} -> {result.observation.graphs} graph(s)")
     for frame in result.new_fallbacks:
-        lines.append(f"{name}: {frame.function} ({frame.file}:{frame.line}) now falls back to eager entirely")
+        lines.append(f"{name}: {describe_fallback(frame.function, f'{frame.file}:{frame.line}')}")
     for frame in result.cleared_fallbacks:
-        lines.append(f"{name}: {frame.function} no longer falls back to eager entirely (fallback cleared)")
+        lines.append(f"{name}: {describe_fallback(frame.function, '', now=False)}")
     if result.recompiles_before != result.recompiles_after:
         lines.append(f"{name}: recompiles {result.recompiles_before} -> {result.recompiles_after}")
     return lines

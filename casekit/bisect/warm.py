@@ -1,6 +1,7 @@
 """One warm probe for a whole commit bisection: torch imported once, one request per commit.
 
-`python probe.py --serve STATE_DIR` imports torch, writes STATE_DIR/env.json,
+`python probe.py --serve STATE_DIR`, in the runner's sandbox (bwrap: the state
+folder and the given writable folders bound at their paths), imports torch, writes STATE_DIR/env.json,
 then reads one request path per stdin line and answers each in that request's
 out_dir (env.json, <job>.result.json, done.json last). Each run is still a
 child forked from the warm interpreter in its own session and killed with its
@@ -15,14 +16,14 @@ request.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from casekit import settings
 from casekit.errors import RunnerError
 from casekit.runners.batch import lay_out_batch, read_batch
 from casekit.runners.interface import PROBE_PATH, ProbeBatchResult, ProbeJob, ProgressFn
@@ -34,6 +35,7 @@ from casekit.runners.process import (
     overall_timeout,
     probe_environment,
 )
+from casekit.runners.sandbox import Sandbox, readable_roots
 
 POLL_S = 0.02
 
@@ -41,10 +43,21 @@ POLL_S = 0.02
 class WarmProbe:
     """A probe process that outlives one batch: `run_probe(jobs)` as a runner's, without the import each time."""
 
-    def __init__(self, python: str, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        python: str,
+        env: Mapping[str, str] | None = None,
+        sandbox: Sandbox | None = None,
+        writable: Sequence[Path] = (),
+    ) -> None:
+        """`sandbox` as the runner's (default: bwrap, no network); `writable`: folders the runs may write
+        (e.g. the parent of every commit's worktree), bound when the probe starts."""
         check_interpreter(python)
         self.python = python
         self.env = env
+        self.sandbox = sandbox or Sandbox.from_options()
+        self.sandbox.check()
+        self.writable = list(writable)
         self.state = Path(tempfile.mkdtemp(prefix="casekit-warm-"))
         self.process: subprocess.Popen[bytes] | None = None
         self.imports = 0  # how many times torch was imported (1 for a whole healthy bisection)
@@ -66,8 +79,12 @@ class WarmProbe:
         (self.state / "env.json").unlink(missing_ok=True)
         log = open(self.state / "probe.log", "ab")
         try:
+            argv = [self.python, str(self.state / "probe.py"), "--serve", str(self.state)]
+            command = self.sandbox.wrap(
+                argv, writable=[self.state, *self.writable], readable=readable_roots(self.python)
+            )
             process = subprocess.Popen(
-                [self.python, str(self.state / "probe.py"), "--serve", str(self.state)],
+                command,
                 cwd=self.state,
                 stdin=subprocess.PIPE,
                 stdout=log,
@@ -79,6 +96,7 @@ class WarmProbe:
             log.close()
         self.process, self.imports = process, self.imports + 1
         progress(f"warm probe started in {self.python} (pid {process.pid}); importing torch once")
+        progress(self.sandbox.summary())
         deadline = time.monotonic() + IMPORT_MARGIN_S
         env_path = self.state / "env.json"
         while not env_path.exists():
@@ -101,7 +119,7 @@ class WarmProbe:
         self._requests += 1
         batch_dir = self.state / f"request-{self._requests}"
         try:
-            request = lay_out_batch(batch_dir, jobs, str(batch_dir))
+            request = lay_out_batch(batch_dir, jobs, str(batch_dir), isolate=self.sandbox.isolates)
             assert process.stdin is not None
             try:
                 process.stdin.write(f"{request}\n".encode())
@@ -116,6 +134,7 @@ class WarmProbe:
                 self.process = None
             result = read_batch(batch_dir, jobs, self._last_log_line())
             result.import_s = 0.0
+            result.environment["sandbox"] = self.sandbox.summary()
             return result
         finally:
             shutil.rmtree(batch_dir, ignore_errors=True)
@@ -154,5 +173,5 @@ class WarmProbe:
             except subprocess.TimeoutExpired:
                 pass
             kill_process_tree(process)
-        if not os.environ.get("CASEKIT_KEEP_BATCH"):
+        if not settings.keep_batch():
             shutil.rmtree(self.state, ignore_errors=True)

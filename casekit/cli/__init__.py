@@ -9,14 +9,18 @@ bisection (`casekit.cli.bisect`).
 
 from __future__ import annotations
 
+import signal
 import sys
+from typing import Annotated
 
 import typer
 
 from casekit.cli import cases, environments, records
 from casekit.cli import replay as replay_command
 from casekit.cli.bisect import register as register_bisect
+from casekit.cli.help import TeachingGroup, casekit_version
 from casekit.errors import CasekitError
+from casekit.runners.process import STOPPING, install_stop_handlers
 
 app = typer.Typer(
     name="casekit",
@@ -29,7 +33,42 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: rich markup ate the [default: ...] notes
+    cls=TeachingGroup,
+    epilog=(
+        "\b\nExamples:\n"
+        "  casekit capture repro.py --fixed repro_fixed.py --title 'item() branch'\n"
+        "  casekit replay --torch 2.5.1 --torch 2.13 --json out/replay.json\n"
+        "  casekit report --results out/replay.json --format html --out out/report\n"
+        "  casekit replay --record --commit      (append history to the bundles and commit)"
+    ),
 )
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"casekit {casekit_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global_options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the casekit version and exit.", callback=_show_version, is_eager=True),
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print results and errors only, no progress.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Print tool output (pip, uv, docker) and every result's detail.")
+    ] = False,
+) -> None:
+    """Reproducible case archive and bisection for torch.compile graph breaks."""
+    from casekit.progress import Verbosity, set_verbosity
+
+    if quiet and verbose:
+        raise typer.BadParameter("-q and -v contradict each other; give one")
+    set_verbosity(Verbosity.QUIET if quiet else Verbosity.VERBOSE if verbose else Verbosity.NORMAL)
+
 
 cases.register(app)
 replay_command.register(app)
@@ -40,14 +79,22 @@ records.register(app)
 
 def main() -> None:
     """Console entry point: one clear line for every casekit error."""
+    install_stop_handlers()
     try:
-        app()
+        app(prog_name="casekit")  # `python -m casekit` too: help and errors name the command a user types
     except CasekitError as error:
         typer.echo(f"casekit: error: {error}", err=True)
         sys.exit(error.exit_code)
-    except KeyboardInterrupt:
-        typer.echo("casekit: interrupted; the archive holds only complete results", err=True)
-        sys.exit(130)
+    except (KeyboardInterrupt, SystemExit) as stop:
+        if not STOPPING.is_set() and isinstance(stop, SystemExit):
+            raise
+        signum = STOPPING.signum if STOPPING.is_set() else signal.SIGINT  # typer turns Ctrl-C into exit 130
+        typer.echo(
+            f"casekit: stopped by {signal.Signals(signum).name}; every process it started was killed, "
+            "the archive holds only complete results",
+            err=True,
+        )
+        sys.exit(128 + signum)
 
 
 __all__ = ["app", "main"]

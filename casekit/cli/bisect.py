@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from casekit.cli.common import STDOUT, emit_json, examples, progress_view
 from casekit.errors import BisectError
 
 if TYPE_CHECKING:  # the bisection core (git, replay) is imported only when a command runs
@@ -20,8 +21,16 @@ if TYPE_CHECKING:  # the bisection core (git, replay) is imported only when a co
     from casekit.bisect.report import BisectReport
 
 
-def _progress(message: str) -> None:
-    typer.echo(f"  ... {message}", err=True)
+BISECT_EXAMPLES = examples(
+    "casekit bisect item-branch --good 2.5.1 --bad 2.13.0",
+    "casekit bisect item-branch --good 2.5.1 --bad 2.13.0 --site repro.py:8 --json out/bisect.json --html out/bisect.html",
+    "casekit bisect item-branch --good 2.5.1 --bad 2.8.0 --status post",
+    "casekit bisect item-branch --good 2.5.1 --bad 2.13.0 --python-for 2.5.1=/opt/t251/bin/python --python-for 2.13.0=/opt/t213/bin/python",
+)
+BISECT_COMMITS_EXAMPLES = examples(
+    "casekit bisect-commits --repo ~/src/model --good v1.2 --bad HEAD --site model.py:42 -- python train_step.py",
+    "casekit bisect-commits --repo ~/src/model --good v1.2 --bad HEAD --case item-branch --json -",
+)
 
 
 def parse_python_for(items: list[str]) -> dict[str, str]:
@@ -60,9 +69,12 @@ def parse_predicate(site: str | None, status: str | None, post_holds: bool) -> P
 def _finish(report: BisectReport, json_out: Path | None, html_out: Path | None = None) -> None:
     from casekit.bisect.report import bisect_exit_code, render_text, report_to_json, write_report
 
-    typer.echo("")
-    typer.echo(render_text(report))
-    if json_out:
+    to_stderr = json_out == STDOUT  # `--json -`: stdout holds the JSON alone
+    typer.echo("", err=to_stderr)
+    typer.echo(render_text(report), err=to_stderr)
+    if json_out == STDOUT:
+        emit_json(report_to_json(report), STDOUT)
+    elif json_out:
         write_report(report, json_out)
         typer.echo(f"wrote {json_out}")
     if html_out:
@@ -135,7 +147,10 @@ def bisect(
         Path | None,
         typer.Option("--archive", help="Archive folder of case bundles [default: $CASEKIT_ARCHIVE or ./cases]"),
     ] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the casekit.bisect/1 report here.")] = None,
+    json_out: Annotated[
+        Path | None,
+        typer.Option("--json", metavar="FILE", help="Write the casekit.bisect/1 report here; '-' prints it to stdout."),
+    ] = None,
     html_out: Annotated[
         Path | None, typer.Option("--html", help="Write the bisection as a static HTML page (steps drawn as a strip).")
     ] = None,
@@ -181,7 +196,8 @@ def bisect(
         f"bisecting case {chosen[0]} between torch {good} (good) and {bad} (bad) with the {kind} runner", err=True
     )
     try:
-        report = bisect_releases(case, config, ReleaseSeams(progress=_progress))
+        with progress_view() as progress:
+            report = bisect_releases(case, config, ReleaseSeams(progress=progress))
     except KeyboardInterrupt:
         raise _interrupted(config.cache.path) from None
     _finish(report, json_out, html_out)
@@ -212,7 +228,7 @@ def _bisect_many(
 ) -> None:
     """Several cases over one candidate list: each report as a single bisection prints it, then the shared costs."""
     from casekit.bisect.releases import ReleaseSeams
-    from casekit.bisect.report import render_shared_text, shared_exit_code, write_multi_report
+    from casekit.bisect.report import multi_report_to_json, render_shared_text, shared_exit_code, write_multi_report
     from casekit.bisect.shared import Ahead, bisect_releases_many
 
     if html_out:
@@ -226,12 +242,16 @@ def _bisect_many(
         err=True,
     )
     try:
-        shared = bisect_releases_many(cases, config, ReleaseSeams(progress=_progress), Ahead(limit=ahead))
+        with progress_view() as progress:
+            shared = bisect_releases_many(cases, config, ReleaseSeams(progress=progress), Ahead(limit=ahead))
     except KeyboardInterrupt:
         raise _interrupted(config.cache.path) from None
-    typer.echo("")
-    typer.echo(render_shared_text(shared))
-    if json_out:
+    to_stderr = json_out == STDOUT  # `--json -`: stdout holds the JSON alone
+    typer.echo("", err=to_stderr)
+    typer.echo(render_shared_text(shared), err=to_stderr)
+    if json_out == STDOUT:
+        emit_json(multi_report_to_json(shared), STDOUT)
+    elif json_out:
         write_multi_report(shared, json_out)
         typer.echo(f"wrote {json_out}")
     raise typer.Exit(shared_exit_code(shared))
@@ -278,7 +298,10 @@ def bisect_commits_command(
         ),
     ] = True,
     archive: Annotated[Path | None, typer.Option("--archive", help="Archive folder for --case.")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the casekit.bisect/1 report here.")] = None,
+    json_out: Annotated[
+        Path | None,
+        typer.Option("--json", metavar="FILE", help="Write the casekit.bisect/1 report here; '-' prints it to stdout."),
+    ] = None,
     html_out: Annotated[
         Path | None, typer.Option("--html", help="Write the bisection as a static HTML page (steps drawn as a strip).")
     ] = None,
@@ -315,7 +338,8 @@ def bisect_commits_command(
         warm=warm,
     )
     try:
-        report = bisect_commits(config, progress=_progress)
+        with progress_view() as progress:
+            report = bisect_commits(config, progress=progress)
     except KeyboardInterrupt:
         raise _interrupted(config.cache.path) from None
     _finish(report, json_out, html_out)
@@ -323,5 +347,5 @@ def bisect_commits_command(
 
 def register(app: typer.Typer) -> None:
     """Add `bisect` and `bisect-commits` to the casekit app."""
-    app.command("bisect")(bisect)
-    app.command("bisect-commits")(bisect_commits_command)
+    app.command("bisect", epilog=BISECT_EXAMPLES)(bisect)
+    app.command("bisect-commits", epilog=BISECT_COMMITS_EXAMPLES)(bisect_commits_command)

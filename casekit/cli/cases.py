@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -11,21 +10,31 @@ import typer
 from casekit.cli.common import (
     ArchiveOption,
     default_runner_factory,
+    emit_json,
+    examples,
     fail,
     open_archive,
-    progress,
+    progress_view,
     report_invalid,
+    terminal_width,
 )
 from casekit.errors import CasekitError
-from casekit.outcome import ExitCode, check_seconds
+from casekit.outcome import ExitCode
+from casekit.replay_plan import TargetChoice
 from casekit.runners.interface import TargetSpec
 
-CAPTURE_EXAMPLES = """Examples:
-
-  casekit capture repro.py --fixed repro_fixed.py --title "item() branch in step" --tag data-dependent --rollback "drop fullgraph=True"
-
-  casekit capture repro.py --python ~/envs/torch25/bin/python --id item-branch-251
-"""
+CAPTURE_EXAMPLES = examples(
+    'casekit capture repro.py --fixed repro_fixed.py --title "item() branch in step" --tag data-dependent',
+    'casekit capture repro.py --fixed fixed.py --rollback "drop fullgraph=True" --commit',
+    "casekit capture repro.py --python ~/envs/torch25/bin/python --id item-branch-251",
+)
+LIST_EXAMPLES = examples("casekit list", "casekit list --archive ~/triage/cases")
+SHOW_EXAMPLES = examples(
+    "casekit show item-branch",
+    "casekit show item-branch --json -            (the whole case as JSON on stdout)",
+    "casekit show item-branch --json case.json",
+)
+VALIDATE_EXAMPLES = examples("casekit validate", "casekit validate cases/item-branch.toml")
 
 
 def capture(
@@ -52,13 +61,31 @@ def capture(
         ),
     ] = "eager",
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run of a script may take.")] = 300.0,
+    include: Annotated[
+        list[Path] | None,
+        typer.Option("--include", help="A file or folder beside the script that it imports or reads (repeatable)."),
+    ] = None,
+    waive: Annotated[
+        list[str] | None,
+        typer.Option("--waive", help="Keep the case although this gate fails (eager, compiled, timeout, fix)."),
+    ] = None,
+    keep_failing_gates: Annotated[
+        bool, typer.Option("--keep-failing-gates", help="Keep the case although gates fail (waives every gate).")
+    ] = False,
     fullgraph: Annotated[
         bool,
         typer.Option(
-            "--fullgraph/--no-fullgraph", help="Also run with fullgraph=True to record the first break as an error."
+            "--fullgraph/--no-fullgraph",
+            help="Also run with fullgraph=True to record where compiling the whole function fails.",
         ),
     ] = True,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing case with the same id.")] = False,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow", metavar="KEY=VALUE", help="Relax the bubblewrap sandbox: sandbox=none, network=host, memory=8g."
+        ),
+    ] = None,
     commit: Annotated[
         bool, typer.Option("--commit", help="Commit the new bundle to the archive's git repository.")
     ] = False,
@@ -78,17 +105,21 @@ def capture(
         fix_summary=fix_summary,
         rollback_notes=rollback,
         backend=backend,
-        timeout=check_seconds("--timeout", timeout),
+        timeout=timeout,  # checked by the capture gates (exit 1 with the reason)
         fullgraph=fullgraph,
         force=force,
+        includes=list(include or []),
+        waive=list(waive or []) + (["all"] if keep_failing_gates else []),
     )
     store = open_archive(archive)
     if commit:
         from casekit.gitarchive import require_repo
 
         require_repo(store.root)
-    runner = default_runner_factory(TargetSpec(runner="python", python=python))
-    case = do_capture(request, runner, store, progress)
+    options = TargetChoice(allow=tuple(allow or ())).specs()[0].options
+    runner = default_runner_factory(TargetSpec(runner="python", python=python, options=options))
+    with progress_view() as progress:
+        case = do_capture(request, runner, store, progress)
     typer.echo(case_summary(case))
     typer.echo(f"\nsaved {store.path_for(case.id)}")
     if commit:
@@ -102,7 +133,8 @@ def list_cases(archive: ArchiveOption = None) -> None:
     from casekit.report.text import case_rows, table
 
     cases, invalid = open_archive(archive).load_all_tolerant()
-    typer.echo(table(["id", "title", "tags", "breaks", "last replay"], case_rows(cases)))
+    width = terminal_width()  # None off a terminal: a stable table for logs and golden files
+    typer.echo(table(["id", "title", "tags", "breaks", "last replay"], case_rows(cases), width=width, squeeze=1))
     if invalid:
         report_invalid(invalid)
         raise typer.Exit(ExitCode.PROBLEM)
@@ -111,15 +143,24 @@ def list_cases(archive: ArchiveOption = None) -> None:
 def show(
     case_id: Annotated[str, typer.Argument(help="Case id.")],
     archive: ArchiveOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the whole case as JSON.")] = False,
+    json_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--json",
+            metavar="FILE",
+            help="Write the whole case as JSON (schema casekit.case/1) here; '-' prints it to stdout.",
+        ),
+    ] = None,
 ) -> None:
     """Show one case: sites, graphs, recompiles, inputs, checks, timings, pre vs post."""
     from casekit.model import to_plain
     from casekit.report.text import case_summary
 
     case = open_archive(archive).load(case_id)
-    if as_json:
-        typer.echo(json.dumps(to_plain(case), indent=2))
+    if json_out is not None:
+        plain = to_plain(case)
+        version = plain.pop("schema_version", 1)  # one schema key in every JSON casekit writes
+        emit_json({"schema": f"casekit.case/{version}", **plain}, json_out)
     else:
         typer.echo(case_summary(case))
 
@@ -130,8 +171,9 @@ def validate(
     ] = None,
     archive: ArchiveOption = None,
 ) -> None:
-    """Check bundles: TOML, schema version, every field, script hashes."""
+    """Check bundles: TOML, schema version, every field, script hashes, and the capture gates."""
     from casekit.bundle import load_case
+    from casekit.capture import validate_gates
 
     store = open_archive(archive)
     files = list(paths or [store.root / f"{i}.toml" for i in store.ids()])
@@ -143,6 +185,8 @@ def validate(
             case = load_case(path)
             if case.id != path.stem:
                 raise CasekitError(f"{path}: field 'id': {case.id!r} does not match the file name")
+            for failure in validate_gates(case)[:1]:
+                raise CasekitError(f"{path}: {failure.line()}")
             typer.echo(f"ok      {path}")
         except CasekitError as error:
             bad += 1
@@ -154,6 +198,6 @@ def validate(
 def register(app: typer.Typer) -> None:
     """Add capture, list, show and validate to the casekit app."""
     app.command(epilog=CAPTURE_EXAMPLES)(capture)
-    app.command("list")(list_cases)
-    app.command()(show)
-    app.command()(validate)
+    app.command("list", epilog=LIST_EXAMPLES)(list_cases)
+    app.command(epilog=SHOW_EXAMPLES)(show)
+    app.command(epilog=VALIDATE_EXAMPLES)(validate)

@@ -1,25 +1,40 @@
-"""What every command shares: the --archive option, the one-line error, progress and notices."""
+"""What every command shares: the --archive option, the one-line error, progress, notices, JSON out."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
 from casekit.archive import Archive, archive_dir
-from casekit.errors import BundleError
+from casekit.errors import BundleError, CasekitError
 from casekit.outcome import ExitCode
-from casekit.runners.interface import Runner, TargetSpec
+from casekit.progress import ProgressView, Verbosity, verbosity
+from casekit.runners.interface import ProgressFn, Runner, TargetSpec
 
 ArchiveOption = Annotated[
     Path | None,
     typer.Option("--archive", help="Archive folder of case bundles [default: $CASEKIT_ARCHIVE or ./cases]"),
 ]
 FailOnOption = Annotated[
-    str, typer.Option("--fail-on", help="Exit 1 when a result reaches this severity: error, warn, info or never.")
+    str,
+    typer.Option(
+        "--fail-on",
+        metavar="LEVEL",
+        help="Exit 1 when a result reaches this severity: error, warn, info or never.",
+    ),
 ]
+STDOUT = Path("-")  # `--json -`: the document on stdout, the human view on stderr
+
+
+def examples(*lines: str) -> str:
+    """A command's example block (the \\b keeps click from re-wrapping the lines)."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def fail(message: str, code: int = ExitCode.PROBLEM) -> NoReturn:
@@ -28,17 +43,58 @@ def fail(message: str, code: int = ExitCode.PROBLEM) -> NoReturn:
 
 
 def progress(message: str) -> None:
+    """One plain progress line on stderr (commands with long work open a `progress_view`)."""
+    if verbosity() is Verbosity.QUIET or (message.startswith(" ") and verbosity() < Verbosity.VERBOSE):
+        return
     typer.echo(f"  ... {message}", err=True)
 
 
+@contextmanager
+def progress_view() -> Iterator[ProgressFn]:
+    """Bars on a terminal, plain lines otherwise (casekit.progress), for the length of a command."""
+    with ProgressView.for_stderr() as view:
+        yield view
+
+
 def notice(message: str) -> None:
-    typer.echo(message, err=True)
+    if verbosity() is not Verbosity.QUIET:
+        typer.echo(message, err=True)
 
 
 def report_invalid(invalid: Sequence[BundleError]) -> None:
     """One line per invalid bundle: the rest of the archive is still used."""
     for error in invalid:
         typer.echo(f"casekit: invalid bundle: {error}", err=True)
+
+
+def emit_json(document: Any, path: Path) -> None:
+    """`--json FILE` writes atomically; `--json -` prints to stdout (the one convention of every command)."""
+    from casekit.bundle import write_atomic
+
+    text = json.dumps(document, indent=2) + "\n"
+    if path == STDOUT:
+        sys.stdout.write(text)
+        return
+    try:
+        write_atomic(path, text)
+    except OSError as error:
+        raise CasekitError(f"--json {path}: cannot write: {error.strerror or error}") from None
+
+
+def human_to_stderr(json_out: Path | None) -> bool:
+    """With `--json -` stdout holds the JSON alone, so the human view goes to stderr."""
+    return json_out == STDOUT
+
+
+def terminal_width() -> int | None:
+    """The terminal's columns when stdout is one (and output may be styled); None for plain output."""
+    from casekit.progress import plain_output
+
+    if plain_output(sys.stdout):
+        return None
+    import shutil
+
+    return shutil.get_terminal_size().columns
 
 
 def open_archive(archive: Path | None) -> Archive:

@@ -6,17 +6,22 @@ from typing import Annotated
 
 import typer
 
-from casekit.cli.common import progress
+from casekit.cli.common import examples, progress, progress_view
 from casekit.runners.interface import TargetSpec
 
-images_app = typer.Typer(help="Replay images for the docker runner: list, build, prune.", no_args_is_help=True)
+images_app = typer.Typer(
+    help="Replay images for the docker runner: list, build, prune.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    epilog=examples("casekit images list", "casekit images build --torch 2.13.0", "casekit images prune"),
+)
 
 
-@images_app.command("list")
+@images_app.command("list", epilog=examples("casekit images list", "DOCKER_HOST=ssh://gpu-box casekit images list"))
 def images_list() -> None:
     """The casekit replay images on the Docker engine (DOCKER_HOST is honoured)."""
-    from casekit.images import list_images
     from casekit.report.text import table
+    from casekit.runners.docker.images import list_images
 
     rows = [
         [
@@ -35,7 +40,14 @@ def images_list() -> None:
     )
 
 
-@images_app.command("build")
+@images_app.command(
+    "build",
+    epilog=examples(
+        "casekit images build --torch 2.13.0",
+        "casekit images build --torch 2.5.1 --cuda cu124",
+        "casekit images build --torch 2.13.0 --base-image casekit-base:bookworm",
+    ),
+)
 def images_build(
     torch: Annotated[str, typer.Option("--torch", help="torch version to install in the image.")],
     cuda: Annotated[
@@ -51,30 +63,34 @@ def images_build(
     ] = None,
 ) -> None:
     """Build (or reuse) the replay image for a torch version."""
-    from casekit.images import ensure_image
+    from casekit.runners.docker.images import ensure_image
 
     options = (("base_image", base_image),) if base_image else ()
-    image = ensure_image(
-        TargetSpec(runner="docker", torch=torch, cuda=cuda, index_url=index_url, options=options), progress
-    )
+    with progress_view() as view:
+        image = ensure_image(
+            TargetSpec(runner="docker", torch=torch, cuda=cuda, index_url=index_url, options=options), view
+        )
     typer.echo(f"ready: {', '.join(image.tags) or image.id}")
 
 
-@images_app.command("prune")
+@images_app.command("prune", epilog=examples("casekit images prune"))
 def images_prune() -> None:
     """Remove every casekit replay image."""
-    from casekit.images import prune_images
+    from casekit.runners.docker.images import prune_images
 
     removed = prune_images(progress)
     typer.echo(f"removed {len(removed)} image(s)")
 
 
 envs_app = typer.Typer(
-    help="Managed virtual environments of the venv runner ($CASEKIT_CACHE/envs).", no_args_is_help=True
+    help="Managed virtual environments of the venv runner ($CASEKIT_CACHE/envs).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    epilog=examples("casekit envs list", "casekit envs remove KEY"),
 )
 
 
-@envs_app.command("list")
+@envs_app.command("list", epilog=examples("casekit envs list", "CASEKIT_CACHE=/scratch/casekit casekit envs list"))
 def envs_list() -> None:
     """The cached environments: key, torch, state."""
     from casekit.report.text import table
@@ -87,7 +103,7 @@ def envs_list() -> None:
     typer.echo(table(["key", "torch", "state"], rows) if rows else f"no environments in {envs_dir()}")
 
 
-@envs_app.command("remove")
+@envs_app.command("remove", epilog=examples("casekit envs list", "casekit envs remove KEY [KEY...]"))
 def envs_remove(keys: Annotated[list[str], typer.Argument(help="Environment keys (see `casekit envs list`).")]) -> None:
     """Delete cached environments (a build in progress is waited for)."""
     from casekit.runners.venv import remove_env

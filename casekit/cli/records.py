@@ -9,14 +9,37 @@ from typing import Annotated
 import typer
 
 from casekit.archive import Archive, archive_dir
-from casekit.cli.common import ArchiveOption, FailOnOption, report_invalid
+from casekit.cli.common import STDOUT, ArchiveOption, FailOnOption, emit_json, examples, notice, report_invalid
 from casekit.errors import CasekitError
 from casekit.outcome import ExitCode, FailOn
+
+NO_REPLAYS_HINT = (
+    "no replays recorded yet: run `casekit replay --json out/replay.json` and "
+    "`casekit report --results out/replay.json`, or replay with --record"
+)
+REPORT_EXAMPLES = examples(
+    "casekit replay --json out/replay.json && casekit report --results out/replay.json --out out/report",
+    "casekit report -f md -f junit --results out/replay.json --out out/report",
+    "casekit report -f json --results out/replay.json --out -       (one report on stdout)",
+    "casekit report                  (the history recorded in the bundles: replay --record)",
+)
+LOG_EXAMPLES = examples("casekit log item-branch", "casekit log item-branch --archive ~/triage/cases")
+IMPORT_EXAMPLES = examples(
+    "TORCH_TRACE=/tmp/trace python train.py && casekit import --trace /tmp/trace --dry-run",
+    "TORCH_LOGS=graph_breaks,recompiles python train.py 2> run.log && casekit import --log run.log",
+    "casekit import --trace /tmp/trace --group function --out drafts/ --commit",
+)
+MERGE_EXAMPLES = examples(
+    "casekit replay --shard 1/2 --json out/1.json; casekit replay --shard 2/2 --json out/2.json",
+    "casekit merge out/1.json out/2.json --json out/replay.json --fail-on warn",
+    "casekit merge out/*.json --json - | jq '.results | length'    (the JSON on stdout)",
+)
 
 
 def report(
     formats: Annotated[
-        list[str] | None, typer.Option("--format", "-f", help="html, md, junit or json (repeatable) [default: html].")
+        list[str] | None,
+        typer.Option("--format", "-f", metavar="FORMAT", help="html, md, junit or json (repeatable) [default: html]."),
     ] = None,
     out: Annotated[
         Path, typer.Option("--out", help="Folder to write into; '-' prints a single md/json/junit report to stdout.")
@@ -40,6 +63,8 @@ def report(
     cases, invalid = Archive(archive_dir(archive)).load_all_tolerant()
     documents = [(path.name, read_replay_document(path)) for path in results or []]
     summary = summarize(cases, documents, title=title)
+    if not documents and not any(case.replays for case in cases):
+        notice(NO_REPLAYS_HINT)
     for warning in summary.warnings:
         typer.echo(f"warning: {warning}", err=True)
     if str(out) == "-":
@@ -122,14 +147,16 @@ def merge(
         list[Path], typer.Argument(help="casekit.replay/1 JSON files written by `replay --shard K/N --json`.")
     ],
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write the merged casekit.replay/1 JSON here.")
+        Path | None,
+        typer.Option(
+            "--json", metavar="FILE", help="Write the merged casekit.replay/1 JSON here; '-' prints it to stdout."
+        ),
     ] = None,
     fail_on: FailOnOption = "error",
     allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Merge even when shards are missing.")] = False,
 ) -> None:
     """Combine shard results into one report and verdict (exit codes as replay: 1 at --fail-on, 2 when an environment failed)."""
-    from casekit.replay_document import write_replay_document
-    from casekit.report.text import replay_table
+    from casekit.report.text import replay_document_text
     from casekit.shard import merge_reports
 
     threshold = FailOn.parse(fail_on)
@@ -137,27 +164,25 @@ def merge(
     for warning in merged.warnings:
         typer.echo(f"warning: {warning}", err=True)
     data = merged.data
+    to_stderr = json_out == STDOUT  # stdout holds the JSON alone
     if json_out:
-        write_replay_document(data, json_out)
-    for target in data["targets"]:
-        label = target["label"]
-        typer.echo(
-            f"\ntarget {label} (torch {target.get('torch')})"
-            + (f": environment failed: {target['error']}" if target.get("error") else "")
-        )
-        typer.echo(replay_table([r for r in data["results"] if r["target"] == label]))
-    typer.echo(f"\n{len(data['results'])} result(s) from {len(results)} file(s); worst severity: {merged.worst.value}")
-    if json_out:
+        emit_json(data, json_out)
+    typer.echo("\n" + replay_document_text(data), err=to_stderr)
+    typer.echo(
+        f"\n{len(data['results'])} result(s) from {len(results)} file(s); worst severity: {merged.worst.value}",
+        err=to_stderr,
+    )
+    if json_out and not to_stderr:
         typer.echo(f"wrote {json_out}")
-    for target in data["targets"]:
-        if target.get("error"):
-            typer.echo(f"casekit: error: {target['label']}: {target['error']}", err=True)
+    failed = [target["label"] for target in data["targets"] if target.get("error")]
+    if failed:  # the why is in the report above, once
+        typer.echo(f"casekit: error: {len(failed)} target(s) could not run: {', '.join(failed)}", err=True)
     raise typer.Exit(merged.exit_code(threshold))
 
 
 def register(app: typer.Typer) -> None:
     """Add report, log, import and merge to the casekit app."""
-    app.command("report")(report)
-    app.command("log")(log)
-    app.command("import")(import_runs)
-    app.command("merge")(merge)
+    app.command("report", epilog=REPORT_EXAMPLES)(report)
+    app.command("log", epilog=LOG_EXAMPLES)(log)
+    app.command("import", epilog=IMPORT_EXAMPLES)(import_runs)
+    app.command("merge", epilog=MERGE_EXAMPLES)(merge)

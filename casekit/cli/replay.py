@@ -8,29 +8,31 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from casekit.cli.common import (
+    STDOUT,
     ArchiveOption,
     FailOnOption,
     default_runner_factory,
+    emit_json,
+    examples,
+    human_to_stderr,
     notice,
     open_archive,
-    progress,
+    progress_view,
 )
-from casekit.model import Severity, Verdict
 from casekit.outcome import FailOn
 
 if TYPE_CHECKING:  # the replay core (runners, classification) is imported only when the command runs
     from casekit.replay_plan import ReplayOutcome
 
-REPLAY_EXAMPLES = """Examples:
-
-  casekit replay                                   (the local torch)
-
-  casekit replay --torch 2.5.1 --torch 2.13 --json replay.json --fail-on warn
-
-  casekit replay --runner docker --torch 2.13.0 --base-image casekit-base:bookworm --find-links /opt/wheels
-
-  casekit replay --python ~/envs/nightly/bin/python --case item-branch --no-record
-"""
+REPLAY_EXAMPLES = examples(
+    "casekit replay                                  (the local torch; the archive is not changed)",
+    "casekit replay --torch 2.5.1 --torch 2.13 --json out/replay.json --fail-on warn",
+    "casekit report --results out/replay.json        (render what that replay found)",
+    "casekit replay --record --commit                (append history to each bundle, commit it)",
+    "casekit replay --json - | jq .results           (the JSON on stdout, the table on stderr)",
+    "casekit replay --runner docker --torch 2.13.0 --base-image casekit-base:bookworm --find-links /opt/wheels",
+    "casekit replay --python ~/envs/nightly/bin/python --case item-branch",
+)
 
 
 # The replay flags, declared once here so the command reads as what it does.
@@ -50,11 +52,26 @@ FindLinks = Annotated[str | None, typer.Option("--find-links", help="A folder of
 Image = Annotated[str | None, typer.Option("--image", help="Docker: use this image as is.")]
 CaseIds = Annotated[list[str] | None, typer.Option("--case", help="Replay only these case ids (repeatable).")]
 Backend = Annotated[str | None, typer.Option("--backend", help="Override each case's recorded backend.")]
-Timeout = Annotated[float, typer.Option("--timeout", help="Seconds each run of a script may take.")]
-JsonOut = Annotated[
-    Path | None, typer.Option("--json", help="Write the casekit.replay/1 JSON here (written whatever the exit code).")
+Timeout = Annotated[
+    float | None,
+    typer.Option("--timeout", help="Seconds each run may take [default: per case, derived from its capture]."),
 ]
-Record = Annotated[bool, typer.Option("--record/--no-record", help="Append this replay to each bundle's history.")]
+JsonOut = Annotated[
+    Path | None,
+    typer.Option(
+        "--json",
+        metavar="FILE",
+        help="Write the casekit.replay/1 JSON here, whatever the exit code; '-' prints it to stdout.",
+    ),
+]
+Record = Annotated[
+    bool,
+    typer.Option(
+        "--record/--no-record",
+        help="Append this replay to each bundle's history (changes the bundles; off by default so a run "
+        "leaves the git tree clean; --commit implies it).",
+    ),
+]
 PinPackages = Annotated[
     bool,
     typer.Option(
@@ -62,7 +79,9 @@ PinPackages = Annotated[
         help="Install the library versions the cases recorded beside torch (managed targets).",
     ),
 ]
-Shard = Annotated[str | None, typer.Option("--shard", help="K/N: run a stable slice of the case x target matrix.")]
+Shard = Annotated[
+    str | None, typer.Option("--shard", metavar="K/N", help="K/N: run a stable slice of the case x target matrix.")
+]
 BaseImage = Annotated[
     str | None,
     typer.Option(
@@ -74,7 +93,11 @@ Allow = Annotated[
     list[str] | None,
     typer.Option(
         "--allow",
-        help="Docker sandbox relaxation KEY=VALUE (network=bridge, memory=8g, pids=1024, read_only=false, gpus=all).",
+        metavar="KEY=VALUE",
+        help=(
+            "Relax the sandbox, KEY=VALUE (repeatable). python/venv (bubblewrap): sandbox=none, network=host, "
+            "memory=8g, pids=1024, cpu=4. docker: network=bridge, memory=8g, pids=1024, read_only=false, gpus=all."
+        ),
     ),
 ]
 AllowInvalid = Annotated[
@@ -82,7 +105,10 @@ AllowInvalid = Annotated[
     typer.Option("--allow-invalid", help="Invalid bundles are reported but do not make the exit code 2 by themselves."),
 ]
 Commit = Annotated[
-    bool, typer.Option("--commit", help="Commit the updated bundles with a message saying what changed.")
+    bool,
+    typer.Option(
+        "--commit", help="Record the history and commit the updated bundles with a message saying what changed."
+    ),
 ]
 
 
@@ -97,10 +123,10 @@ def replay(
     case: CaseIds = None,
     archive: ArchiveOption = None,
     backend: Backend = None,
-    timeout: Timeout = 300.0,
+    timeout: Timeout = None,
     json_out: JsonOut = None,
     fail_on: FailOnOption = "error",
-    record: Record = True,
+    record: Record = False,
     pin_packages: PinPackages = True,
     shard: Shard = None,
     base_image: BaseImage = None,
@@ -125,49 +151,46 @@ def replay(
             base_image=base_image,
         ),
         case_ids=tuple(case or ()),
-        options=ReplayOptions(backend=backend, timeout=timeout, record=record, pin_packages=pin_packages),
+        options=ReplayOptions(backend=backend, timeout=timeout, record=record or commit, pin_packages=pin_packages),
         fail_on=FailOn.parse(fail_on),
         shard=shard,
         json_out=json_out,
         allow_invalid=allow_invalid,
         commit=commit,
     )
-    outcome = run_replay(request, open_archive(archive), default_runner_factory, progress, notice)
-    render(outcome)
+    with progress_view() as progress:
+        outcome = run_replay(request, open_archive(archive), default_runner_factory, progress, notice)
+    if json_out == STDOUT:
+        emit_json(outcome.document, STDOUT)
+    typer.echo(render(outcome), err=human_to_stderr(json_out))
+    if outcome.failed_targets:  # the why is in the report above, once; this line is for the exit code
+        labels = ", ".join(line.split(": ", 1)[0] for line in outcome.failed_targets)
+        typer.echo(f"casekit: error: {len(outcome.failed_targets)} target(s) could not run: {labels}", err=True)
+    if outcome.invalid:
+        typer.echo(f"casekit: error: {len(outcome.invalid)} invalid bundle(s) were not replayed", err=True)
     raise typer.Exit(outcome.exit_code)
 
 
-def render(outcome: ReplayOutcome) -> None:
-    """The terminal view of a replay: per target its environment, the table, what changed."""
-    from casekit.report.text import replay_table, result_details
+def render(outcome: ReplayOutcome) -> str:
+    """The terminal view of a replay (casekit.report.text.replay_text), plus what was written."""
+    from casekit.progress import Verbosity, verbosity
+    from casekit.report.text import replay_document_text
 
-    report = outcome.report
-    if report is None:
-        typer.echo(f"shard {outcome.document.get('shard')}: nothing to run")
-    for run in report.targets if report else []:
-        typer.echo("")
-        env = run.environment
-        typer.echo(
-            f"torch {env.get('torch', '?')}, python {env.get('python', '?')}, {len(run.results)} case(s) in {run.seconds:.1f} s"
+    lines = []
+    if outcome.report is None:
+        lines.append(f"shard {outcome.document.get('shard')}: nothing to run")
+    else:
+        lines.append(
+            replay_document_text(outcome.document, verbose=verbosity() is Verbosity.VERBOSE, marks=outcome.marks)
         )
-        if run.error:
-            typer.echo(f"environment failed: {run.error}")
-        for warning in run.warnings:
-            typer.echo(f"warning: {warning}")
-        rows = [r for r in outcome.document["results"] if r["target"] == run.label]
-        typer.echo(f"target {run.label}\n" + replay_table(rows))
-        for result in run.results:
-            if result.severity is not Severity.INFO or result.verdict != Verdict.UNCHANGED:
-                typer.echo("")
-                typer.echo(result_details(result))
+    lines += [f"skipped {case_id}: a draft without a repro (capture one)" for case_id in outcome.skipped_drafts]
     if outcome.committed:
-        typer.echo(outcome.committed)
+        lines.append(outcome.committed)
+    elif outcome.recorded:
+        lines.append(f"recorded this replay in {outcome.recorded} bundle(s) (not committed)")
     if outcome.json_written:
-        typer.echo(f"\nwrote {outcome.json_written}")
-    for line in outcome.failed_targets:
-        typer.echo(f"casekit: error: {line}", err=True)
-    if outcome.invalid:
-        typer.echo(f"casekit: error: {len(outcome.invalid)} invalid bundle(s) were not replayed", err=True)
+        lines.append(f"\nwrote {outcome.json_written}")
+    return "\n".join(lines)
 
 
 def register(app: typer.Typer) -> None:

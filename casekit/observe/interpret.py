@@ -165,19 +165,49 @@ def site_from_raw(raw: RawBreak, namer: FileNamer, source: str) -> Site | None:
     )
 
 
+def _nested(a: Site, b: Site) -> bool:
+    """One site's stack runs through the other's frame: the outer line is a call site of the inner break."""
+    outer, inner = (a, b) if len(a.stack) <= len(b.stack) else (b, a)
+    if not outer.stack or len(inner.stack) <= len(outer.stack):
+        return False
+    frame = outer.stack[-1]
+    return any((f.file, f.line) == (frame.file, frame.line) for f in inner.stack[:-1])
+
+
 def _merge_site(sites: list[Site], new: Site) -> None:
-    """Same place and category: one site, counted; same place from a weaker source: ignored."""
+    """Same place and category: one site, counted; same place from a weaker source: ignored;
+    same place where one runs through the other (a lambda defined and called on the line): one break."""
     for site in sites:
         same_place = site.file == new.file and site.line == new.line
-        if same_place and (site.category == new.category or "log" not in new.sources):
+        if same_place and (site.category == new.category or "log" not in new.sources or _nested(site, new)):
             if new.sources[0] not in site.sources:
                 site.sources.append(new.sources[0])
-            if "log" in new.sources:
+            if "log" in new.sources and site.category == new.category:
                 site.count += 1
             if site.function == "?" and new.function != "?":
                 site.function, site.source, site.stack = new.function, new.source, new.stack
             return
     sites.append(new)
+
+
+def _merge_call_sites(sites: list[Site]) -> list[Site]:
+    """A compile-reason-only site whose line is a call site on the stack of an observed break is
+    that break seen from its parent frame (Dynamo names the caller's line too): never a second break."""
+    kept = []
+    for site in sites:
+        parent_of = [
+            other
+            for other in sites
+            if other is not site
+            and "log" in other.sources
+            and any((f.file, f.line) == (site.file, site.line) for f in other.stack[:-1])
+        ]
+        if site.sources == ["reasons"] and parent_of:
+            if "reasons" not in parent_of[0].sources:
+                parent_of[0].sources.append("reasons")
+            continue
+        kept.append(site)
+    return kept
 
 
 def collect_sites(run: dict[str, Any], namer: PathNamer) -> list[Site]:
@@ -203,7 +233,7 @@ def collect_sites(run: dict[str, Any], namer: PathNamer) -> list[Site]:
         site = site_from_raw(raw, namer, "reasons")
         if site:
             _merge_site(sites, site)
-    return sites
+    return _merge_call_sites(sites)
 
 
 def collect_fallbacks(run: dict[str, Any], namer: PathNamer, sites: list[Site]) -> list[FallbackFrame]:
@@ -226,8 +256,11 @@ def collect_fallbacks(run: dict[str, Any], namer: PathNamer, sites: list[Site]) 
             if entry.get("calls"):
                 file, line = namer.name(entry.get("file") or "?"), int(entry.get("line") or 0)
                 candidates.append(FallbackFrame(entry["name"], file, line, "called, but no graph was compiled"))
+    # a skip-type break only guesses which frame fell back (its script line); WON'T CONVERT knows it
+    # (2.10+ say "Skipping the function" for a library frame below the script line too)
+    known = bool(candidates)
     for site in sites:
-        if site.kind == "skip":
+        if site.kind == "skip" and not known:
             frame = site.anchor
             candidates.append(FallbackFrame(frame.function, frame.file, frame.line, site.reason))
     fallbacks: list[FallbackFrame] = []
@@ -445,6 +478,28 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
     if observation.fullgraph:
         observation.fullgraph.message = namer.scrub(observation.fullgraph.message)
     return observation
+
+
+def break_invariant(observation: ScriptObservation) -> str | None:
+    """A note when the breaks do not add up with the graphs and the fallbacks, rather than a silent guess.
+
+    Every break that does not skip its frame ends a graph and starts a resume function, so a run
+    that compiled nothing yet reports ordinary breaks (and no frame fell back) has counted
+    something twice or missed a skip; so has one with more distinct break lines than graphs.
+    """
+    if observation.status is not ScriptStatus.OK:
+        return None
+    breaks = [s for s in observation.sites if s.kind != "skip"]
+    if not breaks:
+        return None
+    if observation.graphs == 0 and not observation.fallback_frames:
+        return f"{len(breaks)} break(s) observed but no graph compiled and no frame fell back: counts may be off"
+    if len(breaks) > observation.graphs + len(observation.fallback_frames):
+        return (
+            f"{len(breaks)} break sites but {observation.graphs} graph(s) and "
+            f"{len(observation.fallback_frames)} fallback(s): a break may be counted twice"
+        )
+    return None
 
 
 def failed_observation(why: str) -> ScriptObservation:

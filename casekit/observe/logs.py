@@ -32,7 +32,12 @@ REASON_PREFIX = re.compile(
     r"|Failed to handle graph break gracefully\.[^\n]*?Graph break encountered):\s*$",
     re.MULTILINE,
 )
-SKIP_MARKERS = ("Graph break: skip:", "which results in a skip", "will skip tracing the frame")
+SKIP_MARKERS = (
+    "Graph break: skip:",
+    "which results in a skip",
+    "will skip tracing the frame",
+    "Skipping the function and falling back to eager",  # 2.10+
+)
 RECOMPILING = re.compile(r"Recompiling function (?P<function>\S+) in (?P<file>.+?):(?P<line>\d+)")
 WONT_CONVERT = re.compile(r"WON'T CONVERT (?P<function>\S+) (?P<file>.+?) line (?P<line>\d+)")
 GUARD_ITEM = re.compile(r"^\d+/\d+: ")

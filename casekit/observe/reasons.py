@@ -31,6 +31,8 @@ LEGACY_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"builtin: print\b|BuiltinVariable\(print\)|builtin operator `?print"), "GB0059"),
     (re.compile(r"^builtin: |call_function BuiltinVariable"), "GB0059"),
     (re.compile(r"torch\._dynamo\.graph_break|graph_break\(\)|skip function graph_break\b"), "GB0025"),
+    (re.compile(r"call torch\._dynamo\.disable\(\) wrapped function"), "GB0098"),
+    (re.compile(r"^invalid handler args"), "GB0193"),
     (re.compile(r"Tensor\.tolist|to_list", re.IGNORECASE), "GB0109"),
     (re.compile(r"Tensor\.numpy|numpy\(\) with trace_numpy", re.IGNORECASE), "GB0105"),
     (re.compile(r"dynamic shape operator.*no meta", re.IGNORECASE), "GB0037"),
@@ -39,6 +41,10 @@ LEGACY_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"copy\.deepcopy|deepcopy", re.IGNORECASE), "GB0179"),
     (re.compile(r"torch\.compiler\.disable|disable\(\)d function|skip_files.*disable", re.IGNORECASE), "GB0098"),
     (re.compile(r"marked as skipped|skipfiles|inline in skipfiles", re.IGNORECASE), "GB0007"),
+    # 2.5's "skip function X in file Y" and "unsupported builtin X" are today's "marked as skipped"
+    # (the registry's GB0007 names the function and file); what they name is kept by `named_subject`
+    (re.compile(r"^'?skip function \S+ in file "), "GB0007"),
+    (re.compile(r"^Graph break due to unsupported builtin "), "GB0007"),
     (re.compile(r"from_numpy", re.IGNORECASE), "GB0231"),
 ]
 
@@ -48,7 +54,7 @@ CATEGORY_ALIASES = {"GB4198": "GB0179"}
 
 ADDRESS = re.compile(r"0x[0-9a-f]+", re.IGNORECASE)
 NUMBER = re.compile(r"\b\d+\b")
-QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|`[^`]*`")
+DIRECTORY = re.compile(r"(?<![\w.])/(?:[^/\s']+/)+")
 
 
 @dataclass(frozen=True)
@@ -96,12 +102,38 @@ def gb_id_from_type(gb_type: str) -> str | None:
 
 
 def legacy_key(reason: str) -> str:
-    """A normalized form of a legacy reason: addresses, numbers and quoted names removed."""
+    """A normalized form of a legacy reason that keeps what it names (the function, the file's
+    name, the builtin, the method): only addresses, directories and numbers are removed, so two
+    different skipped functions never share a key."""
     first = reason.strip().splitlines()[0] if reason.strip() else "unknown"
+    first = first.strip().strip("'\"")
     first = ADDRESS.sub("", first)
-    first = QUOTED.sub("_", first)
+    first = DIRECTORY.sub("", first)
     first = NUMBER.sub("N", first)
     return "legacy:" + re.sub(r"\s+", " ", first).strip()[:120]
+
+
+SUBJECTS = [
+    re.compile(r"skip function (?P<name>\S+) in file (?:\S*/)?(?P<file>[^/\s']+)"),
+    re.compile(r"unsupported builtin (?:None\.)?(?P<name>[\w.]+?)\.?(?:\s|$)"),
+    re.compile(r"^builtin: (?P<name>\w+)"),
+    re.compile(r"wrapped function <function (?P<name>[\w.<>]+)"),
+    re.compile(r"(?:function|builtin|method) `(?P<name>[\w.<>]+)`"),
+]
+
+
+def named_subject(text: str) -> str | None:
+    """What a break message names (the skipped function and its file, the builtin, the method), or None.
+
+    Two breaks that name different things are different breaks, whatever their category.
+    """
+    for pattern in SUBJECTS:
+        match = pattern.search(text)
+        if match:
+            name = match["name"]
+            file = match.groupdict().get("file")
+            return f"{name} in {file}" if file else name
+    return None
 
 
 def categorize(reason: str, *, gb_id: str | None = None, gb_type: str | None = None) -> tuple[str, str | None]:

@@ -10,8 +10,8 @@ import abc
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from casekit.bundle import write_atomic
 from casekit.errors import CasekitError
+from casekit.fsutil import write_atomic
 from casekit.report.summary import ArchiveSummary
 
 

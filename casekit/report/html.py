@@ -21,7 +21,7 @@ from casekit.observe.reasons import describe_category, registry
 from casekit.report.formats import ReportFormat
 from casekit.report.pictures import heatmap_section, timeline_section
 from casekit.report.summary import ArchiveSummary, CaseSummary, Cell
-from casekit.report.text import class_counts
+from casekit.report.text import class_counts, fullgraph_kind
 
 GB_ID = re.compile(r"^GB\d{4}$")
 GB_SITE = "https://meta-pytorch.github.io/compile-graph-break-site/gb/{}.html"
@@ -363,7 +363,9 @@ def checks_html(observation: ScriptObservation) -> str:
         if observation.fullgraph:
             where = f" at {observation.fullgraph.location.where()}" if observation.fullgraph.location else ""
             first = observation.fullgraph.message.splitlines()[0] if observation.fullgraph.message else ""
-            facts.append(("fullgraph=True", f"first break as an error{where}: {observation.fullgraph.type}: {first}"))
+            facts.append(
+                ("fullgraph=True", f"{fullgraph_kind(observation)}{where}: {observation.fullgraph.type}: {first}")
+            )
         else:
             facts.append(("fullgraph=True", "compiles as one graph"))
     if observation.error:

@@ -57,7 +57,11 @@ def render_markdown(summary: ArchiveSummary) -> str:
             lines.append(row)
         lines.append("")
     else:
-        lines += ["No replays recorded yet.", ""]
+        lines += [
+            "No replays recorded yet: run `casekit replay --json out/replay.json` and "
+            "`casekit report --results out/replay.json`, or replay with `--record`.",
+            "",
+        ]
     attention = [cell for cell in summary.cells() if cell.severity.value != "info"]
     attention.sort(key=lambda c: (-c.severity.rank, c.case_id, c.target))
     if attention:

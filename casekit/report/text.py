@@ -2,22 +2,33 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from casekit.model import SITE_CLASS_ORDER, Case, ScriptObservation, Site, SiteClass
+from casekit.classify import describe_fallback
+from casekit.model import SITE_CLASS_ORDER, Case, ScriptObservation, Site
 from casekit.observe.reasons import describe_category
 
 if TYPE_CHECKING:
-    from casekit.classify import CaseResult
-    from casekit.replay_document import ResultEntry
+    from casekit.replay_document import ReplayDocument, ResultEntry, SiteEntry, TargetEntry
 
 
-def table(headers: list[str], rows: list[list[str]]) -> str:
-    """A fixed-width table; cells are cut at 60 characters to keep a terminal readable."""
+def table(headers: list[str], rows: list[list[str]], width: int | None = None, squeeze: int | None = None) -> str:
+    """A fixed-width table; cells are cut at 60 characters to keep a terminal readable.
+
+    With `width` (a terminal's columns), the `squeeze` column (by index) is cut further,
+    with an ellipsis, so that each line fits; without it the output is stable for logs.
+    """
     cells = [[(c if len(c) <= 60 else c[:57] + "...") for c in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    if width is not None and squeeze is not None and sum(widths) + 2 * (len(widths) - 1) > width:
+        room = max(len(headers[squeeze]), 8, width - (sum(widths) - widths[squeeze]) - 2 * (len(widths) - 1))
+        for row in cells:
+            if len(row[squeeze]) > room:
+                row[squeeze] = row[squeeze][: room - 1] + "\u2026"
+        widths[squeeze] = min(widths[squeeze], room)
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
     out = [line, "  ".join("-" * w for w in widths)]
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
@@ -72,9 +83,8 @@ def observation_summary(label: str, observation: ScriptObservation) -> str:
             _indent(table(["where", "function", "gb id", "why", "source"], [site_row(s) for s in observation.sites]))
         )
     for fallback in observation.fallback_frames:
-        lines.append(
-            f"  falls back to eager entirely: {fallback.function} ({fallback.file}:{fallback.line}) {fallback.reason}"
-        )
+        where = f"{fallback.file}:{fallback.line}"
+        lines.append(f"  {describe_fallback(fallback.function, where)}: {fallback.reason}")
     for recompile in observation.recompiles:
         lines.append(
             f"  recompile: {recompile.function} ({recompile.file}:{recompile.line}): {'; '.join(recompile.reasons)}"
@@ -88,7 +98,9 @@ def observation_summary(label: str, observation: ScriptObservation) -> str:
         if observation.fullgraph:
             where = f" at {observation.fullgraph.location.where()}" if observation.fullgraph.location else ""
             first = observation.fullgraph.message.splitlines()[0] if observation.fullgraph.message else ""
-            lines.append(f"  fullgraph=True: first break as error{where}: {observation.fullgraph.type}: {first}")
+            lines.append(
+                f"  fullgraph=True: {fullgraph_kind(observation)}{where}: {observation.fullgraph.type}: {first}"
+            )
         else:
             lines.append("  fullgraph=True: compiles as one graph")
     check = observation.check
@@ -114,6 +126,11 @@ def _indent(text: str, prefix: str = "  ") -> str:
     return "\n".join(prefix + line for line in text.splitlines())
 
 
+def case_mark(case: Case) -> str:
+    """'sentinel' / 'waived: eager, fix': how a case was kept, shown wherever the case is listed."""
+    return case.capture.mark() if case.capture else ""
+
+
 def case_summary(case: Case) -> str:
     """The triage summary the seeds ask for: sites, graphs, recompiles, inputs, checks, timings, pre vs post."""
     env = case.environment
@@ -126,6 +143,8 @@ def case_summary(case: Case) -> str:
         lines.append("  packages: " + ", ".join(f"{k} {v}" for k, v in env["packages"].items()))
     if case.tags:
         lines.append("  tags: " + ", ".join(case.tags))
+    if case_mark(case):
+        lines.append(f"  kept as: {case_mark(case)}")
     if case.provenance and case.provenance.path:
         p = case.provenance
         lines.append(f"  from {p.path} at {(p.commit or 'no commit')[:12]}{' (dirty)' if p.dirty else ''}")
@@ -159,36 +178,111 @@ def class_counts(classes: Iterable[str]) -> str:
     return ", ".join(f"{counts[c]} {c.value}" for c in SITE_CLASS_ORDER if counts.get(c)) or "no breaks"
 
 
-def replay_table(results: Iterable[ResultEntry]) -> str:
-    """The one replay table (replay and merge): a row per case on one target, from the replay document."""
+def replay_table(results: Iterable[ResultEntry], marks: dict[str, str] | None = None) -> str:
+    """The one replay table (replay and merge): a row per case on one target, from the replay document.
+
+    `marks` (case id -> case_mark) flags sentinels and cases kept with waived gates."""
     rows = []
     for result in results:
         scripts = [(which, script) for which, script in result["scripts"].items() if script]
         statuses = "/".join(f"{which}:{script['status']}" for which, script in scripts)
         classes = class_counts(site["class"] for _, script in scripts for site in script.get("sites") or [])
-        rows.append([result["case"], result["verdict"], result["severity"], statuses, classes])
+        mark = (marks or {}).get(result["case"])
+        rows.append(
+            [result["case"] + (f" [{mark}]" if mark else ""), result["verdict"], result["severity"], statuses, classes]
+        )
     return table(["case", "verdict", "severity", "status", "sites"], rows)
 
 
-def result_details(result: CaseResult) -> str:
-    """Break-by-break lines for a case that changed."""
-    lines = [f"{result.case_id} on {result.target}: {result.verdict} ({result.severity.value})"]
-    for which, script in result.scripts.items():
-        for pairing in script.sites:
-            if pairing.site_class is SiteClass.PERSISTS and not pairing.note:
-                continue
-            site = pairing.observed or pairing.recorded
-            assert site is not None
-            lines.append(
-                f"  {which} {pairing.site_class.value:10} {site.where():24} {site.reason[:60]}"
-                + (f"  [{pairing.note}]" if pairing.note else "")
-            )
-        for note in script.notes:
-            lines.append(f"  {which} note: {note}")
-    if result.rollback:
-        rb = result.rollback
-        state = "verified" if rb.verified else ("NOT verified" if rb.verified is False else "not checked")
-        lines.append(f"  rollback ({state}): {rb.detail}")
-        if rb.notes:
-            lines.append("  rollback notes: " + rb.notes.strip().replace("\n", "\n    "))
+_NOW_FALLS_BACK = re.compile(r"^(?P<function>\S+) \((?P<where>[^()]*)\) now falls back to eager entirely$")
+_NO_LONGER = re.compile(r"^(?P<function>\S+) no longer falls back to eager entirely \(fallback cleared\)$")
+
+
+# What fullgraph=True raises for a graph break (Unsupported, and UserError for data-dependent control flow);
+# anything else it raises is a compile error, not a break.
+_BREAK_ERRORS = ("Unsupported", "UserError")
+
+
+def fullgraph_kind(observation: ScriptObservation) -> str:
+    """'first break as an error' when fullgraph=True stopped at a graph break, else 'compile error'."""
+    error = observation.fullgraph
+    if error is None:
+        return "compiles as one graph"
+    text = f"{error.type} {error.message}".lower()
+    if error.type.rsplit(".", 1)[-1] in _BREAK_ERRORS or "graph break" in text:
+        return "first break as an error"
+    return "compile error"
+
+
+def _reworded(note: str) -> str:
+    """Classification notes in the precise words (resume functions are not whole functions)."""
+    if match := _NOW_FALLS_BACK.match(note):
+        return describe_fallback(match["function"], match["where"])
+    if match := _NO_LONGER.match(note):
+        return describe_fallback(match["function"], "", now=False)
+    return note
+
+
+def _site_line(which: str, site: SiteEntry) -> str:
+    side = site["observed"] or site["recorded"]
+    assert side is not None
+    where = f"{side['file']}:{side['line']}"
+    note = f"  [{site['note']}]" if site["note"] else ""
+    return f"  {which:4} {site['class']:10} {where:24} {side['reason'][:60]}{note}"
+
+
+def result_text(result: ResultEntry) -> str:
+    """One case on one target: the verdict, why (every reason), the breaks that changed, the way back."""
+    lines = [f"{result['case']} on {result['target']}: {result['verdict']} ({result['severity']})"]
+    reasons = list(result.get("reasons") or [])
+    lines += [f"  why: {reason}" for reason in reasons]
+    scripts = [(which, script) for which, script in result["scripts"].items() if script]
+    for which, script in scripts:  # the changes the reasons do not already name
+        said = [reason for reason in reasons if reason.startswith(f"{which}: ")]
+        if script["recorded_status"] and script["recorded_status"] != script["status"]:
+            lines.append(f"  status: {which} {script['recorded_status']} -> {script['status']}")
+        if script["recompiles"] != script["recompiles_recorded"] and not any("recompiles" in r for r in said):
+            lines.append(f"  recompiles: {which} {script['recompiles_recorded']} -> {script['recompiles']}")
+    for which, script in scripts:
+        counts = class_counts(site["class"] for site in script["sites"])
+        lines.append(f"  {which}: {counts}")
+        lines += [_site_line(which, site) for site in script["sites"] if site["class"] != "persists" or site["note"]]
+        lines += [f"  {which} note: {_reworded(note)}" for note in script["notes"]]
+    rollback = result.get("rollback")
+    if rollback:
+        verified = rollback["verified"]
+        state = "verified" if verified else ("NOT verified" if verified is False else "not checked")
+        lines.append(f"  rollback ({state}): {rollback['detail']}")
+        if rollback["notes"]:
+            lines.append("  rollback notes: " + rollback["notes"].strip().replace("\n", "\n    "))
     return "\n".join(lines)
+
+
+def _target_header(target: TargetEntry, cases: int) -> str:
+    torch = target.get("torch") or "?"
+    cuda = f", cuda {target['cuda']}" if target.get("cuda") else ""
+    seconds = target.get("seconds")
+    took = f" in {seconds:.1f} s" if isinstance(seconds, int | float) else ""
+    return f"target {target['label']}: torch {torch}{cuda}, python {target.get('python') or '?'}, {cases} case(s){took}"
+
+
+def replay_document_text(document: ReplayDocument, verbose: bool = False, marks: dict[str, str] | None = None) -> str:
+    """The replay as a person reads it (replay and merge): per target its build, then the table
+    and every changed result with its reasons; a failed target says why once, with no table.
+    `marks` (case id -> mark) flags sentinels and waived cases in the table."""
+    blocks = []
+    for target in document["targets"]:
+        results = [r for r in document["results"] if r["target"] == target["label"]]
+        if target.get("error"):  # its results are all "env_failed": the one line says it all
+            lines = [f"target {target['label']}: environment failed, no case ran: {target['error']}"]
+            lines += [f"warning: {warning}" for warning in target.get("warnings") or []]
+            blocks.append("\n".join(lines))
+            continue
+        lines = [_target_header(target, len(results))]
+        lines += [f"warning: {warning}" for warning in target.get("warnings") or []]
+        lines.append(replay_table(results, marks))
+        for result in results:
+            if verbose or result["severity"] != "info" or result["verdict"] != "unchanged":
+                lines += ["", result_text(result)]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)

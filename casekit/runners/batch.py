@@ -9,62 +9,172 @@ the host path for python/venv runners, a bind mount for docker) and start
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
 from casekit.runners.interface import PROBE_PATH, ProbeBatchResult, ProbeJob
 
 REQUEST_SCHEMA = "casekit.probe-request/1"
+PROBE_SCHEMA = "casekit.probe/1"
+MAX_RESULT_BYTES = 256 * 1024 * 1024  # one script's result file; beyond this it is that script's failure
+MAX_ENV_BYTES = 16 * 1024 * 1024
 
 
-def lay_out_batch(batch_dir: Path, jobs: list[ProbeJob], root_in_target: str) -> Path:
-    """Copy the probe and the scripts into batch_dir; write the request. Returns the request path."""
+class ResultUnreadable(Exception):
+    """A result file the probe (or a script that tampered with it) left unreadable."""
+
+
+def job_folder(batch_dir: Path, job: ProbeJob) -> Path:
+    """The folder holding one job's inputs: its script and whatever is laid out beside it."""
+    return batch_dir / "jobs" / job.id
+
+
+def lay_out_job(batch_dir: Path, job: ProbeJob) -> Path:
+    """Copy the job's inputs into its own folder; returns the script's path there."""
+    folder = job_folder(batch_dir, job)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / job.script.name
+    shutil.copy2(job.script, target)
+    lay_out_included_files(folder, job)
+    return target
+
+
+def lay_out_batch(batch_dir: Path, jobs: list[ProbeJob], root_in_target: str, isolate: bool = False) -> Path:
+    """Copy the probe and each job's inputs into batch_dir; write the request. Returns the request path.
+
+    With `isolate` (the bwrap sandbox) the probe gives each run a private view:
+    the batch read-only, jobs/ and out/ hidden, its own copy of its job folder writable.
+    """
     batch_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy2(PROBE_PATH, batch_dir / "probe.py")
+    for job in jobs:
+        lay_out_job(batch_dir, job)
+    (batch_dir / "out").mkdir(exist_ok=True)
+    return write_request(batch_dir, jobs, root_in_target, isolate)
+
+
+def write_request(batch_dir: Path, jobs: list[ProbeJob], root_in_target: str, isolate: bool = False) -> Path:
+    """The probe's request for `jobs` (all of them, or the ones left after a probe crash)."""
     request_jobs = []
     for job in jobs:
-        script_dir = batch_dir / "scripts" / job.id
-        script_dir.mkdir(parents=True, exist_ok=True)
-        target = script_dir / job.script.name
-        shutil.copy2(job.script, target)
-        request_jobs.append(job.to_request(f"{root_in_target}/scripts/{job.id}/{job.script.name}"))
-    (batch_dir / "out").mkdir(exist_ok=True)
-    request = {"schema": REQUEST_SCHEMA, "out_dir": f"{root_in_target}/out", "jobs": request_jobs}
+        folder = f"{root_in_target}/jobs/{job.id}"
+        job_request = job.to_request(f"{folder}/{job.script.name}")
+        if job_request["script"] == f"{folder}/{job.script.name}":  # in-place jobs (bisect) run where they lie
+            job_request["job_dir"] = folder
+        request_jobs.append(job_request)
+    request: dict[str, Any] = {"schema": REQUEST_SCHEMA, "out_dir": f"{root_in_target}/out", "jobs": request_jobs}
+    if isolate:
+        request["runs_dir"] = f"{root_in_target}/runs"
+        request["isolation"] = {
+            "batch_root": root_in_target,
+            "hide": [f"{root_in_target}/jobs", f"{root_in_target}/out"],
+        }
+        (batch_dir / "runs").mkdir(exist_ok=True)
     request_path = batch_dir / "request.json"
     request_path.write_text(json.dumps(request, indent=1))
     return request_path
 
 
+def lay_out_included_files(script_dir: Path, job: ProbeJob) -> None:
+    """A job's included files beside its script, with their relative paths (imports and reads work)."""
+    from casekit.includes import lay_out
+
+    lay_out(script_dir, job.includes)
+
+
+def read_json_file(path: Path, limit: int) -> Any:
+    """A JSON file that must be a regular file of at most `limit` bytes; ResultUnreadable otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise ResultUnreadable(f"cannot open {path.name}: {error.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ResultUnreadable(f"{path.name} is not a regular file")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise ResultUnreadable(f"{path.name} is over {limit} bytes")
+    try:
+        return json.loads(b"".join(chunks).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ResultUnreadable(f"{path.name} is not valid JSON ({error})") from None
+
+
+def check_result(raw: Any, job: ProbeJob) -> dict[str, Any]:
+    """A probe result of the expected schema for this job; ResultUnreadable otherwise."""
+    if not isinstance(raw, dict) or raw.get("schema") != PROBE_SCHEMA or raw.get("job") != job.id:
+        raise ResultUnreadable("the result is not a probe result for this script")
+    runs = raw.get("runs")
+    if not isinstance(runs, dict) or not all(
+        isinstance(run, dict) and isinstance(run.get("status"), str) for run in runs.values()
+    ):
+        raise ResultUnreadable("the result's runs are malformed")
+    if not isinstance(raw.get("script"), str):
+        raise ResultUnreadable("the result names no script")
+    return raw
+
+
+def read_env_record(batch_dir: Path) -> dict[str, Any] | None:
+    """env.json (None when missing); an unreadable one reads as a failed import with the reason."""
+    try:
+        record = read_json_file(batch_dir / "out" / "env.json", MAX_ENV_BYTES)
+    except FileNotFoundError:
+        return None
+    except ResultUnreadable as error:
+        return {"ok": False, "error": f"the probe's environment record is unusable: {error}"}
+    if not isinstance(record, dict) or (record.get("ok") and not isinstance(record.get("environment"), dict)):
+        return {"ok": False, "error": "the probe's environment record is malformed"}
+    return record
+
+
 def read_batch(batch_dir: Path, jobs: list[ProbeJob], probe_log: str = "") -> ProbeBatchResult:
-    """Collect what the probe wrote; a job without a result says why."""
+    """Collect what the probe wrote; a job without a usable result says why."""
     out = batch_dir / "out"
-    env_path = out / "env.json"
-    env_record: dict[str, object] = {}
-    if env_path.exists():
-        env_record = json.loads(env_path.read_text())
+    env_record = read_env_record(batch_dir) or {}
     environment: Any = env_record.get("environment") if env_record.get("ok") else None
+    last_line = (probe_log.strip().splitlines() or ["no output"])[-1]
     results: dict[str, dict[str, object]] = {}
     failed: dict[str, str] = {}
     for job in jobs:
         path = out / f"{job.id}.result.json"
-        if path.exists():
-            results[job.id] = json.loads(path.read_text())
-        elif not env_record:
-            failed[job.id] = "the probe did not start: " + (probe_log.strip().splitlines() or ["no output"])[-1]
+        try:
+            results[job.id] = check_result(read_json_file(path, MAX_RESULT_BYTES), job)
+            continue
+        except FileNotFoundError:
+            pass
+        except ResultUnreadable as error:
+            failed[job.id] = f"its result was tampered with or is unusable: {error}"
+            continue
+        if not env_record:
+            failed[job.id] = "the probe did not start: " + last_line
         elif not env_record.get("ok"):
             failed[job.id] = f"torch could not be imported: {env_record.get('error')}"
         else:
-            failed[job.id] = (
-                "the probe stopped before this script: " + (probe_log.strip().splitlines() or ["no output"])[-1]
-            )
-    done = out / "done.json"
-    wall = json.loads(done.read_text()).get("wall_s") if done.exists() else None
+            failed[job.id] = "the probe stopped before this script: " + last_line
+    wall: Any = None
+    try:
+        done = read_json_file(out / "done.json", MAX_ENV_BYTES)
+        wall = done.get("wall_s") if isinstance(done, dict) else None
+    except (FileNotFoundError, ResultUnreadable):
+        pass
     import_s = env_record.get("import_s")
     return ProbeBatchResult(
         environment=dict(environment or {}),
         results=results,
         failed=failed,
         import_s=float(import_s) if isinstance(import_s, (int, float)) else None,
-        wall_s=wall,
+        wall_s=float(wall) if isinstance(wall, (int, float)) and not isinstance(wall, bool) else None,
     )

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from casekit.model import IncludedFile
+
 PROBE_PATH = Path(__file__).resolve().parent.parent / "probe.py"
 
 
@@ -55,6 +57,7 @@ class ProbeJob:
     seed: int = 0
     allow_network: bool = False
     argv: tuple[str, ...] = ()
+    includes: tuple[IncludedFile, ...] = ()  # laid out beside the script (relative paths)
 
     def to_request(self, script_path: str) -> dict[str, object]:
         return {

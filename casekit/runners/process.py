@@ -7,23 +7,29 @@ results come back only as the JSON files the probe writes into the batch folder.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from casekit.errors import EnvironmentFailed, RunnerError
-from casekit.runners.batch import lay_out_batch, read_batch
+from casekit import settings
+from casekit.errors import EnvironmentFailed, RunnerError, Stopped
+from casekit.fsutil import tail_text
+from casekit.runners.batch import lay_out_batch, read_batch, read_env_record, read_json_file, write_request
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn
+from casekit.runners.sandbox import Sandbox, readable_roots
 
+BATCH_PREFIX = "casekit-batch-"
+REPLAY_PREFIX = "casekit-replay-"  # replay's own script folder: swept the same way
+OWNED_PREFIXES = (BATCH_PREFIX, REPLAY_PREFIX)
 IMPORT_MARGIN_S = 120.0  # importing torch + dynamo takes 7-10 s here; slow disks and cold caches take longer
 POLL_S = 0.2
-KEEP_BATCH_ENV = "CASEKIT_KEEP_BATCH"
 
 
 class EnvironmentUnusable(EnvironmentFailed, RunnerError):
@@ -36,7 +42,9 @@ class EnvironmentUnusable(EnvironmentFailed, RunnerError):
 
 def overall_timeout(jobs: list[ProbeJob]) -> float:
     """Every run of every job at its own timeout, plus the one torch import."""
-    return sum(job.timeout * max(1, len(job.modes)) for job in jobs) + IMPORT_MARGIN_S
+    from casekit.timeouts import batch_timeout
+
+    return batch_timeout(jobs, IMPORT_MARGIN_S)
 
 
 def check_interpreter(python: str) -> None:
@@ -62,52 +70,115 @@ def run_probe_subprocess(
     progress: ProgressFn,
     timeout: float | None = None,
     env: Mapping[str, str] | None = None,
+    sandbox: Sandbox | None = None,
 ) -> ProbeBatchResult:
-    """Run `python probe.py request.json` over all jobs in a temporary batch folder.
+    """Run `python probe.py request.json` over all jobs in a temporary batch folder, sandboxed.
 
-    `timeout` bounds the whole probe (default: `overall_timeout(jobs)`); when it
-    expires the probe and every process it started are killed and the jobs that
-    did not finish are reported as failed. Ctrl-C kills them too, then re-raises.
-    Raises EnvironmentUnusable when the interpreter is missing or torch cannot be
-    imported, RunnerError when the probe dies without reporting.
+    `sandbox` defaults to bwrap with no network (SandboxUnavailable, one line, when the
+    host cannot: the user opts out with `--allow sandbox=none`). `timeout` bounds the
+    whole probe (default: `overall_timeout(jobs)`); when it expires the probe and
+    every process it started are killed and the jobs that did not finish are
+    reported as failed. When the probe dies mid-batch (a script killed it), the
+    script it was running fails and a new probe runs the ones after it. Ctrl-C
+    kills everything too, then re-raises. Raises EnvironmentUnusable when the
+    interpreter is missing or torch cannot be imported, RunnerError when the probe
+    dies without reporting.
     """
     check_interpreter(python)
+    sandbox = sandbox or Sandbox.from_options()
+    sandbox.check()
+    progress(sandbox.summary())
     limit = overall_timeout(jobs) if timeout is None else timeout
-    batch_dir = Path(tempfile.mkdtemp(prefix="casekit-"))
-    keep = os.environ.get(KEEP_BATCH_ENV) == "1"
+    sweep_stale_batches()
+    batch_dir = Path(tempfile.mkdtemp(prefix=f"{BATCH_PREFIX}{os.getpid()}-"))
+    keep = settings.keep_batch()
     try:
-        request = lay_out_batch(batch_dir, jobs, str(batch_dir))
-        log_path = batch_dir / "probe.log"
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(
-                [python, str(batch_dir / "probe.py"), str(request)],
-                cwd=batch_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=probe_environment(env),
-                start_new_session=True,  # its own process group: killable as a whole, deaf to our Ctrl-C
+        lay_out_batch(batch_dir, jobs, str(batch_dir), isolate=sandbox.isolates)
+        deadline = time.monotonic() + limit
+        remaining = list(jobs)
+        merged: ProbeBatchResult | None = None
+        attempt = 0
+        while remaining:
+            attempt += 1
+            left = max(1.0, deadline - time.monotonic())
+            result, timed_out, returncode, probe_log = _run_probe_once(
+                python, batch_dir, remaining, progress, left, env, sandbox, attempt
             )
-        try:
-            progress(f"probe started in {python} (pid {process.pid}, {len(jobs)} script(s), limit {limit:g} s)")
-            timed_out = _wait_reporting(process, batch_dir, jobs, progress, limit)
-        except BaseException:
-            kill_process_tree(process)
-            raise
-        kill_process_tree(process)  # scripts may leave orphans behind even when the probe ended well
-        probe_log = _tail(log_path)
-        result = read_batch(batch_dir, jobs, probe_log)
-        if timed_out:
-            for job_id in result.failed:
-                result.failed[job_id] = f"the probe was stopped after its overall limit of {limit:g} s"
-            return result
-        _raise_if_unusable(python, batch_dir, process.returncode, probe_log)
-        return result
+            if merged is None:
+                if not timed_out:
+                    _raise_if_unusable(python, batch_dir, returncode, probe_log)
+                merged = result
+            else:
+                merged.results.update(result.results)
+                merged.failed.update(result.failed)
+            if timed_out:
+                for job_id in result.failed:
+                    merged.failed[job_id] = f"the probe was stopped after its overall limit of {limit:g} s"
+                break
+            missing = [job for job in remaining if job.id in result.failed]
+            died_in = next((job for job in missing if "tampered" not in result.failed[job.id]), None)
+            env_record = read_env_record(batch_dir) or {}
+            if died_in is None or returncode == 0 or not env_record.get("ok"):
+                break  # nothing died mid-script, or torch itself fails: a restart would not help
+            merged.failed[died_in.id] = (
+                f"the probe died while running this script ({_exit_description(returncode)}); "
+                "the scripts after it ran in a new probe"
+            )
+            remaining = [job for job in remaining[remaining.index(died_in) + 1 :] if job.id in result.failed]
+            if remaining:
+                progress(f"the probe died in {died_in.id}; restarting it for the {len(remaining)} script(s) after it")
+        assert merged is not None
+        merged.environment["sandbox"] = sandbox.summary()
+        return merged
     finally:
         if keep:
-            progress(f"batch kept at {batch_dir} ({KEEP_BATCH_ENV}=1)")
+            progress(f"batch kept at {batch_dir} ({settings.KEEP_BATCH_ENV}=1)")
         else:
             shutil.rmtree(batch_dir, ignore_errors=True)
+
+
+def _exit_description(returncode: int | None) -> str:
+    if returncode is not None and returncode < 0:
+        return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"
+
+
+def _run_probe_once(
+    python: str,
+    batch_dir: Path,
+    jobs: list[ProbeJob],
+    progress: ProgressFn,
+    limit: float,
+    env: Mapping[str, str] | None,
+    sandbox: Sandbox,
+    attempt: int,
+) -> tuple[ProbeBatchResult, bool, int | None, str]:
+    """One probe process over `jobs`: (results, timed out, exit status, log tail)."""
+    request = write_request(batch_dir, jobs, str(batch_dir), isolate=sandbox.isolates)
+    log_path = batch_dir / f"probe.{attempt}.log"
+    writable = [batch_dir] + [Path(w) for w in {getattr(job, "workdir", None) for job in jobs} if w]
+    command = sandbox.wrap(
+        [python, str(batch_dir / "probe.py"), str(request)], writable=writable, readable=readable_roots(python)
+    )
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=batch_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=probe_environment(env),
+            start_new_session=True,  # its own process group: killable as a whole, deaf to our Ctrl-C
+        )
+    try:
+        progress(f"probe started in {python} (pid {process.pid}, {len(jobs)} script(s), limit {limit:g} s)")
+        timed_out = _wait_reporting(process, batch_dir, jobs, progress, limit)
+    except BaseException:
+        kill_process_tree(process)
+        raise
+    kill_process_tree(process)  # scripts may leave orphans behind even when the probe ended well
+    probe_log = tail_text(log_path)
+    return read_batch(batch_dir, jobs, probe_log), timed_out, process.returncode, probe_log
 
 
 def _wait_reporting(
@@ -132,13 +203,17 @@ def _wait_reporting(
         if time.monotonic() > deadline:
             progress(f"probe exceeded its overall limit of {limit:g} s; stopping it")
             return True
+        if STOPPING.is_set():  # a signal reached casekit's main thread: every target stops now
+            raise Stopped(STOPPING.signum)
         time.sleep(POLL_S)
 
 
 def _describe_import(env_path: Path) -> str:
     try:
-        record = json.loads(env_path.read_text())
-    except (OSError, ValueError):
+        record = read_json_file(env_path, 16 << 20)
+    except Exception:  # noqa: BLE001 - progress text only: the result is checked when read for real
+        return "torch import finished"
+    if not isinstance(record, dict):
         return "torch import finished"
     if not record.get("ok"):
         return f"torch import failed: {record.get('error')}"
@@ -151,17 +226,16 @@ def _describe_import(env_path: Path) -> str:
 def _describe_runs(result_path: Path) -> str:
     """' (eager ok, compiled ok)': the run statuses, so progress shows trouble as it happens."""
     try:
-        runs = json.loads(result_path.read_text()).get("runs") or {}
-    except (OSError, ValueError, AttributeError):
+        runs = read_json_file(result_path, 256 << 20).get("runs") or {}
+    except Exception:  # noqa: BLE001 - progress text only: the result is checked when read for real
         return ""
     parts = [f"{mode} {run.get('status')}" for mode, run in runs.items() if isinstance(run, dict)]
     return f" ({', '.join(parts)})" if parts else ""
 
 
 def _raise_if_unusable(python: str, batch_dir: Path, returncode: int | None, probe_log: str) -> None:
-    env_path = batch_dir / "out" / "env.json"
-    if env_path.exists():
-        record = json.loads(env_path.read_text())
+    record = read_env_record(batch_dir)
+    if record is not None:
         if not record.get("ok"):
             raise EnvironmentUnusable(f"python {python}: torch is not importable: {record.get('error')}")
         return
@@ -169,14 +243,47 @@ def _raise_if_unusable(python: str, batch_dir: Path, returncode: int | None, pro
     raise RunnerError(f"python {python}: the probe did not start (exit status {returncode}): {last}")
 
 
-def _tail(path: Path, limit: int = 8000) -> str:
+# ------------------------------------------------------------------ stopping
+
+
+class _StopEvent(threading.Event):
+    signum: int = signal.SIGINT
+
+
+STOPPING = _StopEvent()
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+def install_stop_handlers() -> None:
+    """SIGINT/SIGTERM/SIGHUP: every target's wait loop stops (killing its probe, removing its folder),
+    and the main thread unwinds with `Stopped`, so bundles are left untouched or complete."""
+
+    def stop(signum: int, _frame: object) -> None:
+        if STOPPING.is_set():  # already stopping: a second signal must not cut the cleanup short
+            return
+        STOPPING.signum = signum
+        STOPPING.set()
+        raise Stopped(signum)
+
+    for name in STOP_SIGNALS:
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), stop)
+
+
+def sweep_stale_batches(root: Path | None = None) -> list[Path]:
+    """Remove batch folders of casekit processes that are gone (a SIGKILL leaves its folder behind)."""
+    removed: list[Path] = []
+    folder = Path(root or tempfile.gettempdir())
     try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - limit))
-            return handle.read().decode("utf-8", "replace")
+        entries = [(entry, prefix) for prefix in OWNED_PREFIXES for entry in folder.glob(f"{prefix}*")]
     except OSError:
-        return ""
+        return removed
+    for entry, prefix in entries:
+        owner = entry.name[len(prefix) :].split("-", 1)[0]
+        if owner.isdigit() and not os.path.exists(f"/proc/{owner}") and sys.platform.startswith("linux"):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
 
 
 # ------------------------------------------------------------------ killing

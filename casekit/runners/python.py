@@ -9,6 +9,7 @@ import sys
 
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
 from casekit.runners.process import EnvironmentUnusable, check_interpreter, probe_environment, run_probe_subprocess
+from casekit.runners.sandbox import Sandbox
 
 # Read from the package metadata: importing torch here would double the 3-10 s import
 # the probe pays anyway (a broken torch still fails clearly, in the probe).
@@ -62,6 +63,7 @@ class PythonRunner(Runner):
     def __init__(self, spec: TargetSpec) -> None:
         super().__init__(spec)
         self.python = self._locate(spec.python)
+        self.sandbox = Sandbox.from_options(spec.options)
         self.torch_version: str | None = None
         self.python_version: str | None = None
 
@@ -77,6 +79,7 @@ class PythonRunner(Runner):
         """Check the interpreter runs and imports torch (paid once per runner; tells the version)."""
         if self.torch_version is not None:
             return
+        self.sandbox.check()
         progress(f"checking torch in {self.python} …")
         torch_version, python_version = query_versions(self.python)
         if self.spec.torch and not version_matches(torch_version, self.spec.torch):
@@ -88,7 +91,7 @@ class PythonRunner(Runner):
 
     def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
         self.prepare(progress)
-        return run_probe_subprocess(self.python, jobs, progress)
+        return run_probe_subprocess(self.python, jobs, progress, sandbox=self.sandbox)
 
     def describe(self) -> dict[str, object]:
         return {

@@ -12,7 +12,7 @@ the default and every relaxation is an explicit spec option:
     timeout    seconds for the whole container; default: import allowance + the jobs' timeouts
     gpus       "all" | "N" | "none"           default "all" when spec.cuda names a CUDA tag
     python                                    interpreter inside a foreign spec.image (default python3)
-    base_image, ca_bundle, build_network      image build inputs (casekit.images)
+    base_image, ca_bundle, build_network      image build inputs (casekit.runners.docker.images)
 
 The batch folder is bind-mounted at /casekit/work read-only; only its out/
 is writable, and results come back through it.
@@ -29,10 +29,12 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from casekit import images
+from casekit import settings
 from casekit.errors import DockerUnavailable, RunnerError
 from casekit.runners.batch import lay_out_batch, read_batch
+from casekit.runners.docker import images
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
+from casekit.runners.process import overall_timeout
 
 if TYPE_CHECKING:
     import docker
@@ -42,7 +44,8 @@ if TYPE_CHECKING:
 ROOT_IN_CONTAINER = "/casekit/work"
 SANDBOX_UID = 10001
 RUN_LABEL = "casekit.run"
-IMPORT_ALLOWANCE_S = 180.0  # torch import + environment collection on a slow machine
+# On top of the host probe's allowance for the torch import: starting the container on a busy engine.
+CONTAINER_START_S = 60.0
 DEFAULTS = {"network": "none", "read_only": "true", "memory": "4g", "pids": "512", "tmpfs": "2g"}
 KNOWN_OPTIONS = set(DEFAULTS) | {"cpus", "timeout", "gpus", "python", "transfer"} | set(images.BUILD_OPTIONS)
 MAX_RESULTS_BYTES = 512 * 1024 * 1024  # what a batch may send back through the engine
@@ -51,8 +54,7 @@ MAX_RESULTS_BYTES = 512 * 1024 * 1024  # what a batch may send back through the 
 def default_transfer() -> str:
     """'bind' for a local engine; 'copy' through the engine's API when DOCKER_HOST points elsewhere
     (tcp://, ssh://): a remote engine cannot see this machine's folders."""
-    host = os.environ.get("DOCKER_HOST", "")
-    return "copy" if host and not host.startswith("unix://") else "bind"
+    return "copy" if settings.docker_host_is_remote() else "bind"
 
 
 class DockerRunner(Runner):
@@ -246,7 +248,7 @@ class DockerRunner(Runner):
                 return float(self.options["timeout"])
             except ValueError:
                 raise RunnerError(f"docker option timeout={self.options['timeout']!r} is not a number") from None
-        return IMPORT_ALLOWANCE_S + sum(job.timeout * max(1, len(job.modes)) for job in jobs)
+        return overall_timeout(jobs) + CONTAINER_START_S
 
     def _start_failure(self, error: Exception) -> str:
         text = images._first_line(getattr(error, "explanation", None) or error)

@@ -1,23 +1,16 @@
-"""The `venv` runner: a managed virtual environment per (python, torch, CUDA, index, pins).
+"""Installing managed environments: resolve the torch version, then build the env with uv or pip.
 
-Environments are built once and cached under ``$CASEKIT_CACHE/envs/<key>``
-(default ``~/.cache/casekit``), with uv when it is on PATH (seconds once its
-cache is warm; envs hardlink into uv's cache, so uv's cache lives beside them)
-and pip otherwise. The key is readable and exact:
-``torch-2.5.1-cu124-py3.11-1a2b3c4d``.
+uv is used when it is on PATH (seconds once its cache is warm; envs hardlink
+into uv's cache, so uv's cache lives beside them), pip otherwise.
 
 Building is safe against concurrent casekit processes: the env is built into
 ``<key>.tmp-<pid>`` under an exclusive lock on ``<key>.lock``, the completion
-marker ``casekit-env.json`` is written last, and the folder is renamed into
-place. A folder without the marker, or whose python is gone, is half-built or
-broken and is rebuilt. Reuse costs two stat calls.
+marker is written last, and the folder is renamed into place.
 """
 
 from __future__ import annotations
 
-import fcntl
 import functools
-import hashlib
 import json
 import os
 import re
@@ -25,25 +18,19 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from casekit.errors import CasekitError, EnvironmentFailed
-from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
-from casekit.runners.process import EnvironmentUnusable, run_probe_subprocess
+from casekit import settings
+from casekit.errors import EnvironmentFailed
+from casekit.fsutil import exclusive_lock, tail_text
+from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.runners.process import EnvironmentUnusable
 from casekit.runners.python import query_versions
+from casekit.runners.venv.cache import ENV_SCHEMA, MARKER, CachedEnv, EnvRequest, envs_dir, read_marker, why_not_ready
+from casekit.versions import VersionError, is_exact, parse_pip_index_versions, pick_newest, without_local
 
-CACHE_ENV = "CASEKIT_CACHE"
-INSTALLER_ENV = "CASEKIT_INSTALLER"  # "uv" or "pip": force one installer
-DEFAULT_CACHE = "~/.cache/casekit"
-MARKER = "casekit-env.json"
-BROKEN_NOTE = "casekit-env.broken"
-ENV_SCHEMA = "casekit.env/1"
-PYTORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
-DEFAULT_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 STREAM_EVERY_S = 5.0
 RESOLVE_TIMEOUT_S = 120.0
 
@@ -52,138 +39,7 @@ RESOLVE_TIMEOUT_S = 120.0
 # (Python treats an empty PYTHON* variable as unset.)
 ISOLATING_ENV = {"PYTHONPATH": "", "PYTHONHOME": ""}
 
-
-# ------------------------------------------------------------------ the cache
-
-
-def cache_root() -> Path:
-    """$CASEKIT_CACHE, or ~/.cache/casekit."""
-    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE).expanduser()
-
-
-def envs_dir(root: Path | None = None) -> Path:
-    return (root or cache_root()) / "envs"
-
-
-@dataclass(frozen=True)
-class EnvRequest:
-    """The exact identity of one managed environment (torch already resolved)."""
-
-    python: str | None  # as asked: None (casekit's own), "3.11", or an interpreter path
-    python_version: str  # "3.11": the readable part of the key
-    torch: str  # an exact version: "2.5.1", "2.13.0+cpu"
-    cuda: str | None = None
-    index_url: str | None = None
-    find_links: str | None = None
-    extra_packages: tuple[str, ...] = ()
-
-    @property
-    def effective_index_url(self) -> str | None:
-        """The index torch comes from: the one given, else PyTorch's index for the CUDA tag."""
-        if self.index_url:
-            return self.index_url
-        return PYTORCH_INDEX.format(tag=self.cuda) if self.cuda else None
-
-    @property
-    def key(self) -> str:
-        """'torch-2.5.1-cu124-py3.11-1a2b3c4d': readable prefix, hash of every field."""
-        identity = json.dumps(
-            {
-                "python": self.python,
-                "python_version": self.python_version,
-                "torch": self.torch,
-                "cuda": self.cuda,
-                "index_url": self.effective_index_url,
-                "find_links": self.find_links,
-                "extra_packages": sorted(self.extra_packages),
-            },
-            sort_keys=True,
-        )
-        digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
-        parts = [f"torch-{self.torch}"] + ([self.cuda] if self.cuda else []) + [f"py{self.python_version}", digest]
-        return re.sub(r"[^A-Za-z0-9._+-]", "_", "-".join(parts))
-
-    def matches_apart_from_torch(self, other: Mapping[str, object]) -> bool:
-        mine = asdict(self)
-        mine.pop("torch")
-        theirs = dict(other)
-        theirs.pop("torch", None)
-        theirs["extra_packages"] = tuple(theirs.get("extra_packages") or ())  # type: ignore[arg-type]
-        return mine == theirs
-
-
-@dataclass(frozen=True)
-class CachedEnv:
-    """One folder under envs/: complete when its marker is there."""
-
-    key: str
-    path: Path
-    marker: dict[str, object] | None
-
-    @property
-    def complete(self) -> bool:
-        return self.marker is not None
-
-    @property
-    def python_executable(self) -> Path:
-        return self.path / "bin" / "python"
-
-    @property
-    def torch(self) -> str | None:
-        value = (self.marker or {}).get("torch")
-        return value if isinstance(value, str) else None
-
-
-def list_envs(root: Path | None = None) -> list[CachedEnv]:
-    """Every env folder in the cache, complete or not (build leftovers excluded), by key."""
-    folder = envs_dir(root)
-    if not folder.is_dir():
-        return []
-    found = []
-    for path in sorted(folder.iterdir()):
-        if path.is_dir() and ".tmp-" not in path.name and ".old-" not in path.name:
-            found.append(CachedEnv(path.name, path, _read_marker(path)))
-    return found
-
-
-def remove_env(key: str, root: Path | None = None, progress: ProgressFn | None = None) -> None:
-    """Delete one cached env (waits for a build of it to finish first)."""
-    if not key or "/" in key or key.startswith(".") or key != Path(key).name:
-        raise CasekitError(f"not an env key: {key!r}")
-    folder = envs_dir(root)
-    path = folder / key
-    if not path.is_dir():
-        raise CasekitError(f"no cached env {key} in {folder}")
-    with _exclusive(folder / f"{key}.lock", progress or (lambda _line: None), f"building {key}"):
-        shutil.rmtree(path)
-    (folder / f"{key}.build.log").unlink(missing_ok=True)
-
-
-def _read_marker(path: Path) -> dict[str, object] | None:
-    try:
-        marker = json.loads((path / MARKER).read_text())
-    except (OSError, ValueError):
-        return None
-    return marker if isinstance(marker, dict) and marker.get("schema") == ENV_SCHEMA else None
-
-
-def why_not_ready(path: Path) -> str | None:
-    """None when the env can be used as is; else why not (cheap: no torch import)."""
-    if not path.is_dir():
-        return "missing"
-    if (path / BROKEN_NOTE).exists():
-        return (path / BROKEN_NOTE).read_text().strip() or "marked broken"
-    if _read_marker(path) is None:
-        return "no completion marker: a build did not finish"
-    if not (path / "bin" / "python").exists():  # exists() follows the link to the base interpreter
-        return "its python is missing"
-    return None
-
-
-def mark_broken(path: Path, reason: str) -> None:
-    """Make the next prepare() rebuild this env."""
-    (path / BROKEN_NOTE).write_text(reason + "\n")
-    (path / MARKER).unlink(missing_ok=True)
+__all__ = ["is_exact", "pick_newest"]  # re-exported: the venv runner's view of versions
 
 
 # --------------------------------------------------------------- installers
@@ -191,10 +47,7 @@ def mark_broken(path: Path, reason: str) -> None:
 
 def choose_installer() -> str:
     """'uv' when on PATH (or forced by $CASEKIT_INSTALLER), else 'pip'."""
-    forced = os.environ.get(INSTALLER_ENV)
-    if forced in ("uv", "pip"):
-        return forced
-    return "uv" if shutil.which("uv") else "pip"
+    return settings.forced_installer() or "uv" if shutil.which("uv") else "pip"
 
 
 @functools.cache
@@ -240,7 +93,7 @@ def _uv_index_flags(request: EnvRequest) -> list[str]:
         else:
             flags += [
                 "--extra-index-url",
-                PYTORCH_INDEX.format(tag=request.cuda),
+                settings.pytorch_index_url(request.cuda),
                 "--index-strategy",
                 "unsafe-best-match",
             ]
@@ -255,7 +108,7 @@ def _pip_index_flags(request: EnvRequest) -> list[str]:
         flags += ["--index-url", request.index_url]
     elif request.cuda:
         # pip merges indexes and prefers the highest version: 2.5.1+cu124 beats PyPI's 2.5.1
-        flags += ["--extra-index-url", PYTORCH_INDEX.format(tag=request.cuda)]
+        flags += ["--extra-index-url", settings.pytorch_index_url(request.cuda)]
     if request.find_links:
         flags += ["--find-links", request.find_links]
     return flags
@@ -264,8 +117,10 @@ def _pip_index_flags(request: EnvRequest) -> list[str]:
 def installer_environment(root: Path) -> dict[str, str]:
     """The host environment plus what installing needs here: a CA bundle and uv's cache beside the envs."""
     env = {key: value for key, value in os.environ.items() if key not in ISOLATING_ENV}
-    if not env.get("SSL_CERT_FILE") and os.path.exists(DEFAULT_CA_BUNDLE):
-        env["SSL_CERT_FILE"] = DEFAULT_CA_BUNDLE
+    if not env.get("SSL_CERT_FILE"):
+        ca_bundle = settings.host_ca_bundle()
+        if ca_bundle is not None:
+            env["SSL_CERT_FILE"] = str(ca_bundle)
     if env.get("SSL_CERT_FILE") and not env.get("PIP_CERT"):
         env["PIP_CERT"] = env["SSL_CERT_FILE"]
     # same filesystem as the envs, so uv hardlinks instead of copying gigabytes
@@ -275,35 +130,6 @@ def installer_environment(root: Path) -> dict[str, str]:
 
 
 # -------------------------------------------------------- version resolution
-
-_EXACT = re.compile(r"\d+\.\d+\.\d+.*|\d+\.\d+(a|b|rc|\.dev|\.post|\+).*")
-_RELEASE = re.compile(r"(\d+(?:\.\d+)*)(.*)")
-
-
-def is_exact(version: str) -> bool:
-    """'2.5.1', '2.6.0.dev20241112', '2.13.0+cpu' are exact; '2.13' and '2' ask for the newest."""
-    return bool(_EXACT.fullmatch(version))
-
-
-def pick_newest(available: list[str], requested: str | None) -> str | None:
-    """The newest final release in `available` under the prefix `requested` ('2.13' → newest 2.13.x).
-
-    Local labels are dropped ('2.13.0+cpu' → '2.13.0'): `torch==2.13.0` still
-    matches the local build, and the key stays about the release.
-    """
-    prefix = tuple(int(part) for part in requested.split(".")) if requested else ()
-    best: tuple[tuple[int, ...], str] | None = None
-    for version in available:
-        public = version.split("+", 1)[0]
-        match = _RELEASE.fullmatch(public)
-        if not match or match.group(2):  # a pre-release, dev or post suffix: not a plain release
-            continue
-        release = tuple(int(part) for part in match.group(1).split("."))
-        if release[: len(prefix)] != prefix:
-            continue
-        if best is None or release > best[0]:
-            best = (release, public)
-    return best[1] if best else None
 
 
 def resolve_torch_version(request: EnvRequest, requested: str | None, root: Path, installer: str) -> str:
@@ -320,7 +146,7 @@ def _resolve_with_uv(request: EnvRequest, requested: str | None, root: Path) -> 
     done = _run_quiet(command, root, requirement)
     for line in done.stdout.splitlines():
         if line.strip().startswith("torch=="):
-            return line.strip().split("==", 1)[1].split("+", 1)[0]  # the release; the local label stays an index matter
+            return without_local(line.strip().split("==", 1)[1])  # the release; the local label stays an index matter
     raise EnvironmentFailed(f"cannot resolve torch {requested or 'latest'} with uv: {_summarize(done.stderr)}")
 
 
@@ -328,13 +154,14 @@ def _resolve_with_pip(request: EnvRequest, requested: str | None, root: Path) ->
     command = [sys.executable, "-m", "pip", "index", "versions", "torch", "--retries", "1", "--timeout", "30"]
     command += ["--python-version", request.python_version, "--only-binary=:all:", *_pip_index_flags(request)]
     done = _run_quiet(command, root, None)
-    for line in done.stdout.splitlines():
-        if line.startswith("Available versions:"):
-            found = pick_newest([v.strip() for v in line.split(":", 1)[1].split(",")], requested)
-            if found:
-                return found
-            raise EnvironmentFailed(f"no torch release matches {requested}: {line.strip()}")
-    raise EnvironmentFailed(f"cannot list torch versions with pip: {_summarize(done.stderr)}")
+    try:
+        listed = parse_pip_index_versions(done.stdout)
+    except VersionError:
+        raise EnvironmentFailed(f"cannot list torch versions with pip: {_summarize(done.stderr)}") from None
+    found = pick_newest(listed, requested)
+    if found:
+        return found
+    raise EnvironmentFailed(f"no torch release matches {requested}: Available versions: {', '.join(listed)}")
 
 
 def _run_quiet(command: list[str], root: Path, stdin: str | None) -> subprocess.CompletedProcess[str]:
@@ -368,12 +195,6 @@ def _summarize(output: str) -> str:
 # ------------------------------------------------------------------ building
 
 
-def default_find_links() -> str | None:
-    """pip's PIP_FIND_LINKS (a local wheelhouse), which uv would otherwise ignore."""
-    value = os.environ.get("PIP_FIND_LINKS", "").split()
-    return value[0] if value and Path(value[0]).is_dir() else None
-
-
 def request_for(spec: TargetSpec, torch_version: str) -> EnvRequest:
     extra = tuple(spec.extra_packages)
     if not any(re.split(r"[=<>!~ ]", p, maxsplit=1)[0].lower() == "numpy" for p in extra):
@@ -386,7 +207,7 @@ def request_for(spec: TargetSpec, torch_version: str) -> EnvRequest:
         torch=torch_version,
         cuda=spec.cuda,
         index_url=spec.index_url,
-        find_links=spec.find_links or default_find_links(),
+        find_links=spec.find_links or settings.default_find_links(),
         extra_packages=extra,
     )
 
@@ -417,13 +238,15 @@ def ensure_env(request: EnvRequest, root: Path, progress: ProgressFn, installer:
     path = folder / key
     if why_not_ready(path) is None:
         progress(f"reusing env {key}")
-        return CachedEnv(key, path, _read_marker(path))
+        return CachedEnv(key, path, read_marker(path))
     folder.mkdir(parents=True, exist_ok=True)
-    with _exclusive(folder / f"{key}.lock", progress, f"building {key}"):
+    with exclusive_lock(
+        folder / f"{key}.lock", on_wait=lambda: progress(f"waiting for another casekit process building {key} …")
+    ):
         problem = why_not_ready(path)
         if problem is None:
             progress(f"reusing env {key} (built meanwhile by another casekit process)")
-            return CachedEnv(key, path, _read_marker(path))
+            return CachedEnv(key, path, read_marker(path))
         if problem != "missing":
             progress(f"env {key} is half-built or broken ({problem}); rebuilding it")
         for pattern in (f"{key}.tmp-*", f"{key}.old-*"):  # what a killed build left; we hold the lock
@@ -544,95 +367,6 @@ def _run_logged(
 
 
 def _last_line(path: Path, start: int) -> str:
-    with open(path, "rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        handle.seek(max(start, handle.tell() - 4000))
-        text = handle.read().decode("utf-8", "replace")
+    text = tail_text(path, limit=4000, start=start)
     lines = [line.strip() for line in re.split(r"[\r\n]", text) if line.strip()]
     return lines[-1][:200] if lines else ""
-
-
-@contextmanager
-def _exclusive(lock_path: Path, progress: ProgressFn, what: str) -> Iterator[None]:
-    """An exclusive flock, saying so when another process holds it (released on close, even on a crash)."""
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            progress(f"waiting for another casekit process {what} …")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-# -------------------------------------------------------------------- runner
-
-
-class VenvRunner(Runner):
-    """A managed, cached virtual environment with the requested torch (and pins)."""
-
-    name = "venv"
-
-    def __init__(self, spec: TargetSpec, cache_dir: Path | None = None, installer: str | None = None) -> None:
-        super().__init__(spec)
-        self.root = cache_dir or cache_root()
-        self.installer = installer or choose_installer()
-        self.env: CachedEnv | None = None
-
-    def prepare(self, progress: ProgressFn) -> None:
-        """Resolve the torch version, then reuse or build the env."""
-        if self.env is not None and why_not_ready(self.env.path) is None:
-            return
-        self.env = ensure_env(self._request(progress), self.root, progress, self.installer)
-
-    def _request(self, progress: ProgressFn) -> EnvRequest:
-        requested = self.spec.torch
-        if requested and is_exact(requested):
-            return request_for(self.spec, requested)
-        if requested and not re.fullmatch(r"\d+(\.\d+)*", requested):
-            raise EnvironmentFailed(f"not a torch version: {requested!r} (try 2.5.1 or 2.13)")
-        draft = request_for(self.spec, requested or "latest")
-        progress(f"resolving torch {requested or 'latest'} …")
-        try:
-            version = resolve_torch_version(draft, requested, self.root, self.installer)
-        except EnvironmentFailed as error:
-            cached = self._newest_cached(draft, requested)
-            if cached is None:
-                raise
-            progress(f"{error}; using the newest cached match, torch {cached}")
-            return request_for(self.spec, cached)
-        progress(f"torch {requested or 'latest'} is {version}")
-        return request_for(self.spec, version)
-
-    def _newest_cached(self, draft: EnvRequest, requested: str | None) -> str | None:
-        """Offline fallback: the newest complete env that fits the request."""
-        versions = []
-        for env in list_envs(self.root):
-            request = (env.marker or {}).get("request")
-            if isinstance(request, dict) and draft.matches_apart_from_torch(request):
-                versions.append(str(request.get("torch")))
-        return pick_newest(versions, requested)
-
-    def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
-        self.prepare(progress)
-        assert self.env is not None
-        try:
-            return run_probe_subprocess(str(self.env.python_executable), jobs, progress, env=ISOLATING_ENV)
-        except EnvironmentUnusable as error:
-            mark_broken(self.env.path, f"marked broken after a failed run: {error}")
-            raise EnvironmentUnusable(f"{error} (env {self.env.key} is rebuilt on next use)") from None
-
-    def describe(self) -> dict[str, object]:
-        facts = super().describe()
-        if self.env is not None:
-            marker = self.env.marker or {}
-            facts.update(
-                env_key=self.env.key,
-                env_path=str(self.env.path),
-                torch=marker.get("torch"),
-                python=marker.get("python"),
-                installer=marker.get("installer"),
-            )
-        return facts

@@ -1,7 +1,8 @@
 """Replay images: build, find, list and prune the Docker images the docker runner uses.
 
 One image holds one torch release in a venv (/opt/casekit-venv) on a base
-image, built from containers/Dockerfile. An image is identified by its labels
+image, built from the Dockerfile shipped beside this module (package data, so
+a wheel install builds images too). An image is identified by its labels
 (casekit.torch, casekit.cuda, casekit.python, casekit.base), so it is built once
 and reused by every later replay of the same target.
 """
@@ -14,9 +15,11 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from casekit import settings
 from casekit.errors import DockerUnavailable, EnvironmentFailed
 from casekit.runners.interface import ProgressFn, TargetSpec
 
@@ -28,21 +31,18 @@ DEFAULT_BASE_IMAGE = "python:{python}-slim"
 DEFAULT_PYTHON = "3.11"
 REPO = "casekit-replay"
 VENV_PYTHON = "/opt/casekit-venv/bin/python"
-# Hosts behind a TLS-intercepting proxy trust its CA here; pip in the build must too.
-HOST_CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
-PYTORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
 BUILD_OPTIONS = ("base_image", "ca_bundle", "build_network")  # the TargetSpec options read here
 
 
-def dockerfile_path() -> Path:
-    """The replay Dockerfile (containers/Dockerfile beside the package)."""
-    for candidate in (
-        Path(__file__).resolve().parent / "data" / "Dockerfile",
-        Path(__file__).resolve().parent.parent / "containers" / "Dockerfile",
-    ):
-        if candidate.is_file():
-            return candidate
-    raise EnvironmentFailed("the replay Dockerfile is missing (containers/Dockerfile): reinstall casekit")
+def dockerfile_text() -> bytes:
+    """The replay Dockerfile, read from the installed package (casekit/runners/docker/Dockerfile)."""
+    try:
+        return (resources.files(__package__) / "Dockerfile").read_bytes()
+    except OSError as error:
+        raise EnvironmentFailed(
+            f"the replay Dockerfile is missing from the casekit package {__package__} ({error}): "
+            "this casekit installation is incomplete"
+        ) from None
 
 
 def connect() -> docker.DockerClient:
@@ -50,7 +50,7 @@ def connect() -> docker.DockerClient:
     import docker
     from docker.errors import DockerException
 
-    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    where = settings.docker_host()
     try:
         client = docker.from_env(timeout=30)
         client.ping()
@@ -122,8 +122,10 @@ def recipe_for(spec: TargetSpec) -> ImageRecipe:
     cuda = spec.cuda or "cpu"
     index_url = spec.index_url
     if index_url is None and spec.cuda:
-        index_url = PYTORCH_INDEX.format(tag=spec.cuda)
-    wheelhouse = Path(spec.find_links).expanduser() if spec.find_links else None
+        index_url = settings.pytorch_index_url(spec.cuda)
+    # Like the venv runner: a wheelhouse pip is configured with (PIP_FIND_LINKS) serves image builds too.
+    find_links = spec.find_links or settings.default_find_links()
+    wheelhouse = Path(find_links).expanduser() if find_links else None
     if wheelhouse is not None and not wheelhouse.is_dir():
         raise EnvironmentFailed(f"wheelhouse {wheelhouse} is not a directory (docker images take local wheels only)")
     return ImageRecipe(
@@ -154,14 +156,7 @@ def _ca_bundle(option: str | None) -> Path | None:
         if not path.is_file():
             raise EnvironmentFailed(f"CA bundle {path} does not exist")
         return path
-    for variable in ("CASEKIT_CA_BUNDLE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
-        value = os.environ.get(variable)
-        if value and Path(value).is_file():
-            return Path(value)
-    for candidate in HOST_CA_CANDIDATES:
-        if Path(candidate).is_file():
-            return Path(candidate)
-    return None
+    return settings.host_ca_bundle()
 
 
 def find_image(recipe: ImageRecipe, client: docker.DockerClient) -> Image | None:
@@ -303,16 +298,17 @@ def _ensure_base(base_image: str, progress: ProgressFn, client: docker.DockerCli
 
 def _prune_install_stage(client: docker.DockerClient) -> None:
     """Drop the install stage's dangling layers (a wheelhouse copy, the CA): 1 GB per build otherwise."""
+    import requests
     from docker.errors import APIError
 
     try:
         client.images.prune(filters={"dangling": True, "label": "casekit.stage=install"})
-    except APIError:
-        pass  # another prune is running; the next build tries again
+    except (APIError, requests.exceptions.RequestException):
+        pass  # another prune is running (or the busy engine answers late); the next build tries again
 
 
 def _fill_context(context: Path, recipe: ImageRecipe) -> None:
-    shutil.copy2(dockerfile_path(), context / "Dockerfile")
+    (context / "Dockerfile").write_bytes(dockerfile_text())
     wheels = context / "wheels"
     wheels.mkdir()
     (wheels / ".keep").touch()  # COPY needs the folder even when empty

@@ -1,0 +1,102 @@
+"""File mechanics used everywhere: atomic writes, an inter-process lock, a bounded tail."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from casekit.errors import CasekitError
+
+
+def _process_umask() -> int:
+    """The umask, read without setting it (os.umask is process-global: flipping it races with threads).
+
+    Linux reports it in /proc/self/status; elsewhere assume the common 022.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+# What open() would give a new file; mkstemp makes 0600, but archives and reports are shared files.
+FILE_MODE = 0o666 & ~_process_umask()
+
+
+def write_atomic(path: Path, data: str | bytes, mode: int = FILE_MODE) -> None:
+    """Write then rename: readers and interrupted runs see the old file or the new one, never half.
+
+    The temporary file sits beside the target so the rename is atomic, and is
+    fsynced first so a crash cannot leave an empty file under the final name.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+            os.fchmod(handle.fileno(), mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+@contextmanager
+def exclusive_lock(
+    lock_path: Path, on_wait: Callable[[], None] | None = None, what: str | None = None
+) -> Iterator[None]:
+    """Hold an exclusive flock on `lock_path` (created if needed) for the block.
+
+    `on_wait` is called once when another process holds it, before blocking,
+    so a caller can say what it waits for. The kernel releases the lock when
+    the descriptor closes, even if the process dies.
+    """
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    try:  # never through a symlink (it could point anywhere), never a FIFO or a device
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as error:
+        raise CasekitError(f"cannot lock {what or lock_path}: {lock_path}: {_lock_problem(lock_path, error)}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CasekitError(f"cannot lock {what or lock_path}: {lock_path} is not a regular file (remove it)")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _lock_problem(lock: Path, error: OSError) -> str:
+    if lock.is_symlink():
+        return "it is a symbolic link (remove it; casekit makes a plain lock file)"
+    return error.strerror or str(error)
+
+
+def tail_text(path: Path, limit: int = 8000, start: int = 0) -> str:
+    """At most the last `limit` bytes of a file from offset `start` on, decoded leniently; "" if unreadable."""
+    try:
+        with open(path, "rb") as handle:
+            end = handle.seek(0, os.SEEK_END)
+            handle.seek(max(start, end - limit))
+            return handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""

@@ -1,0 +1,138 @@
+"""One scrubber for every text a bundle keeps: no absolute path of the capturing machine.
+
+A bundle is attached to issues and replayed elsewhere, so the batch folder, the
+home folder and the interpreter's prefix become stable placeholders. Paths also
+appear *cut on the left*: torch's `shorten_filename` strips
+`len(commonpath([file, torch_root])) + 1` characters, so a script under /tmp
+shows as `mp/casekit-.../repro.py` when the common path is only `/`. Any
+left-truncated tail of a known folder is therefore replaced as well.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import re
+import site
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+# Where a path token starts: the start of the text or a delimiter.
+_TOKEN_START = r"(?:^|(?<=[\s\"'`(\[{<#=:,;]))"
+# A leftover temporary batch folder of any runner (python/venv runners use mkdtemp(prefix="casekit-")).
+_BATCH_DIR = re.compile(_TOKEN_START + r"[^\s\"'`]*?casekit-[A-Za-z0-9_]{4,}(?=/|\b)")
+# Absolute paths no bundle should hold, whatever machine captured it (the test greps for these).
+MACHINE_PATH = re.compile(r"(?<![\w.])/(?:tmp|root|home|work|Users|private|var/folders)/[^\s\"']+")
+_MIN_TAIL = 6  # shorter tails ("/a", "ot/") are too likely to be ordinary text
+
+
+@dataclasses.dataclass(frozen=True)
+class Replacement:
+    folder: str  # absolute, without a trailing slash
+    placeholder: str  # "" drops the folder (the script's own folder: files are named as beside it)
+
+
+class Scrubber:
+    """Replaces known machine folders (and their left-truncated tails) by placeholders."""
+
+    def __init__(self, replacements: Iterable[Replacement]) -> None:
+        unique = {r.folder.rstrip("/"): r for r in replacements if len(r.folder.rstrip("/")) > 1}
+        # longest first: a script folder inside the batch folder wins over the batch folder
+        self.replacements = sorted(unique.values(), key=lambda r: -len(r.folder))
+        self._truncated = [(r, _truncated_pattern(r.folder)) for r in self.replacements]
+
+    def text(self, value: str) -> str:
+        """`value` with every known machine folder replaced by its placeholder."""
+        if not value:
+            return value
+        for replacement in self.replacements:
+            value = value.replace(replacement.folder + "/", _joined(replacement.placeholder))
+            value = value.replace(replacement.folder, replacement.placeholder or ".")
+        for replacement, pattern in self._truncated:
+            value = pattern.sub(lambda m, r=replacement: _replace_tail(m, r), value)  # type: ignore[misc]
+        return _BATCH_DIR.sub("<batch>", value)
+
+    def walk(self, value: Any) -> Any:
+        """Scrub every string inside dataclasses (in place; frozen ones are copied), dicts and lists."""
+        if isinstance(value, enum.Enum):  # str-valued enums are names, not text
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            changes = {}
+            for fld in dataclasses.fields(value):
+                current = getattr(value, fld.name)
+                if isinstance(current, (str, list, dict)) or dataclasses.is_dataclass(current):
+                    changes[fld.name] = self.walk(current)
+            if value.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+                return dataclasses.replace(value, **changes)
+            for name, new in changes.items():
+                setattr(value, name, new)
+            return value
+        if isinstance(value, list):
+            return [self.walk(item) for item in value]
+        if isinstance(value, dict):
+            return {key: self.walk(item) for key, item in value.items()}
+        return value
+
+
+def _joined(placeholder: str) -> str:
+    return placeholder + "/" if placeholder else ""
+
+
+def _truncated_pattern(folder: str) -> re.Pattern[str]:
+    last = folder.rsplit("/", 1)[-1]
+    return re.compile(_TOKEN_START + r"(?P<head>[^\s\"'`]*?)" + re.escape(last) + r"(?P<sep>/|(?=[\s\"'`),:\]]|$))")
+
+
+def _replace_tail(match: re.Match[str], replacement: Replacement) -> str:
+    last = replacement.folder.rsplit("/", 1)[-1]
+    tail = match["head"] + last
+    if len(tail) >= _MIN_TAIL and replacement.folder.endswith(tail) and "/" in tail:
+        return _joined(replacement.placeholder) if match["sep"] else (replacement.placeholder or ".")
+    return match.group(0)
+
+
+def machine_folders(extra: Iterable[Replacement] = ()) -> list[Replacement]:
+    """The folders of this machine a bundle must not name: interpreter prefix, site-packages, home."""
+    found = list(extra)
+    for folder in _site_packages():
+        found.append(Replacement(folder, "<site-packages>"))
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
+        found.append(Replacement(prefix, "<python>"))
+    home = os.path.expanduser("~")
+    if home not in ("/", ""):
+        found.append(Replacement(home, "~"))
+    return found
+
+
+def interpreter_prefix(executable: str) -> str | None:
+    """The prefix of a target interpreter (`/x/venv` for `/x/venv/bin/python`), when it is a path."""
+    if not executable or not os.path.isabs(executable):
+        return None
+    parent = os.path.dirname(os.path.dirname(executable))
+    return parent if parent not in ("/", "/usr") else None
+
+
+def _site_packages() -> list[str]:
+    folders: list[str] = []
+    try:
+        folders.extend(site.getsitepackages())
+    except AttributeError:  # some virtualenvs' site module
+        pass
+    user = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
+    if isinstance(user, str):
+        folders.append(user)
+    return folders
+
+
+def machine_paths_in(text: str) -> list[str]:
+    """Absolute machine paths found in `text` (what a portable bundle must not contain)."""
+    home = os.path.expanduser("~")
+    found = MACHINE_PATH.findall(text)
+    for folder in {sys.prefix, sys.base_prefix, home}:
+        if len(folder) > 1 and folder in text:
+            found.append(folder)
+    return found

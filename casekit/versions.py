@@ -1,0 +1,148 @@
+"""Torch version strings: parse, order, match and select them, on `packaging` (PEP 440).
+
+The shapes torch uses are "2.5.1", "2.13.0", "2.6.0.dev20241001", "2.6.0a0"
+and "2.13.0+cpu". Local tags ("+cpu", "+cu124") say how a wheel was built, not
+when, so they are ignored for ordering and kept only where an exact build is
+asked for.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from packaging.version import InvalidVersion, Version
+
+from casekit.errors import CasekitError
+
+
+class VersionError(CasekitError):
+    """A text that should be a version (or a list of them) is not."""
+
+
+@dataclass(frozen=True, order=True)
+class TorchVersion:
+    """A parsed version; compares by PEP 440 order with the local tag ignored."""
+
+    key: Version = field(repr=False)  # the public version: "2.13.0+cpu" -> 2.13.0
+    text: str = field(compare=False)
+    local: str | None = field(compare=False, default=None)
+
+    @property
+    def is_nightly(self) -> bool:
+        """Nightlies are dev releases ("2.6.0.dev20241001")."""
+        return self.key.is_devrelease
+
+    @property
+    def release(self) -> tuple[int, ...]:
+        return self.key.release
+
+
+def parse_version(text: str) -> TorchVersion:
+    """Parse a version string; VersionError when it is not PEP 440-shaped."""
+    try:
+        version = Version(text)
+    except InvalidVersion:
+        raise VersionError(
+            f"{text!r} is not a version (expected something like 2.5.1, 2.6.0.dev20241001 or 2.13.0+cpu)"
+        ) from None
+    return TorchVersion(key=Version(version.public), text=text.strip(), local=version.local)
+
+
+def sort_versions(versions: Iterable[str]) -> list[str]:
+    """Oldest first, one entry per version: "2.13.0" is kept over "2.13.0+cpu" (the index picks the build)."""
+    chosen: dict[Version, TorchVersion] = {}
+    for text in versions:
+        version = parse_version(text)
+        previous = chosen.get(version.key)
+        if previous is None or (previous.local is not None and version.local is None):
+            chosen[version.key] = version
+    return [version.text for version in sorted(chosen.values())]
+
+
+def versions_between(available: Iterable[str], good: str, bad: str) -> list[str]:
+    """Candidates for a bisection: good, the available versions strictly between, bad (oldest first).
+
+    The ends are kept exactly as given, even if the index does not list them,
+    because they are what the user already ran.
+    """
+    good_version, bad_version = parse_version(good), parse_version(bad)
+    if not good_version < bad_version:
+        raise VersionError(f"the good version {good!r} must be older than the bad version {bad!r}")
+    inner = [text for text in sort_versions(available) if good_version < parse_version(text) < bad_version]
+    return [good, *inner, bad]
+
+
+def parse_pip_index_versions(output: str) -> list[str]:
+    """The versions on pip's "Available versions: a, b, c" line, as pip prints them (newest first)."""
+    for line in output.splitlines():
+        label, _, rest = line.partition(":")
+        if label.strip() == "Available versions":
+            return [part.strip() for part in rest.split(",") if part.strip()]
+    raise VersionError("pip index printed no 'Available versions:' line")
+
+
+_RELEASE_PREFIX = re.compile(r"\d+(\.\d+)*")
+
+
+def is_release_prefix(requested: str) -> bool:
+    """'2.13' and '2' are prefixes of releases (ask for the newest match); '2.13rc1' is not."""
+    return bool(_RELEASE_PREFIX.fullmatch(requested))
+
+
+def is_exact(requested: str) -> bool:
+    """'2.5.1', '2.6.0.dev20241112', '2.6.0rc1', '2.13.0+cpu' are exact; '2.13' and '2' ask for the newest.
+
+    Two numbers with a pre/dev/post/local suffix ('2.6rc1') name one build too.
+    """
+    try:
+        version = Version(requested)
+    except InvalidVersion:
+        return False
+    return len(version.release) >= 3 or not is_release_prefix(requested)
+
+
+def pick_newest(available: Iterable[str], requested: str | None) -> str | None:
+    """The newest final release in `available` under the prefix `requested` ('2.13' → newest 2.13.x).
+
+    A prefix of numbers, not of text: 2.10 is not 2.1.x. Local labels are
+    dropped ('2.13.0+cpu' → '2.13.0'): `torch==2.13.0` still matches the local
+    build. Unparseable entries are skipped, not fatal: an index lists what it lists.
+    """
+    prefix = tuple(int(part) for part in requested.split(".")) if requested else ()
+    best: tuple[Version, str] | None = None
+    for text in available:
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            continue
+        public = Version(version.public)
+        if public.is_prerelease or public.is_postrelease:  # a plain release only
+            continue
+        if public.release[: len(prefix)] != prefix:
+            continue
+        if best is None or public > best[0]:
+            best = (public, text.strip().split("+", 1)[0])
+    return best[1] if best is not None else None
+
+
+def matches_request(installed: str, requested: str) -> bool:
+    """'2.13.0+cpu' satisfies '2.13', '2.13.0' and '2.13.0+cpu'; not '2.1' nor '2.13.1'."""
+    if "+" in requested:
+        return installed == requested
+    release = installed.split("+", 1)[0]
+    return release == requested or release.startswith(requested + ".")
+
+
+def without_local(text: str) -> str:
+    """'2.13.0+cpu' -> '2.13.0': the release, without the build label; any other text unchanged."""
+    return text.split("+", 1)[0]
+
+
+def release_key(text: str) -> tuple[int, ...]:
+    """A sort key for reports: '2.13.0+cpu' -> (2, 13, 0); what does not parse sorts last."""
+    try:
+        return Version(text).release
+    except InvalidVersion:
+        return (10**6,)

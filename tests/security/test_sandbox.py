@@ -1,0 +1,174 @@
+"""Attacks on the python runner's sandbox (bubblewrap), for real: network, cross-talk, daemons, probe kills.
+
+Every test runs real scripts through the real probe (torch imported once per batch).
+A listener on 127.0.0.1 in the HOST's network namespace proves the sandbox's lo is its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from casekit.errors import RunnerError
+from casekit.runners.interface import ProbeJob, TargetSpec
+from casekit.runners.python import PythonRunner
+from casekit.runners.sandbox import Sandbox, overhead_ms
+
+from ..conftest import ROOT, run_casekit
+from .conftest import SCRIPTS, Listener, requires_sandbox
+from .procs import wait_unmarked
+
+pytestmark = requires_sandbox
+
+
+def line_of(result: dict, tag: str) -> dict:
+    run = result["runs"]["eager"]
+    line = next((x for x in run["stdout_tail"].splitlines() if x.startswith(tag + " ")), None)
+    assert line is not None, f"{tag} not printed: status {run['status']}, stderr {run.get('stderr_tail', '')[-800:]}"
+    return json.loads(line.split(" ", 1)[1])
+
+
+def run_batch(jobs: list[ProbeJob], options: tuple[tuple[str, str], ...] = (), lines: list[str] | None = None):
+    runner = PythonRunner(TargetSpec("python", options=options))
+    return runner.run_probe(jobs, (lines if lines is not None else []).append)
+
+
+def job(name: str, script: str, *argv: str, timeout: float = 120) -> ProbeJob:
+    return ProbeJob(f"{name}.pre", SCRIPTS / script, modes=("eager",), timeout=timeout, argv=argv)
+
+
+@pytest.mark.slow
+def test_no_route_reaches_a_host_loopback_listener(loopback_listener: Listener) -> None:
+    lines: list[str] = []
+    batch = run_batch([job("net", "network_routes.py", str(loopback_listener.port))], lines=lines)
+    report = line_of(batch.results["net.pre"], "CASEKIT-NET")
+    assert loopback_listener.contacts == []
+    assert report["interfaces"] == ["lo"]  # a network namespace of its own
+    for route, outcome in report["outcomes"].items():
+        if route != "udp_sendto":  # a datagram "leaves" without error: only the listener can tell it never came
+            assert outcome.startswith("blocked"), (route, outcome)
+    assert any(line.startswith("sandbox: bwrap network=none") for line in lines)
+    assert batch.environment["sandbox"].startswith("sandbox: bwrap network=none")
+
+
+@pytest.mark.slow
+def test_network_host_is_an_explicit_relaxation_that_does_reach(loopback_listener: Listener) -> None:
+    # the same script with --allow network=host reaches the listener: the test above can fail
+    net = job("net", "network_routes.py", str(loopback_listener.port), "loopback-only")
+    batch = run_batch([net], options=(("network", "host"),))
+    report = line_of(batch.results["net.pre"], "CASEKIT-NET")
+    assert report["outcomes"]["_socket"] == "reached"
+    assert report["outcomes"]["child_python"] == "reached"
+    assert {"tcp:_socket", "tcp:child python", "udp:udp sendto"} <= set(loopback_listener.contacts)
+
+
+@pytest.fixture
+def host_folder() -> Iterator[Path]:
+    """A folder outside /tmp (the sandbox has a /tmp of its own, so /tmp would prove nothing)."""
+    folder = Path.home() / ".cache" / f"casekit-security-{uuid.uuid4().hex}"
+    folder.mkdir(parents=True)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_script_cannot_change_other_cases_results_or_host_files(host_folder: Path) -> None:
+    archive = host_folder / "cases"
+    archive.mkdir()
+    bundle = archive / "victim.toml"
+    bundle.write_text("schema_version = 1\n")
+    home_file = Path.home() / f".casekit-tamper-{uuid.uuid4().hex}"
+    jobs = [
+        job("tamper", "tamper.py", str(bundle), str(archive / "planted.toml"), str(home_file)),
+        job("victim", "victim.py"),
+        job("killer", "kills_probe.py"),
+        job("victim2", "victim.py"),
+    ]
+    lines: list[str] = []
+    batch = run_batch(jobs, lines=lines)
+    outcomes = line_of(batch.results["tamper.pre"], "CASEKIT-TAMPER")
+    assert all(outcome.startswith("blocked") for outcome in outcomes.values()), outcomes
+    assert bundle.read_text() == "schema_version = 1\n" and not (archive / "planted.toml").exists()
+    assert not home_file.exists()
+    for victim in ("victim.pre", "victim2.pre"):  # ran their own, untouched copy; results intact
+        run = batch.results[victim]["runs"]["eager"]
+        assert run["status"] == "ok" and "VICTIM INTACT" in run["stdout_tail"], run
+    # killing the probe is that case's failure; the probe restarts for the cases after it
+    assert "killer.pre" in batch.failed and "the probe died while running this script" in batch.failed["killer.pre"]
+    assert any("restarting it for the 1 script(s) after it" in line for line in lines)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hang", [False, True], ids=["run-ends", "run-times-out"])
+def test_daemons_and_new_sessions_die_with_the_run(monkeypatch: pytest.MonkeyPatch, hang: bool) -> None:
+    token = f"casekit-daemon-{uuid.uuid4().hex}"
+    monkeypatch.setenv("CASEKIT_TEST_TOKEN", token)
+    jobs = [job("daemons", "daemons.py", token, *(["hang"] if hang else []), timeout=15 if hang else 120)]
+    jobs.append(job("census", "census.py", token))  # runs after, in the same sandbox: the daemons are gone already
+    batch = run_batch(jobs)
+    assert "CASEKIT-CENSUS 0" in batch.results["census.pre"]["runs"]["eager"]["stdout_tail"]
+    run = batch.results["daemons.pre"]["runs"]["eager"]
+    assert "daemons started" in run["stdout_tail"]
+    assert run["status"] == ("timeout" if hang else "ok")
+    assert wait_unmarked(token, within=5) == []
+
+
+def test_unknown_sandbox_option_is_one_clear_error() -> None:
+    with pytest.raises(RunnerError, match=r"^unknown sandbox option\(s\) netwrk"):
+        Sandbox.from_options((("netwrk", "host"),))
+    with pytest.raises(RunnerError, match=r"network='internet'"):
+        Sandbox.from_options((("network", "internet"),))
+
+
+def test_opting_out_is_said_in_one_line() -> None:
+    sandbox = Sandbox.from_options((("sandbox", "none"),))
+    assert not sandbox.isolates
+    assert sandbox.wrap(["python3", "x.py"], [Path("/tmp/b")]) == ["python3", "x.py"]
+    assert sandbox.summary().startswith("sandbox: NONE (opted out with --allow sandbox=none)")
+
+
+def test_a_host_without_bwrap_refuses_unless_opted_out(tmp_path: Path) -> None:
+    missing = Sandbox(kind="bwrap", bwrap=str(tmp_path / "no-bwrap"), options={})
+    with pytest.raises(
+        RunnerError,
+        match=r"cannot sandbox the scripts on this host \(bwrap is not installed\).*"
+        r"--allow sandbox=none",
+    ):
+        missing.check()
+
+
+@pytest.mark.slow
+def test_sandbox_overhead_is_small() -> None:
+    cost = overhead_ms(os.sys.executable, runs=5)
+    print(f"sandbox overhead per start: {cost:.1f} ms")
+    assert cost < 2000
+
+
+@pytest.mark.slow
+def test_a_host_without_bwrap_refuses_in_one_line_and_the_opt_out_is_recorded(tmp_path: Path) -> None:
+    archive = tmp_path / "cases"
+    archive.mkdir()
+    shutil.copy(ROOT / "cases" / "item-branch.toml", archive)
+    empty_path = tmp_path / "bin"  # no bwrap (and no prlimit) on this PATH
+    empty_path.mkdir()
+    env = {"PATH": str(empty_path)}
+    refused = run_casekit("replay", "--archive", str(archive), "--no-record", env=env, timeout=300)
+    assert refused.returncode == 2, refused.stderr
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith("casekit: error: ")
+    assert "cannot sandbox the scripts on this host (bwrap is not installed)" in last
+    assert "--allow sandbox=none" in last and "Traceback" not in refused.stderr
+    out = tmp_path / "replay.json"
+    allowed = run_casekit(
+        "replay", "--archive", str(archive), "--no-record", "--allow", "sandbox=none", "--json", str(out), env=env
+    )
+    assert "sandbox: NONE (opted out with --allow sandbox=none)" in allowed.stderr + allowed.stdout
+    target = json.loads(out.read_text())["targets"][0]
+    assert target["sandbox"].startswith("sandbox: NONE (opted out with --allow sandbox=none)")
+    assert target["error"] is None

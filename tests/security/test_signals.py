@@ -1,0 +1,98 @@
+"""Signals to casekit mid-run, for real: nothing it started survives, no folder is left, bundles stay whole.
+
+CASEKIT_SIGNAL_TRIALS sets the number of random trials (default 10 here; the note reports a run of 30).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from casekit.archive import Archive
+from casekit.bundle import load_case
+from casekit.runners.process import sweep_stale_batches
+
+from ..conftest import ROOT
+from .conftest import requires_sandbox
+from .procs import wait_unmarked
+
+TRIALS = int(os.environ.get("CASEKIT_SIGNAL_TRIALS", "10"))
+SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL]
+STARTERS = ["item-branch", "tensor-if"]
+CAPTURED = "starter/item-branch/repro.py"
+SECOND_PYTHON = str(Path(sys.executable).with_name(f"python{sys.version_info.major}.{sys.version_info.minor}"))
+
+pytestmark = requires_sandbox
+
+
+def start_casekit(archive: Path, tmpdir: Path, token: str, command: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "TMPDIR": str(tmpdir), "CASEKIT_TEST_TOKEN": token, "PYTHONPATH": str(ROOT)}
+    if command == "capture":
+        args = ["capture", str(ROOT / "examples" / CAPTURED), "--id", "captured", "--archive", str(archive)]
+    else:  # two targets side by side (two threads): a signal must stop both, not wait for them
+        args = ["replay", "--archive", str(archive), "--python", sys.executable, "--python", SECOND_PYTHON]
+    return subprocess.Popen(
+        [sys.executable, "-m", "casekit", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def bundles_whole(archive: Path, originals: dict[str, str]) -> None:
+    """Each bundle is its original, or its original plus complete replay records."""
+    for case_id, text in originals.items():
+        now = (archive / f"{case_id}.toml").read_text()
+        if now == text:
+            continue
+        before, after = load_case(ROOT / "cases" / f"{case_id}.toml"), Archive(archive).load(case_id)
+        assert after.replays[: len(before.replays)] == before.replays
+        assert len(after.replays) > len(before.replays)
+
+
+@pytest.mark.slow
+def test_random_signals_during_replay_leave_nothing_behind(tmp_path: Path) -> None:
+    rng = random.Random(int(os.environ.get("CASEKIT_SIGNAL_SEED", "9")))
+    outcomes = []
+    for trial in range(TRIALS):
+        archive = tmp_path / f"t{trial}" / "cases"
+        tmpdir = tmp_path / f"t{trial}" / "tmp"
+        archive.mkdir(parents=True)
+        tmpdir.mkdir()
+        originals = {}
+        for case_id in STARTERS:
+            shutil.copy(ROOT / "cases" / f"{case_id}.toml", archive)
+            originals[case_id] = (archive / f"{case_id}.toml").read_text()
+        token = f"casekit-signal-{uuid.uuid4().hex}"
+        sig, delay = rng.choice(SIGNALS), rng.uniform(1.0, 12.0)
+        command = "capture" if trial % 3 == 2 else "replay"
+        process = start_casekit(archive, tmpdir, token, command)
+        time.sleep(delay)
+        process.send_signal(sig)
+        try:
+            _, stderr = process.communicate(timeout=60)  # "promptly": well under a script's timeout
+        except subprocess.TimeoutExpired:
+            process.kill()
+            pytest.fail(f"trial {trial}: casekit did not stop within 60 s of {sig.name}")
+        assert wait_unmarked(token, within=10) == [], f"trial {trial}: processes left after {sig.name}"
+        if sig is signal.SIGKILL:  # nothing can clean up after SIGKILL itself: the next casekit run does
+            sweep_stale_batches(tmpdir)
+        elif process.returncode == 128 + sig:
+            assert f"casekit: stopped by {sig.name}" in stderr
+            assert "Traceback" not in stderr
+        assert list(tmpdir.iterdir()) == [], f"trial {trial}: left {list(tmpdir.iterdir())} after {sig.name}"
+        bundles_whole(archive, originals)
+        if (archive / "captured.toml").exists():  # a capture saves whole or not at all
+            Archive(archive).load("captured")
+        outcomes.append((command, sig.name, round(delay, 1), process.returncode))
+    print(f"signal trials: {outcomes}")
