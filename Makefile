@@ -24,9 +24,19 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m pip install -q -e '.[dev]' 'torch==2.13.0' 'transformers==5.24.0' uv
 	@mkdir -p $(dir $@) && touch $@
 
-# casekit replay vs the naive way (one fresh python per script), side by side.
+# Side by side in one run: casekit replay vs the naive way (one fresh python per script);
+# list/validate/report/shard planning on 1,000 and 10,000 synthetic bundles (naive, cold, warm);
+# with BENCH_BISECT=1 also k cases x n releases bisected one by one vs shared (builds envs: minutes).
+BENCH_SIZES ?= 1000,10000
+BENCH_BISECT_ARGS ?= --k 2 --versions 2.5.1,2.8.0,2.13.0
 bench: $(STAMP)
 	$(PYTHON) bench/replay_bench.py
+	$(PYTHON) bench/scale_bench.py --sizes $(BENCH_SIZES)
+ifeq ($(BENCH_BISECT),1)
+	$(PYTHON) bench/bisect_bench.py $(BENCH_BISECT_ARGS)
+else
+	@echo "bisect bench skipped (it builds environments): make bench BENCH_BISECT=1"
+endif
 
 # ruff (the probe parsed as Python 3.9), mypy on the core, mypy on the probe for the
 # oldest Python mypy targets (3.10; the probe itself must also run on 3.9), and the

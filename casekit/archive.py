@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from casekit.bundle import check_case_id, load_case, save_case
 from casekit.errors import BundleError, CaseIdError, CasekitError, CaseNotFound
 from casekit.fsutil import exclusive_lock, write_atomic
 from casekit.model import Case
 from casekit.settings import archive_root
+
+if TYPE_CHECKING:
+    from casekit.archive_index import CaseDigest
 
 LOCK_NAME = ".casekit.lock"
 SCRATCH = (LOCK_NAME, ".casekit/")  # what casekit writes into an archive that is not a bundle
@@ -38,7 +43,8 @@ class Archive:
     def ids(self) -> list[str]:
         if not self.root.is_dir():
             return []
-        return sorted(p.stem for p in self.root.glob("*.toml") if not p.name.startswith("."))
+        names = os.listdir(self.root)  # not glob: on 10,000 bundles it costs a tenth of a second more
+        return sorted(name[:-5] for name in names if name.endswith(".toml") and not name.startswith("."))
 
     def exists(self, case_id: str) -> bool:
         return self.path_for(case_id).exists()
@@ -80,6 +86,36 @@ class Archive:
                     raise  # the user typed it: a usage error
                 invalid.append(BundleError(self.root / f"{case_id}.toml", None, f"file name: {error}"))
         return cases, invalid
+
+    def summaries(
+        self, selected: list[str] | None = None, keep_cases: bool = False, history: bool = True
+    ) -> list[CaseDigest]:
+        """summaries_tolerant, strict: the first invalid bundle raises its error (like load_all)."""
+        digests, invalid = self.summaries_tolerant(selected, keep_cases, history)
+        if invalid:
+            raise invalid[0]
+        return digests
+
+    def summaries_tolerant(
+        self, selected: list[str] | None = None, keep_cases: bool = False, history: bool = True
+    ) -> tuple[list[CaseDigest], list[BundleError]]:
+        """What `list`, `report` and shard planning need of all cases (or the selected ids), in id order.
+
+        Read through the derived index in `.casekit/` (see `casekit.archive_index`): only
+        bundles that changed since the last call are parsed (with keep_cases, those keep
+        their full case in `.parsed`). Without history, `replays` stay empty: what `list`
+        shows is in `last_replay`. Like load_all_tolerant, an invalid bundle is returned as its
+        error beside the valid digests; an unknown selected id is still an error (a typo).
+        """
+        from casekit.archive_index import summaries
+
+        if not self.root.is_dir():
+            raise CasekitError(f"archive folder {self.root} does not exist (use --archive or CASEKIT_ARCHIVE)")
+        ids = selected or self.ids()
+        for case_id in selected or []:
+            if not self.path_for(case_id).exists():
+                self.load(case_id)  # the same CaseNotFound as load_all
+        return summaries(self.root, ids, whole_archive=not selected, keep_cases=keep_cases, history=history)
 
     def save(self, case: Case) -> Path:
         path = self.path_for(case.id)

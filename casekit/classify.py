@@ -397,10 +397,20 @@ def classify_script(case: Case, which: str, observed: ScriptObservation, target:
     return result
 
 
-def post_fix_broken(post: ScriptResult | None) -> str | None:
+def post_fix_broken(post: ScriptResult | None, pre: ScriptResult | None = None) -> str | None:
     """Why the post-fix no longer holds, or None."""
-    if post is None or any(note.startswith("nothing ran: ") for note in post.notes):
-        return None  # a post-fix that never ran shows nothing about the fix
+    if post is None:
+        return None
+    cause = next((note for note in post.notes if note.startswith("nothing ran: ")), None)
+    if cause:
+        # The environment's doing (it failed, or a pinned library refuses this torch) says nothing about the
+        # fix; but when the pre-fix ran in the same environment, the fix itself is what fails (an API it used
+        # changed: a torch.cond fix that no longer runs even eagerly).
+        pre_ran = pre is not None and pre.status not in (ScriptStatus.EAGER_FAILED, ScriptStatus.ENV_FAILED)
+        unchanged = post.status == post.recorded_status  # it failed so at capture too: nothing new about the fix
+        if not pre_ran or unchanged or "(pinned)" in cause or post.status is ScriptStatus.ENV_FAILED:
+            return None
+        return f"post-fix {post.status.value}: {post.observation.detail}"
     if (
         post.status in FUNCTIONAL_FAILURES
         and post.status is not ScriptStatus.ENV_FAILED
@@ -460,7 +470,7 @@ def judge(case: Case, target: str, scripts: dict[str, ScriptResult]) -> CaseResu
             )
         if result.count(SiteClass.GONE):
             raise_to(Severity.INFO, "improved", f"{which}: {result.count(SiteClass.GONE)} gone")
-    broken = post_fix_broken(scripts.get("post"))
+    broken = post_fix_broken(scripts.get("post"), scripts.get("pre"))
     rollback = None
     if broken:
         raise_to(Severity.ERROR, "fix_broken", broken)

@@ -8,7 +8,7 @@ empty shard, the exit code) is testable in-process with a fake runner.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -129,11 +129,11 @@ class _Selection:
     matrix: Matrix | None
 
 
-def _select(request: ReplayRequest, cases: list[Case]) -> _Selection:
+def _select(request: ReplayRequest, cases: Sequence[Case]) -> _Selection:
     """The shard's rectangle of the case x target matrix (everything when not sharded)."""
     specs = request.targets.specs()
     if request.shard is None:
-        return _Selection(cases, specs, None, None)
+        return _Selection(list(cases), specs, None, None)
     k, n = parse_shard(request.shard)
     all_ids, all_labels = [c.id for c in cases], [s.label for s in specs]
     cells = select_shard(all_ids, all_labels, k, n)
@@ -158,7 +158,8 @@ def run_replay(
         from casekit.gitarchive import require_repo
 
         require_repo(archive.root)  # before a replay that can take minutes, not after
-    cases, invalid = archive.load_all_tolerant(list(request.case_ids) or None)
+    # the archive index plans the run (drafts, shard); only the cases it runs are parsed in full below
+    cases, invalid = archive.summaries_tolerant(list(request.case_ids) or None, history=False)
     for error in invalid:
         notice(f"invalid bundle: {error}")
     # a draft has no repro (its script only raises): skipped alike whether named with --case or not
@@ -176,6 +177,10 @@ def run_replay(
     if not cases and request.shard is None:
         raise CasekitError(f"the archive {archive.root} holds no cases to replay")
     selection = _select(request, cases)
+    if selection.cases:
+        full, late = archive.load_all_tolerant([c.id for c in selection.cases])
+        invalid += late  # a bundle changed under us since the index read it
+        selection = replace(selection, cases=full)
     problems = 0 if request.allow_invalid else len(invalid)
     if not selection.cases:  # a shard with nothing to run still writes its (empty) document
         outcome = ReplayOutcome(

@@ -386,3 +386,15 @@ def test_same_break_by_place_for_import():
     assert same_break(site(8, "GB0179"), site(8, "GB0124"))  # same place, another id
     assert same_break(site(8, "GB0179"), site(153, "GB4198", file="copy.py", call_site=anchor))
     assert not same_break(site(8, "GB0179"), site(9, "GB0179"))  # a move needs the whole pairing
+
+
+def test_a_fix_that_no_longer_runs_while_the_pre_fix_does_is_a_broken_fix():
+    """The torch.cond fix of 2.5.1 fails even eagerly on 2.13: the environment is fine (the pre-fix ran),
+    so the fix itself no longer holds -> fix_broken with rollback, not a plain regression."""
+    case = case_with(obs(site(6)), obs())
+    failed = ScriptObservation(status=ScriptStatus.EAGER_FAILED, detail="eager baseline: RuntimeError: cond")
+    result = classify_case(case, "venv:torch-2.13.0", {"pre": obs(site(6)), "post": failed})
+    assert result.verdict == "fix_broken" and result.rollback is not None and result.rollback.needed
+    # when the pre-fix could not run either, the environment is at fault: no claim about the fix
+    both = classify_case(case, "venv:torch-2.13.0", {"pre": failed, "post": failed})
+    assert both.verdict == "regressed" and both.rollback is None

@@ -174,3 +174,14 @@ def test_missing_base_image_without_registry_points_at_make_base_image(engine: A
     assert "\n" not in message
     assert message.startswith("base image casekit-no-such-base:1 is not on the engine and cannot be pulled")
     assert "containers/make-base-image.sh" in message
+
+
+def test_build_steps_become_progress_counts_and_other_output_is_tool_output() -> None:
+    from casekit.progress import _COUNT
+    from casekit.runners.docker.images import _build_progress
+
+    step = _build_progress("casekit-replay:x", "Step 3/7 : RUN pip install torch==2.13.0")
+    assert step == "[build casekit-replay:x] 3/7 RUN pip install torch==2.13.0"
+    count = _COUNT.match(step)
+    assert count is not None and (count["label"], count["done"], count["total"]) == ("build casekit-replay:x", "3", "7")
+    assert _build_progress("casekit-replay:x", "Collecting torch") == "  Collecting torch"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from casekit import settings
 from casekit.errors import EnvironmentFailed, RunnerError
 from casekit.runners import process
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, TargetSpec
@@ -93,7 +94,7 @@ def batch_dirs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
         return path
 
     monkeypatch.setattr(process.tempfile, "mkdtemp", recording_mkdtemp)
-    monkeypatch.delenv(process.KEEP_BATCH_ENV, raising=False)
+    monkeypatch.delenv(settings.KEEP_BATCH_ENV, raising=False)
     return made
 
 
@@ -234,10 +235,10 @@ def _is_script_run(pid: int) -> bool:
 def test_keep_batch_leaves_the_folder_for_inspection(
     tmp_path: Path, batch_dirs: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(process.KEEP_BATCH_ENV, "1")
+    monkeypatch.setenv(settings.KEEP_BATCH_ENV, "1")
     script = write(tmp_path / "item_break.py", ITEM_BREAK)
     lines: list[str] = []
     run_probe_subprocess(sys.executable, [ProbeJob("item-break:pre", script)], lines.append, timeout=0.5)
     assert batch_dirs and (batch_dirs[0] / "request.json").exists()
-    assert f"batch kept at {batch_dirs[0]} ({process.KEEP_BATCH_ENV}=1)" in lines
+    assert f"batch kept at {batch_dirs[0]} ({settings.KEEP_BATCH_ENV}=1)" in lines
     shutil.rmtree(batch_dirs[0])

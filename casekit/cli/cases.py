@@ -132,7 +132,7 @@ def list_cases(archive: ArchiveOption = None) -> None:
     """List the cases in the archive (invalid bundles: one line each on stderr, exit 2)."""
     from casekit.report.text import case_rows, table
 
-    cases, invalid = open_archive(archive).load_all_tolerant()
+    cases, invalid = open_archive(archive).summaries_tolerant(history=False)  # the index: only changed bundles parsed
     width = terminal_width()  # None off a terminal: a stable table for logs and golden files
     typer.echo(table(["id", "title", "tags", "breaks", "last replay"], case_rows(cases), width=width, squeeze=1))
     if invalid:

@@ -57,10 +57,13 @@ def report(
     """Render the archive: latest replay per case x target, case pages, history."""
     from casekit.replay_document import read_replay_document
     from casekit.report.formats import get_format, write_files
+    from casekit.report.page_cache import write_html_report
     from casekit.report.summary import summarize
 
     chosen = [get_format(name) for name in dict.fromkeys(formats or ["html"])]
-    cases, invalid = Archive(archive_dir(archive)).load_all_tolerant()
+    store = Archive(archive_dir(archive))
+    # through the archive index; HTML case pages come from a page cache (or the cases parsed now)
+    cases, invalid = store.summaries_tolerant(keep_cases=any(fmt.name == "html" for fmt in chosen))
     documents = [(path.name, read_replay_document(path)) for path in results or []]
     summary = summarize(cases, documents, title=title)
     if not documents and not any(case.replays for case in cases):
@@ -74,8 +77,11 @@ def report(
         sys.stdout.write(files[chosen[0].main_file])
     else:
         for fmt in chosen:
-            written = write_files(fmt.render(summary), out)
-            typer.echo(f"wrote {out / fmt.main_file}" + (f" (+{len(written) - 1} file(s))" if len(written) > 1 else ""))
+            if fmt.name == "html":
+                count = write_html_report(summary, store.root, out)
+            else:
+                count = len(write_files(fmt.render(summary), out))
+            typer.echo(f"wrote {out / fmt.main_file}" + (f" (+{count - 1} file(s))" if count > 1 else ""))
     if invalid:  # the report holds every valid case; the invalid ones are named, and CI sees a non-zero exit
         report_invalid(invalid)
         raise typer.Exit(ExitCode.PROBLEM)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from casekit.archive_index import CaseDigest
 from casekit.model import SITE_CLASS_ORDER, Case, ReplayRecord, Severity, SiteClass, Verdict
 
 if TYPE_CHECKING:
@@ -74,6 +76,8 @@ class CaseSummary:
         return DRAFT_TAG in self.case.tags
 
     def breaks(self, which: str) -> int | None:
+        if isinstance(self.case, CaseDigest):  # from the archive index: counts, not sites
+            return self.case.break_counts.get(which)
         observation = self.case.observations.get(which)
         return len(observation.sites) if observation else None
 
@@ -171,7 +175,7 @@ def cells_from_results(data: ReplayDocument, source: str) -> list[Cell]:
 
 
 def summarize(
-    cases: list[Case],
+    cases: Sequence[Case],
     results: list[tuple[str, ReplayDocument]] | None = None,
     title: str = "casekit archive",
     now: dt.datetime | None = None,

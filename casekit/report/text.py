@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from casekit.archive_index import CaseDigest
 from casekit.classify import describe_fallback
 from casekit.model import SITE_CLASS_ORDER, Case, ScriptObservation, Site
 from casekit.observe.reasons import describe_category
@@ -35,19 +36,19 @@ def table(headers: list[str], rows: list[list[str]], width: int | None = None, s
     return "\n".join(line.rstrip() for line in out)
 
 
-def case_rows(cases: Iterable[Case]) -> list[list[str]]:
-    """`casekit list`: id, title, tags, breaks in the repro, the last replay."""
+def case_rows(cases: Iterable[CaseDigest]) -> list[list[str]]:
+    """`casekit list`: id, title, tags, breaks in the repro, the last replay (from the archive index's digests)."""
     rows = []
     for case in cases:
-        pre = case.observations.get("pre")
-        last = case.replays[-1] if case.replays else None
+        pre = case.break_counts.get("pre")
+        last = case.last_replay
         rows.append(
             [
                 case.id,
                 case.title,
                 ",".join(case.tags),
-                str(len(pre.sites)) if pre else "-",
-                f"{last.target} {last.verdict.value}" if last else "-",
+                "-" if pre is None else str(pre),
+                " ".join(last) if last else "-",
             ]
         )
     return rows

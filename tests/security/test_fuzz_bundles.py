@@ -166,7 +166,7 @@ def test_a_sample_of_mutants_through_the_cli(tmp_path: Path) -> None:
     for i, text in enumerate(samples):
         (archive / f"m{i}.toml").write_text(text)
     ids = [f"m{i}" for i in range(len(samples))]
-    for args in (["validate"], ["list"], *(["show", "--json", case_id] for case_id in ids[:6])):
+    for args in (["validate"], ["list"], *(["show", case_id, "--json", "-"] for case_id in ids[:6])):
         done = run_casekit(*args, "--archive", str(archive), timeout=120)
         assert "Traceback" not in done.stderr + done.stdout, (args, done.stderr[-2000:])
         assert done.returncode in (0, 1, 2), (args, done.returncode)

@@ -66,7 +66,7 @@ def test_a_planted_bundle_is_one_clear_error_in_process(archive: Path, kind: str
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_planted_bundle_through_the_cli(archive: Path, kind: str) -> None:
     plant(archive, kind)
-    for args in (["validate"], ["show", "--json", "evil"]):
+    for args in (["validate"], ["show", "evil", "--json", "-"]):
         done = run_casekit(*args, "--archive", str(archive), timeout=60)  # a FIFO would hang: the timeout fails it
         assert done.returncode in (1, 2), (args, done.stdout, done.stderr)
         assert "Traceback" not in done.stderr

@@ -161,9 +161,11 @@ def test_a_host_without_bwrap_refuses_in_one_line_and_the_opt_out_is_recorded(tm
     refused = run_casekit("replay", "--archive", str(archive), "--no-record", env=env, timeout=300)
     assert refused.returncode == 2, refused.stderr
     last = refused.stderr.strip().splitlines()[-1]
-    assert last.startswith("casekit: error: ")
-    assert "cannot sandbox the scripts on this host (bwrap is not installed)" in last
-    assert "--allow sandbox=none" in last and "Traceback" not in refused.stderr
+    assert last.startswith("casekit: error: ") and "could not run: python:current" in last
+    # the why, once, where the target's table would be; the error line is for the exit code
+    said = refused.stdout + refused.stderr
+    assert said.count("cannot sandbox the scripts on this host (bwrap is not installed)") == 1
+    assert "--allow sandbox=none" in said and "Traceback" not in refused.stderr
     out = tmp_path / "replay.json"
     allowed = run_casekit(
         "replay", "--archive", str(archive), "--no-record", "--allow", "sandbox=none", "--json", str(out), env=env

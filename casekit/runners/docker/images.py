@@ -183,7 +183,7 @@ def build_image(recipe: ImageRecipe, progress: ProgressFn, client: docker.Docker
         try:
             for line in _stream_build(client, context, recipe):
                 log_tail = (log_tail + [line])[-40:]
-                progress(line)
+                progress(_build_progress(recipe.tag, line))
         except (BuildError, APIError) as error:
             why = _build_failure(recipe, getattr(error, "msg", None) or str(error), log_tail)
             raise EnvironmentFailed(f"building {recipe.tag} failed: {why}") from None
@@ -386,6 +386,18 @@ def _build_failure(recipe: ImageRecipe, message: str, log_tail: list[str]) -> st
     if network:
         return f"network failure during the build ({network}): {detail}"
     return detail
+
+
+_BUILD_STEP = re.compile(r"^Step (?P<done>\d+)/(?P<total>\d+) : (?P<what>.*)$")
+
+
+def _build_progress(tag: str, line: str) -> str:
+    """A build step as "[tag] K/N what" (a bar on a terminal, one line per step elsewhere); other output
+    indented, as tool output (shown with -v)."""
+    step = _BUILD_STEP.match(line.strip())
+    if step:
+        return f"[build {tag}] {step['done']}/{step['total']} {step['what'][:80]}"
+    return f"  {line}"
 
 
 def _first_line(error: object) -> str:

@@ -1,0 +1,289 @@
+"""The HTML report over a large archive: case pages rendered once per (bundle, latest results).
+
+A case page needs the whole case (scripts, observations, history), so rendering
+10,000 of them means parsing 10,000 bundles. The page depends only on the bundle's
+bytes, the case's latest cells and the renderer's code, so it is kept, compressed,
+in the archive's `.casekit/pages/` keyed by a hash of exactly those; the time stamp
+every page carries is put back in on the way out. Like the index, it is derived:
+a lost or corrupt page is rendered again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from casekit.archive_index import INDEX_DIR, CaseDigest, parallel_workers, parse_bundle_bytes
+from casekit.bundle import load_case
+from casekit.errors import CasekitError
+from casekit.model import Case
+from casekit.report.summary import ArchiveSummary, CaseSummary
+
+T = TypeVar("T")
+PAGES_DIR = "pages"
+# Stands for the time stamp in a stored page; a page whose own text holds it is never stored.
+GENERATED_MARK = "\x00casekit-generated\x00"
+# Stands for the stylesheet every page inlines (a quarter of a page): stored once, not 10,000 times.
+STYLESHEET_MARK = "\x00casekit-stylesheet\x00"
+SUFFIX = ".html"
+
+
+def renderer_fingerprint() -> str:
+    """Changes whenever the code or the stylesheet that renders a case page does."""
+    here = Path(__file__).parent
+    hasher = hashlib.sha256()
+    for part in (here / "html.py", here / "summary.py", here / "assets" / "report.css", Path(__file__)):
+        hasher.update(part.read_bytes())
+    hasher.update((here.parent / "model.py").read_bytes())
+    return hasher.hexdigest()[:16]
+
+
+def page_key(fingerprint: str, summary: CaseSummary) -> str | None:
+    """What a case page is a function of: the bundle's bytes, its latest cells, the renderer."""
+    if not isinstance(summary.case, CaseDigest) or not summary.case.sha256:
+        return None
+    # Cells hold plain values (str, numbers, lists, dicts), so repr is a faithful, cheap key; equal
+    # cells whose dicts were filled in another order only cost a cache miss.
+    cells = [sorted(vars(cell).items()) for _, cell in sorted(summary.cells.items())]
+    return hashlib.sha256(repr([fingerprint, summary.case.sha256, cells]).encode()).hexdigest()[:24]
+
+
+class PageCache:
+    """Rendered case pages of one archive, one file per case and key.
+
+    A stored page is a header line (its length and CRC-32, so a damaged file is
+    a miss, not a wrong page) and the page with both marks in place. Not compressed:
+    decompressing 10,000 pages costs more than reading them.
+    """
+
+    def __init__(self, archive_root: Path) -> None:
+        from casekit.report.html import stylesheet
+
+        self.folder = archive_root / INDEX_DIR / PAGES_DIR
+        self.prefix = os.fspath(self.folder)
+        self.fingerprint = renderer_fingerprint()
+        self.stylesheet = stylesheet()
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            names = []
+        self.stored: dict[str, set[str]] = {}  # case id -> keys on disk
+        for name in names:
+            if name.endswith(SUFFIX):
+                case_id, _, key = name[: -len(SUFFIX)].rpartition(".")
+                self.stored.setdefault(case_id, set()).add(key)
+
+    def _path(self, case_id: str, key: str) -> str:
+        return f"{self.prefix}/{case_id}.{key}{SUFFIX}"
+
+    def get(self, case_id: str, key: str) -> str | None:
+        """The stored page (with the time-stamp mark), or None."""
+        if key not in self.stored.get(case_id, ()):
+            return None
+        try:
+            with open(self._path(case_id, key), "rb") as handle:
+                header, _, body = handle.read().partition(b"\n")
+            length, crc = (int(field) for field in header.split(b" ")[1:3])
+            if len(body) != length or zlib.crc32(body) != crc:
+                return None
+            return body.decode("utf-8").replace(STYLESHEET_MARK, self.stylesheet, 1)
+        except (OSError, ValueError, UnicodeDecodeError):
+            return None
+
+    def put(self, case_id: str, key: str, page: str) -> None:
+        """Store a page (best effort: a cache we cannot write is no cache); drop the case's older pages."""
+        if page.count(self.stylesheet) != 1 or STYLESHEET_MARK in page:
+            return
+        body = page.replace(self.stylesheet, STYLESHEET_MARK).encode("utf-8")
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            _write_replace(self._path(case_id, key), b"casekit-page %d %d\n" % (len(body), zlib.crc32(body)) + body)
+        except OSError:
+            return
+        for old in self.stored.get(case_id, set()) - {key}:
+            Path(self._path(case_id, old)).unlink(missing_ok=True)
+        self.stored[case_id] = {key}
+
+    def prune(self, keep: set[str]) -> None:
+        """Forget the pages of cases no longer in the archive."""
+        for case_id in [c for c in self.stored if c not in keep]:
+            for key in self.stored.pop(case_id):
+                Path(self._path(case_id, key)).unlink(missing_ok=True)
+
+
+def render_html(summary: ArchiveSummary, archive_root: Path) -> dict[str, str]:
+    """The HTML report's files (what `HtmlReport().render` gives for the full cases), reusing stored pages.
+
+    `summary.cases` may hold index digests; a case page not in the cache is rendered
+    from the full case, read from its bundle in `archive_root`.
+    """
+    from casekit.report.html import index_page
+
+    cache = PageCache(archive_root)
+    files = {"index.html": index_page(summary)}
+    pages: dict[str, str] = {}
+    missing: list[tuple[CaseSummary, str | None]] = []
+    for case_summary in summary.cases:
+        key = page_key(cache.fingerprint, case_summary)
+        page = cache.get(case_summary.case.id, key) if key else None
+        if page is None:
+            missing.append((case_summary, key))
+        else:
+            pages[case_summary.case.id] = page
+    rendered = _render_pages(archive_root, [case_summary for case_summary, _ in missing])
+    for (case_summary, key), (page, sha256) in zip(missing, rendered, strict=True):
+        pages[case_summary.case.id] = page
+        # store only a page made from the very bytes the key names (not a bundle rewritten since)
+        if key and sha256 == getattr(case_summary.case, "sha256", "") and page.count(GENERATED_MARK) == 1:
+            cache.put(case_summary.case.id, key, page)
+    for case_summary in summary.cases:
+        case_id = case_summary.case.id
+        files[f"cases/{case_id}.html"] = pages[case_id].replace(GENERATED_MARK, summary.generated)
+    cache.prune({c.case.id for c in summary.cases})
+    return files
+
+
+def write_html_report(summary: ArchiveSummary, archive_root: Path, out: Path) -> int:
+    """Write the HTML report into `out` (the files `render_html` gives), using every core; returns the file count.
+
+    Stored pages are copied out by forked workers, a slice each (reading, stamping and
+    writing 10,000 pages is most of a warm report); the others are rendered as in
+    `render_html` and stored for next time.
+    """
+    from casekit.report.html import index_page
+
+    cache = PageCache(archive_root)
+    folder = os.fspath(out / "cases")
+    os.makedirs(folder, exist_ok=True)
+    keyed = [(case_summary, page_key(cache.fingerprint, case_summary)) for case_summary in summary.cases]
+    stored = [(c.case.id, key) for c, key in keyed if key and key in cache.stored.get(c.case.id, ())]
+
+    def copy_out(items: list[tuple[str, str]]) -> list[str]:
+        missed = []
+        for case_id, key in items:
+            page = cache.get(case_id, key)
+            if page is None:
+                missed.append(case_id)
+            else:
+                _write_replace(f"{folder}/{case_id}.html", page.replace(GENERATED_MARK, summary.generated).encode())
+        return missed
+
+    missed = set(_in_forked_slices(copy_out, stored))
+    hit = {case_id for case_id, _ in stored} - missed
+    missing = [(c, key) for c, key in keyed if c.case.id not in hit]
+    rendered = _render_pages(archive_root, [c for c, _ in missing])
+    for (case_summary, key), (page, sha256) in zip(missing, rendered, strict=True):
+        if key and sha256 == getattr(case_summary.case, "sha256", "") and page.count(GENERATED_MARK) == 1:
+            cache.put(case_summary.case.id, key, page)
+        stamped = page.replace(GENERATED_MARK, summary.generated)
+        _write_replace(f"{folder}/{case_summary.case.id}.html", stamped.encode())
+    write_report_files({"index.html": index_page(summary)}, out)
+    cache.prune({c.case.id for c in summary.cases})
+    return 1 + len(summary.cases)
+
+
+def _in_forked_slices(work: Callable[[list[T]], list[str]], items: list[T]) -> list[str]:
+    """`work` over `items`, split among forked children (they inherit everything, nothing is pickled
+    but the strings they send back); in this process when there are few items or one core."""
+    workers = parallel_workers(len(items))
+    if workers == 1:
+        return work(items)
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    children = []
+    for index in range(workers):
+        receive, send = context.Pipe(duplex=False)
+        child = context.Process(target=_send_result, args=(work, items[index::workers], send), daemon=True)
+        child.start()
+        send.close()
+        children.append((child, receive, items[index::workers]))
+    results: list[str] = []
+    for child, receive, share in children:
+        try:
+            results += receive.recv()
+        except EOFError:  # the child died: redo its share here
+            results += work(share)
+        child.join()
+    return results
+
+
+def _send_result(work: Callable[[list[T]], list[str]], items: list[T], send: Any) -> None:
+    send.send(work(items))
+    send.close()
+
+
+def _render_pages(archive_root: Path, summaries: list[CaseSummary]) -> list[tuple[str, str | None]]:
+    """Case pages (with the time-stamp mark) and the hash of the bundle each was read from.
+
+    Many pages (a cold cache) are rendered by forked workers, one bundle parse each."""
+    jobs = [(archive_root, case_summary) for case_summary in summaries]
+    workers = parallel_workers(len(jobs))
+    if workers == 1:
+        return [_render_page(job) for job in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(_render_page, jobs, chunksize=max(1, len(jobs) // (workers * 8))))
+
+
+def _render_page(job: tuple[Path, CaseSummary]) -> tuple[str, str | None]:
+    from casekit.report.html import case_page
+
+    archive_root, case_summary = job
+    full: Case = case_summary.case
+    sha256 = None
+    if isinstance(full, CaseDigest):
+        full, sha256 = (full.parsed, full.sha256) if full.parsed else _load_full(archive_root, full.id)
+    return case_page(CaseSummary(full, case_summary.cells), GENERATED_MARK), sha256
+
+
+def _load_full(archive_root: Path, case_id: str) -> tuple[Case, str]:
+    path = archive_root / f"{case_id}.toml"
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return load_case(path), ""  # raises the bundle's own error
+    return parse_bundle_bytes(raw, path), hashlib.sha256(raw).hexdigest()
+
+
+def _write_replace(path: str, data: bytes) -> None:
+    """Atomic (temp file + rename) but not fsynced: a report and a cache can be regenerated,
+    and 10,000 fsyncs would cost more than rendering. The temp name is the writer's pid:
+    unique among concurrent writers, and cheaper than mkstemp's random names."""
+    folder, _, name = path.rpartition("/")
+    tmp = f"{folder}/.{name}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # the umask applies
+        try:
+            view = memoryview(data)
+            while view:  # os.write may write less than asked
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_report_files(files: dict[str, str], out: Path) -> list[Path]:
+    """Write rendered files under `out`, each atomically; paths may not leave it."""
+    written = []
+    made: set[str] = set()
+    for relative, text in sorted(files.items()):
+        parts = relative.split("/")
+        if relative.startswith("/") or ".." in parts or "" in parts:
+            raise CasekitError(f"report file {relative!r} would leave {out}")
+        folder = "/".join([os.fspath(out), *parts[:-1]])
+        if folder not in made:
+            os.makedirs(folder, exist_ok=True)
+            made.add(folder)
+        _write_replace(f"{folder}/{parts[-1]}", text.encode("utf-8"))
+        written.append(out / relative)
+    return written
