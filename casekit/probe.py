@@ -6,6 +6,7 @@ forks one child per run of each script, so a replay of N scripts pays the import
 once while every run starts from the same clean interpreter state.
 
 Usage:  python probe.py REQUEST.json
+        python probe.py --serve STATE_DIR   (one import, then one request path per stdin line; see serve())
 The request names the scripts and an output folder; the probe writes
 ``env.json`` once and ``<job>.json`` per script, each atomically. Nothing is
 ever parsed from stdout: the scripts under observation print whatever they like.
@@ -1172,9 +1173,62 @@ def warm_up(torch):
             pass
 
 
+def serve(state_dir, requests):
+    """Serve mode: import torch once, then run requests one at a time as they arrive, until end of input.
+
+    Writes STATE_DIR/env.json once (as a batch's env.json: ok or the import
+    error). Each line read from `requests` is the path of a request file, the
+    same casekit.probe-request/1 a batch takes; its jobs run exactly as in a
+    batch (a forked child per run, with the request's runs_dir and isolation,
+    from this warm interpreter, which never runs a script itself), then env.json, the results and done.json are written to
+    its out_dir -- done.json last, so the caller waits for that one file.
+    A bisection over commits asks one request per commit and pays one import.
+    """
+    os.makedirs(state_dir, exist_ok=True)
+    guard_probe()
+    started = time.time()
+    try:
+        import torch
+        import torch._dynamo  # noqa: F401  (the expensive part, paid once for every request)
+    except BaseException as error:
+        write_json_atomic(
+            os.path.join(state_dir, "env.json"),
+            {"schema": PROBE_SCHEMA, "ok": False, "error": f"{type(error).__name__}: {error}"},
+        )
+        return 3
+    env = collect_environment_isolated(torch, state_dir)
+    package_owners()
+    warm_up(torch)
+    env_record = {"schema": PROBE_SCHEMA, "ok": True, "environment": env, "import_s": time.time() - started}
+    write_json_atomic(os.path.join(state_dir, "env.json"), env_record)
+    for line in requests:
+        path = line.strip()
+        if not path:
+            continue
+        begun = time.time()
+        with open(path) as handle:
+            request = json.load(handle)
+        out_dir = request["out_dir"]
+        os.makedirs(out_dir, exist_ok=True)
+        runs_dir = request.get("runs_dir") or os.path.join(out_dir, "runs")
+        os.makedirs(runs_dir, exist_ok=True)
+        write_json_atomic(os.path.join(out_dir, "env.json"), dict(env_record, import_s=0.0, warm=True))
+        if request.get("schema") == REQUEST_SCHEMA:
+            for job in request["jobs"]:
+                result = run_job(torch, job, runs_dir, request.get("isolation"))
+                write_json_atomic(os.path.join(out_dir, "{}.result.json".format(job["id"])), result)
+        done = {"schema": PROBE_SCHEMA, "wall_s": time.time() - begun}
+        if request.get("schema") != REQUEST_SCHEMA:
+            done["error"] = "unsupported request schema {!r}".format(request.get("schema"))
+        write_json_atomic(os.path.join(out_dir, "done.json"), done)
+    return 0
+
+
 def main(argv):
+    if len(argv) == 3 and argv[1] == "--serve":
+        return serve(argv[2], sys.stdin)
     if len(argv) != 2:
-        sys.stderr.write("usage: probe.py REQUEST.json\n")
+        sys.stderr.write("usage: probe.py REQUEST.json | probe.py --serve STATE_DIR\n")
         return 2
     with open(argv[1]) as handle:
         request = json.load(handle)

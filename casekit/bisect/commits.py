@@ -42,6 +42,7 @@ from casekit.bisect.engine import (
 from casekit.bisect.predicates import BAD, GOOD, CommitPredicate
 from casekit.bisect.report import BisectReport, ReportHeader, build_report
 from casekit.bisect.search import UNKNOWN, Outcome
+from casekit.bisect.warm import WarmProbe
 from casekit.bundle import sha256_text
 from casekit.errors import BisectError, CasekitError, EnvironmentFailed, GitError
 from casekit.model import ScriptSource
@@ -114,10 +115,10 @@ def _forget_worktree(repo: git.Repo, worktree: Path) -> None:
 
 
 @contextmanager
-def temporary_worktree(repo_path: Path, sha: str) -> Iterator[Path]:
-    """A detached checkout of `sha` in a fresh temporary folder, removed on exit whatever happens."""
+def temporary_worktree(repo_path: Path, sha: str, under: Path | None = None) -> Iterator[Path]:
+    """A detached checkout of `sha` in a fresh temporary folder (inside `under` if given), removed on exit whatever happens."""
     repo = _open_repo(Path(repo_path))
-    parent = Path(tempfile.mkdtemp(prefix="casekit-bisect-"))
+    parent = Path(tempfile.mkdtemp(prefix="casekit-bisect-", dir=under))
     worktree = parent / sha[:12]
     try:
         _git(repo, "worktree", "add", "--detach", str(worktree), sha)
@@ -240,6 +241,7 @@ class CommitBisect:
     backend: str = "eager"
     timeout: float = 300.0
     cache: CacheSettings = field(default_factory=CacheSettings)
+    warm: bool = True  # one probe (one torch import) for every commit; False: a fresh probe per commit
 
 
 @dataclass
@@ -250,6 +252,8 @@ class _ProbeSetup:
     argv: list[str] = field(default_factory=list)
     interpreter: str = ""
     runner: Runner | None = None
+    warm: WarmProbe | None = None  # started at the first commit probed, closed when the bisection ends
+    worktrees: Path | None = None  # with a warm probe: the one folder every commit's worktree is made in (bound once)
 
 
 def _probe_setup(config: CommitBisect) -> _ProbeSetup:
@@ -299,19 +303,27 @@ def _probe_commit(
             raise BisectError(f"cannot observe the script with {setup.interpreter}: {error}") from error
         setup.runner = runner
     try:
-        batch = setup.runner.run_probe([job], progress)
+        if config.warm:
+            if setup.warm is None:  # the runner's sandbox; the worktrees' folder bound once, for every commit
+                sandbox = getattr(setup.runner, "sandbox", None)
+                writable = [setup.worktrees] if setup.worktrees else []
+                setup.warm = WarmProbe(setup.interpreter, sandbox=sandbox, writable=writable)
+            batch = setup.warm.run_probe([job], progress)
+        else:
+            batch = setup.runner.run_probe([job], progress)
     except CasekitError as error:
         return Fresh(unknown_record(f"the probe could not run: {error}"), cacheable=False)
     observation = observe_batch(batch, job, ScriptSource(script.name, sha256_text(source), source))
     return Fresh(observations_record({"script": observation}))
 
 
-def _commit_subject(config: CommitBisect, make_runner: RunnerFactory, progress: ProgressFn) -> Subject:
-    setup = _probe_setup(config)
+def _commit_subject(
+    config: CommitBisect, make_runner: RunnerFactory, progress: ProgressFn, setup: _ProbeSetup
+) -> Subject:
     labels: dict[str, str] = {}
 
     def run_fresh(sha: str) -> Fresh:
-        with temporary_worktree(config.repo, sha) as worktree:
+        with temporary_worktree(config.repo, sha, setup.worktrees) as worktree:
             if not config.judge.exit_code:
                 return _probe_commit(config, setup, worktree, make_runner, progress)
             env = {**os.environ, COMMIT_ENV_VAR: sha}
@@ -353,12 +365,21 @@ def bisect_commits(
     if not config.command:
         raise BisectError("no command given to run at each commit (put it after --)")
     candidates = list_first_parent_commits(config.repo, config.good, config.bad)
-    subject = _commit_subject(config, make_runner or registry_runner(), progress)
+    setup = _probe_setup(config)
+    if config.warm and not config.judge.exit_code:
+        setup.worktrees = Path(tempfile.mkdtemp(prefix="casekit-bisect-"))
+    subject = _commit_subject(config, make_runner or registry_runner(), progress, setup)
     evaluate = Evaluator(subject, config.cache, progress)
     what = config.judge.describe()
     first, last = evaluate.label(candidates[0]), evaluate.label(candidates[-1])
     progress(f"bisecting {len(candidates)} commit(s) of {config.repo} by {what}: {first} … {last}")
-    result = search_range(candidates, evaluate)
+    try:
+        result = search_range(candidates, evaluate)
+    finally:
+        if setup.warm is not None:
+            setup.warm.close()
+        if setup.worktrees is not None:
+            shutil.rmtree(setup.worktrees, ignore_errors=True)
     runner = "exit-code" if config.judge.exit_code else f"python:{_probe_setup(config).interpreter}"
     header = ReportHeader("commits", " ".join(config.command), what, runner, config.judge.hint())
     report = build_report(header, candidates, evaluate, result, config.judge.case, config.judge.direction)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from casekit.bisect.ahead import Ahead, BuildAhead, release_builder
 from casekit.bisect.engine import (
     CacheSettings,
     Evaluated,
@@ -27,7 +28,7 @@ from casekit.bisect.engine import (
 )
 from casekit.bisect.predicates import Predicate
 from casekit.bisect.report import BisectReport, ReportHeader, build_report
-from casekit.bisect.search import UNKNOWN
+from casekit.bisect.search import UNKNOWN, likely_after
 from casekit.bisect.versions import fetch_available_versions, parse_version, versions_between
 from casekit.bundle import content_hash
 from casekit.classify import classify_case
@@ -57,6 +58,9 @@ class ReleaseBisect:
     timeout: float = 300.0
     archive_dir: Path | None = None  # only to print a reproduce command that finds the case
     cache: CacheSettings = field(default_factory=CacheSettings)
+    ahead: Ahead = field(default_factory=lambda: Ahead(limit=0))  # envs built in the background ahead of need
+    # pins installed beside torch (a shared bisection pins all its cases' libraries)
+    extra_packages: tuple[str, ...] = ()
 
     def spec(self, version: str) -> TargetSpec:
         return TargetSpec(
@@ -65,6 +69,7 @@ class ReleaseBisect:
             python=self.pythons.get(version),
             cuda=self.cuda,
             index_url=self.index_url,
+            extra_packages=self.extra_packages,
         )
 
     def target_key(self, version: str) -> str:
@@ -120,6 +125,21 @@ def replay_command(case_id: str, version: str, config: ReleaseBisect) -> str:
     return " ".join(["casekit", "replay", "--case", case_id, *words, "--no-record"])
 
 
+def fresh_from_run(run: TargetRun, case_id: str, version: str) -> Fresh:
+    """One case's record out of a replay of one target (which may have replayed other cases too)."""
+    if run.error:
+        return Fresh(unknown_record(f"environment failed: {run.error}"))
+    result = next((r for r in run.results if r.case_id == case_id), None)
+    if result is None:
+        return Fresh(unknown_record("the replay returned no result"))
+    scripts = result.scripts
+    failed = [f"{w}: {s.observation.detail}" for w, s in scripts.items() if s.status is ScriptStatus.ENV_FAILED]
+    if failed:
+        return Fresh(unknown_record("environment failed: " + "; ".join(failed)))
+    torch = str(run.environment.get("torch") or version)
+    return Fresh(observations_record({w: s.observation for w, s in scripts.items()}, torch=torch))
+
+
 def _release_subject(case: Case, config: ReleaseBisect, seams: ReleaseSeams) -> Subject:
     """How one release is run fresh, and how its cached record is read back into an outcome."""
     make_runner = seams.make_runner or registry_runner()
@@ -131,16 +151,7 @@ def _release_subject(case: Case, config: ReleaseBisect, seams: ReleaseSeams) -> 
             why = f"no interpreter given for {version} (--python-for {version}=PATH)"
             return Fresh(unknown_record(why), cacheable=False, ran=False)
         run = replay_one(config.spec(version), [case], options, make_runner, seams.progress)
-        if run.error:
-            return Fresh(unknown_record(f"environment failed: {run.error}"))
-        if not run.results:
-            return Fresh(unknown_record("the replay returned no result"))
-        scripts = run.results[0].scripts
-        failed = [f"{w}: {s.observation.detail}" for w, s in scripts.items() if s.status is ScriptStatus.ENV_FAILED]
-        if failed:
-            return Fresh(unknown_record("environment failed: " + "; ".join(failed)))
-        torch = str(run.environment.get("torch") or version)
-        return Fresh(observations_record({w: s.observation for w, s in scripts.items()}, torch=torch))
+        return fresh_from_run(run, case.id, version)
 
     def interpret(version: str, record: Record) -> Evaluated | None:
         if "unknown" in record:
@@ -169,13 +180,38 @@ def bisect_releases(case: Case, config: ReleaseBisect, seams: ReleaseSeams | Non
     if config.runner == "python" and not config.pythons:
         raise BisectError("--runner python needs interpreters: --python-for VERSION=PATH for each version")
     candidates = version_candidates(config, seams.list_versions)
-    evaluate = Evaluator(_release_subject(case, config, seams), config.cache, seams.progress)
+    subject = _release_subject(case, config, seams)
+    builder = release_builder(
+        config.runner, config.spec, seams.make_runner or registry_runner(), config.ahead, seams.progress
+    )
+    evaluate = Evaluator(subject, config.cache, seams.progress)
+    if builder is not None:
+        subject.run_fresh = _building_ahead(subject.run_fresh, builder, candidates, evaluate)
     what = config.predicate.describe()
     seams.progress(f"bisecting {case.id} by {what}: {len(candidates)} candidate(s), {candidates[0]} … {candidates[-1]}")
-    result = search_range(candidates, evaluate)
+    try:
+        result = search_range(candidates, evaluate)
+    finally:
+        if builder is not None:
+            builder.close()
     header = ReportHeader("versions", case.id, what, config.runner, config.predicate.hint())
     report = build_report(header, candidates, evaluate, result, case, config.predicate.direction)
     if result is not None:
         report.reproduce = replay_command(case.id, result.first_bad, config)
         report.compare_url = compare_url(result.last_good, result.first_bad)
     return report
+
+
+def _building_ahead(
+    run_fresh: Callable[[str], Fresh], builder: BuildAhead, candidates: list[str], evaluate: Evaluator
+) -> Callable[[str], Fresh]:
+    """Before each fresh run: ask the builder for both halves of the split this run makes."""
+    index = {version: i for i, version in enumerate(candidates)}
+
+    def run(version: str) -> Fresh:
+        builder.claim(version)
+        seen = [(index[s.target], UNKNOWN if s.outcome == "unknown" else s.outcome) for s in evaluate.steps]
+        builder.want([candidates[i] for i in likely_after(len(candidates), seen, index[version])])
+        return run_fresh(version)
+
+    return run

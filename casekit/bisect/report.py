@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from casekit.bisect.engine import Evaluated, Evaluator, Step, write_text_atomic
 from casekit.bisect.predicates import SCRIPT_LABELS, Direction
@@ -23,7 +23,11 @@ from casekit.classify import CaseResult, ScriptResult, classify_case, describe_f
 from casekit.errors import BisectError
 from casekit.model import Case, ScriptObservation, ScriptSource, Site, SiteClass
 
+if TYPE_CHECKING:  # shared.py builds on this module
+    from casekit.bisect.shared import SharedBisection
+
 BISECT_SCHEMA = "casekit.bisect/1"
+MULTI_SCHEMA = "casekit.bisect-many/1"  # one casekit.bisect/1 document per case, the shared costs, per-case errors
 JSON_SCHEMA_FILE = "bisect.schema.json"  # in casekit/data: the document's shape, checked on write and read
 
 # Exit codes a bisection ends with; the shared policy (0 ok / 1 gate reached / 2 usage or environment).
@@ -431,3 +435,67 @@ def render_text(report: BisectReport) -> str:
         + (f" ({report.cache_path})" if report.cache_path else "")
     )
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ many cases bisected together
+
+
+def multi_report_to_json(shared: SharedBisection) -> dict[str, Any]:
+    """A casekit.bisect-many/1 document: each case's unchanged casekit.bisect/1 document, the errors, the costs."""
+    stats = shared.stats
+    return {
+        "schema": MULTI_SCHEMA,
+        "reports": [report_to_json(report) for report in shared.reports.values()],
+        "errors": [{"case": case_id, "error": error} for case_id, error in shared.errors.items()],
+        "warnings": list(shared.warnings),
+        "summary": {
+            "cases": len(shared.reports) + len(shared.errors),
+            "rounds": stats.rounds,
+            "batches": stats.batches,
+            "case_runs": stats.case_runs,
+            "from_cache": stats.from_cache,
+            "built_ahead": [{"target": target, "seconds": round(s, 1)} for target, s in stats.ahead.built],
+            "seconds": round(stats.seconds, 1),
+        },
+    }
+
+
+def validate_multi_document(data: Any, source: str) -> None:
+    """BisectError naming the source when the wrapper, or any case's document in it, does not fit."""
+    if not isinstance(data, dict) or data.get("schema") != MULTI_SCHEMA:
+        raise BisectError(f"{source}: not a {MULTI_SCHEMA} document")
+    for name, kind in (("reports", list), ("errors", list), ("summary", dict)):
+        if not isinstance(data.get(name), kind):
+            raise BisectError(f"{source}: not a {MULTI_SCHEMA} document: {name}: expected a {kind.__name__}")
+    for index, document in enumerate(data["reports"]):
+        validate_document(document, f"{source} reports[{index}]")
+
+
+def write_multi_report(shared: SharedBisection, path: Path) -> None:
+    """Write the casekit.bisect-many/1 document atomically (checked first)."""
+    data = multi_report_to_json(shared)
+    validate_multi_document(data, str(path))
+    write_text_atomic(Path(path), json.dumps(data, indent=2) + "\n")
+
+
+def render_shared_text(shared: SharedBisection) -> str:
+    """Each case's report as a single bisection prints it, the cases that could not be bisected, the costs."""
+    parts = []
+    for case_id, report in shared.reports.items():
+        parts.append(f"== {case_id} ==\n{render_text(report)}")
+    for case_id, error in shared.errors.items():
+        parts.append(f"== {case_id} ==\nnot bisected: {error}")
+    parts.append(
+        "\n".join(
+            [f"warning: {w}" for w in shared.warnings]
+            + [shared.stats.summary(len(shared.reports) + len(shared.errors))]
+        )
+    )
+    return "\n\n".join(parts)
+
+
+def shared_exit_code(shared: SharedBisection) -> int:
+    """The worst of the cases' exit codes; a case that could not be bisected counts as a usage/environment error."""
+    codes = [bisect_exit_code(report) for report in shared.reports.values()]
+    codes += [EXIT_USAGE for _ in shared.errors]
+    return max(codes, default=EXIT_OK)

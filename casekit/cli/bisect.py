@@ -15,7 +15,9 @@ from casekit.cli.common import STDOUT, emit_json, examples, progress_view
 from casekit.errors import BisectError
 
 if TYPE_CHECKING:  # the bisection core (git, replay) is imported only when a command runs
+    from casekit.archive import Archive
     from casekit.bisect.predicates import Predicate
+    from casekit.bisect.releases import ReleaseBisect
     from casekit.bisect.report import BisectReport
 
 
@@ -93,9 +95,21 @@ def _interrupted(cache_path: Path | None) -> typer.Exit:
 
 
 def bisect(
-    case_id: Annotated[str, typer.Argument(help="Case id in the archive.")],
     good: Annotated[str, typer.Option("--good", help="A torch version where the case behaves as it should.")],
     bad: Annotated[str, typer.Option("--bad", help="A later torch version where it does not.")],
+    case_ids: Annotated[
+        list[str] | None, typer.Argument(help="Case id(s) in the archive; several are bisected together.")
+    ] = None,
+    all_cases: Annotated[
+        bool, typer.Option("--all", help="Bisect every case of the archive together (one env and probe per release).")
+    ] = False,
+    ahead: Annotated[
+        int | None,
+        typer.Option(
+            "--ahead",
+            help="Envs built in the background ahead of need (0: none) [default: 2 for several cases, 0 for one].",
+        ),
+    ] = None,
     versions: Annotated[
         str | None,
         typer.Option(
@@ -150,6 +164,7 @@ def bisect(
 ) -> None:
     """Find the first torch version between --good and --bad where the case's outcome changes."""
     from casekit.archive import Archive, archive_dir
+    from casekit.bisect.ahead import Ahead
     from casekit.bisect.engine import CacheSettings, default_cache_path
     from casekit.bisect.releases import ReleaseBisect, ReleaseSeams, bisect_releases
     from casekit.bisect.versions import read_version_list
@@ -170,15 +185,76 @@ def bisect(
         timeout=timeout,
         archive_dir=archive,
         cache=CacheSettings(None if no_cache else (cache or default_cache_path()), retry_unknown),
+        ahead=Ahead(limit=_ahead_limit(ahead, 0)),
     )
-    case = Archive(archive_dir(archive)).load(case_id)
-    typer.echo(f"bisecting case {case_id} between torch {good} (good) and {bad} (bad) with the {kind} runner", err=True)
+    chosen = _chosen_cases(case_ids or [], all_cases)
+    if len(chosen) > 1 or all_cases:
+        _bisect_many(Archive(archive_dir(archive)), chosen, config, _ahead_limit(ahead, 2), json_out, html_out)
+        return
+    case = Archive(archive_dir(archive)).load(chosen[0])
+    typer.echo(
+        f"bisecting case {chosen[0]} between torch {good} (good) and {bad} (bad) with the {kind} runner", err=True
+    )
     try:
         with progress_view() as progress:
             report = bisect_releases(case, config, ReleaseSeams(progress=progress))
     except KeyboardInterrupt:
         raise _interrupted(config.cache.path) from None
     _finish(report, json_out, html_out)
+
+
+def _ahead_limit(ahead: int | None, default: int) -> int:
+    if ahead is not None and ahead < 0:
+        raise BisectError(f"--ahead takes 0 or more, not {ahead}")
+    return default if ahead is None else ahead
+
+
+def _chosen_cases(case_ids: list[str], all_cases: bool) -> list[str]:
+    """The ids named, or (with --all) none yet: the archive's; one clear error for what is missing."""
+    if all_cases and case_ids:
+        raise BisectError("give case ids or --all, not both")
+    if not all_cases and not case_ids:
+        raise BisectError("name the case(s) to bisect, or pass --all")
+    return list(dict.fromkeys(case_ids))
+
+
+def _bisect_many(
+    archive: Archive,
+    case_ids: list[str],
+    config: ReleaseBisect,
+    ahead: int,
+    json_out: Path | None,
+    html_out: Path | None,
+) -> None:
+    """Several cases over one candidate list: each report as a single bisection prints it, then the shared costs."""
+    from casekit.bisect.releases import ReleaseSeams
+    from casekit.bisect.report import multi_report_to_json, render_shared_text, shared_exit_code, write_multi_report
+    from casekit.bisect.shared import Ahead, bisect_releases_many
+
+    if html_out:
+        raise BisectError("--html draws one bisection: give one case id (the --json document holds them all)")
+    cases = archive.load_all(case_ids or None)
+    if not cases:
+        raise BisectError(f"the archive {archive.root} holds no cases to bisect")
+    typer.echo(
+        f"bisecting {len(cases)} case(s) together between torch {config.good} (good) and {config.bad} (bad) "
+        f"with the {config.runner} runner",
+        err=True,
+    )
+    try:
+        with progress_view() as progress:
+            shared = bisect_releases_many(cases, config, ReleaseSeams(progress=progress), Ahead(limit=ahead))
+    except KeyboardInterrupt:
+        raise _interrupted(config.cache.path) from None
+    to_stderr = json_out == STDOUT  # `--json -`: stdout holds the JSON alone
+    typer.echo("", err=to_stderr)
+    typer.echo(render_shared_text(shared), err=to_stderr)
+    if json_out == STDOUT:
+        emit_json(multi_report_to_json(shared), STDOUT)
+    elif json_out:
+        write_multi_report(shared, json_out)
+        typer.echo(f"wrote {json_out}")
+    raise typer.Exit(shared_exit_code(shared))
 
 
 def bisect_commits_command(
@@ -215,6 +291,12 @@ def bisect_commits_command(
     ] = None,
     backend: Annotated[str, typer.Option("--backend", help="torch.compile backend forced for the runs.")] = "eager",
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run may take.")] = 300.0,
+    warm: Annotated[
+        bool,
+        typer.Option(
+            "--warm/--no-warm", help="One probe (one torch import) for all commits, or a fresh one per commit."
+        ),
+    ] = True,
     archive: Annotated[Path | None, typer.Option("--archive", help="Archive folder for --case.")] = None,
     json_out: Annotated[
         Path | None,
@@ -253,6 +335,7 @@ def bisect_commits_command(
         backend=backend,
         timeout=timeout,
         cache=CacheSettings(None if no_cache else (cache or default_cache_path()), retry_unknown),
+        warm=warm,
     )
     try:
         with progress_view() as progress:

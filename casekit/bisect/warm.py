@@ -1,0 +1,177 @@
+"""One warm probe for a whole commit bisection: torch imported once, one request per commit.
+
+`python probe.py --serve STATE_DIR`, in the runner's sandbox (bwrap: the state
+folder and the given writable folders bound at their paths), imports torch, writes STATE_DIR/env.json,
+then reads one request path per stdin line and answers each in that request's
+out_dir (env.json, <job>.result.json, done.json last). Each run is still a
+child forked from the warm interpreter in its own session and killed with its
+group afterwards, exactly as in a batch: only the import is shared. The batch
+folder layout and reading are the runners' own (`runners.batch`), the process
+handling theirs too (`runners.process`): this file only keeps the process
+alive between requests. Closing stdin ends the probe; a probe that dies or
+overruns is killed with everything it started and restarted on the next
+request.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from casekit import settings
+from casekit.errors import RunnerError
+from casekit.runners.batch import lay_out_batch, read_batch
+from casekit.runners.interface import PROBE_PATH, ProbeBatchResult, ProbeJob, ProgressFn
+from casekit.runners.process import (
+    IMPORT_MARGIN_S,
+    EnvironmentUnusable,
+    check_interpreter,
+    kill_process_tree,
+    overall_timeout,
+    probe_environment,
+)
+from casekit.runners.sandbox import Sandbox, readable_roots
+
+POLL_S = 0.02
+
+
+class WarmProbe:
+    """A probe process that outlives one batch: `run_probe(jobs)` as a runner's, without the import each time."""
+
+    def __init__(
+        self,
+        python: str,
+        env: Mapping[str, str] | None = None,
+        sandbox: Sandbox | None = None,
+        writable: Sequence[Path] = (),
+    ) -> None:
+        """`sandbox` as the runner's (default: bwrap, no network); `writable`: folders the runs may write
+        (e.g. the parent of every commit's worktree), bound when the probe starts."""
+        check_interpreter(python)
+        self.python = python
+        self.env = env
+        self.sandbox = sandbox or Sandbox.from_options()
+        self.sandbox.check()
+        self.writable = list(writable)
+        self.state = Path(tempfile.mkdtemp(prefix="casekit-warm-"))
+        self.process: subprocess.Popen[bytes] | None = None
+        self.imports = 0  # how many times torch was imported (1 for a whole healthy bisection)
+        self.import_s: float | None = None
+        self._requests = 0
+
+    def __enter__(self) -> WarmProbe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self, progress: ProgressFn) -> subprocess.Popen[bytes]:
+        if self.process is not None and self.process.poll() is None:
+            return self.process
+        if self.process is not None:
+            kill_process_tree(self.process)
+        shutil.copy2(PROBE_PATH, self.state / "probe.py")
+        (self.state / "env.json").unlink(missing_ok=True)
+        log = open(self.state / "probe.log", "ab")
+        try:
+            argv = [self.python, str(self.state / "probe.py"), "--serve", str(self.state)]
+            command = self.sandbox.wrap(
+                argv, writable=[self.state, *self.writable], readable=readable_roots(self.python)
+            )
+            process = subprocess.Popen(
+                command,
+                cwd=self.state,
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=probe_environment(self.env),
+                start_new_session=True,  # killable as a group, deaf to our Ctrl-C
+            )
+        finally:
+            log.close()
+        self.process, self.imports = process, self.imports + 1
+        progress(f"warm probe started in {self.python} (pid {process.pid}); importing torch once")
+        progress(self.sandbox.summary())
+        deadline = time.monotonic() + IMPORT_MARGIN_S
+        env_path = self.state / "env.json"
+        while not env_path.exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                kill_process_tree(process)
+                self.process = None
+                raise RunnerError(f"python {self.python}: the warm probe did not start: {self._last_log_line()}")
+            time.sleep(POLL_S)
+        record = json.loads(env_path.read_text())
+        if not record.get("ok"):
+            self.close()
+            raise EnvironmentUnusable(f"python {self.python}: torch is not importable: {record.get('error')}")
+        self.import_s = record.get("import_s")
+        progress(f"torch {(record.get('environment') or {}).get('torch')} imported in {self.import_s:.1f} s (once)")
+        return process
+
+    def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
+        """Run one batch of jobs in the warm interpreter; what came back, as a runner's run_probe returns it."""
+        process = self._start(progress)
+        self._requests += 1
+        batch_dir = self.state / f"request-{self._requests}"
+        try:
+            request = lay_out_batch(batch_dir, jobs, str(batch_dir), isolate=self.sandbox.isolates)
+            assert process.stdin is not None
+            try:
+                process.stdin.write(f"{request}\n".encode())
+                process.stdin.flush()
+            except BrokenPipeError:
+                pass  # the probe died: seen below as no done.json
+            limit = overall_timeout(jobs)
+            finished = self._wait(process, batch_dir / "out" / "done.json", limit)
+            if not finished:
+                progress(f"warm probe stopped after {limit:g} s or died; it restarts on the next request")
+                kill_process_tree(process)
+                self.process = None
+            result = read_batch(batch_dir, jobs, self._last_log_line())
+            result.import_s = 0.0
+            result.environment["sandbox"] = self.sandbox.summary()
+            return result
+        finally:
+            shutil.rmtree(batch_dir, ignore_errors=True)
+
+    def _wait(self, process: subprocess.Popen[bytes], done: Path, limit: float) -> bool:
+        deadline = time.monotonic() + limit
+        try:
+            while not done.exists():
+                if process.poll() is not None or time.monotonic() > deadline:
+                    return done.exists()
+                time.sleep(POLL_S)
+        except BaseException:  # Ctrl-C: nothing of ours keeps running
+            kill_process_tree(process)
+            self.process = None
+            raise
+        return True
+
+    def _last_log_line(self) -> str:
+        try:
+            lines = (self.state / "probe.log").read_text(errors="replace").strip().splitlines()
+        except OSError:
+            lines = []
+        return lines[-1] if lines else "no output"
+
+    def close(self) -> None:
+        """End the probe (end of input, then its whole process tree) and remove its folder."""
+        process, self.process = self.process, None
+        if process is not None:
+            if process.stdin is not None:
+                try:
+                    process.stdin.close()
+                except OSError:
+                    pass
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            kill_process_tree(process)
+        if not settings.keep_batch():
+            shutil.rmtree(self.state, ignore_errors=True)
