@@ -55,7 +55,7 @@ class ReleaseBisect:
     index_url: str | None = None
     nightlies: bool = False
     backend: str | None = None
-    timeout: float = 300.0
+    timeout: float | None = None  # None: each case's bound, derived from its capture (casekit.timeouts)
     archive_dir: Path | None = None  # only to print a reproduce command that finds the case
     cache: CacheSettings = field(default_factory=CacheSettings)
     ahead: Ahead = field(default_factory=lambda: Ahead(limit=0))  # envs built in the background ahead of need

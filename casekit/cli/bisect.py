@@ -13,6 +13,7 @@ import typer
 
 from casekit.cli.common import STDOUT, emit_json, examples, progress_view
 from casekit.errors import BisectError
+from casekit.outcome import check_seconds
 
 if TYPE_CHECKING:  # the bisection core (git, replay) is imported only when a command runs
     from casekit.archive import Archive
@@ -142,7 +143,10 @@ def bisect(
         bool, typer.Option("--nightlies", help="List pre-releases / nightlies from the index too.")
     ] = False,
     backend: Annotated[str | None, typer.Option("--backend", help="Override the case's recorded backend.")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run of a script may take.")] = 300.0,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", help="Seconds each run may take [default: per case, derived from its capture]."),
+    ] = None,
     archive: Annotated[
         Path | None,
         typer.Option("--archive", help="Archive folder of case bundles [default: $CASEKIT_ARCHIVE or ./cases]"),
@@ -333,7 +337,7 @@ def bisect_commits_command(
         judge=CommitPredicate(site=site, case=case, exit_code=exit_code),
         python=python,
         backend=backend,
-        timeout=timeout,
+        timeout=check_seconds("--timeout", timeout),
         cache=CacheSettings(None if no_cache else (cache or default_cache_path()), retry_unknown),
         warm=warm,
     )
