@@ -33,7 +33,7 @@ bench: $(STAMP)
 	$(PYTHON) bench/replay_bench.py
 	$(PYTHON) bench/scale_bench.py --sizes $(BENCH_SIZES)
 ifeq ($(BENCH_BISECT),1)
-	$(PYTHON) bench/bisect_bench.py $(BENCH_BISECT_ARGS)
+	$(PYTHON) bench/bisect_shared_bench.py $(BENCH_BISECT_ARGS)
 else
 	@echo "bisect bench skipped (it builds environments): make bench BENCH_BISECT=1"
 endif
