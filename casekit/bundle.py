@@ -13,9 +13,7 @@ import datetime as dt
 import enum
 import hashlib
 import math
-import os
 import re
-import stat
 import tomllib
 import types
 import typing
@@ -25,7 +23,7 @@ from typing import Any
 import tomli_w
 
 from casekit.errors import BundleError, CaseIdError, ScriptNameError
-from casekit.fsutil import write_atomic
+from casekit.fsutil import UnreadableFile, read_regular_bytes, write_atomic
 from casekit.model import Case, to_plain
 
 SCHEMA_VERSION = 1
@@ -116,33 +114,16 @@ def load_case(path: Path) -> Case:
 def read_regular_text(path: Path, limit: int, error: Any) -> str:
     """The UTF-8 text of a regular file of at most `limit` bytes, never following a symlink.
 
-    `error(path, field, problem)` builds the exception (BundleError for bundles). O_NONBLOCK:
-    opening a FIFO must not wait for a writer; fstat then refuses it.
+    `error(path, field, problem)` builds the exception (BundleError for bundles).
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        raw = read_regular_bytes(path, limit)
     except FileNotFoundError:
         raise error(path, None, "no such file") from None
-    except OSError as failure:
-        if os.path.islink(path):
-            raise error(path, None, "is a symbolic link (casekit reads only regular files)") from None
-        raise error(path, None, f"cannot read: {failure.strerror or failure}") from None
+    except UnreadableFile as why:
+        raise error(path, None, str(why)) from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise error(path, None, "is not a regular file (a device, FIFO or folder?)")
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    if size > limit:
-        raise error(path, None, f"is over {limit // (1024 * 1024)} MiB")
-    try:
-        return b"".join(chunks).decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as failure:
         raise error(path, None, f"cannot read: not UTF-8 ({failure.reason} at byte {failure.start})") from None
 

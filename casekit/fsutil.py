@@ -85,6 +85,48 @@ def exclusive_lock(
         os.close(fd)
 
 
+class UnreadableFile(Exception):
+    """A file casekit will not read, with the reason as a phrase ("is a symbolic link", ...)."""
+
+
+def read_regular_bytes(path: Path, limit: int, follow_symlinks: bool = False) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes: the one way casekit reads untrusted files.
+
+    Never follows a symlink unless asked (a bundle or a result must not point elsewhere), never blocks
+    on a FIFO (O_NONBLOCK, then fstat refuses it), never reads more than `limit` + 1 bytes.
+    FileNotFoundError when absent; UnreadableFile(reason) for everything else.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as failure:
+        if not follow_symlinks and os.path.islink(path):
+            raise UnreadableFile("is a symbolic link (casekit reads only regular files)") from None
+        raise UnreadableFile(f"cannot be read: {failure.strerror or failure}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise UnreadableFile("is a folder, not a file")
+        if not stat.S_ISREG(mode):
+            raise UnreadableFile("is not a regular file (a device or FIFO?)")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as failure:
+        raise UnreadableFile(f"cannot be read: {failure.strerror or failure}") from None
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise UnreadableFile(f"is over the {limit} byte limit")
+    return b"".join(chunks)
+
+
 def _lock_problem(lock: Path, error: OSError) -> str:
     if lock.is_symlink():
         return "it is a symbolic link (remove it; casekit makes a plain lock file)"

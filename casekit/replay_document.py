@@ -11,8 +11,6 @@ as one line naming the file and the field.
 from __future__ import annotations
 
 import json
-import os
-import stat
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from casekit.bundle import write_atomic
 from casekit.errors import CasekitError
+from casekit.fsutil import UnreadableFile, read_regular_bytes
 from casekit.model import Severity
 
 if TYPE_CHECKING:  # the writer reads replay's results; importing replay at run time would pull in the runners
@@ -230,29 +229,15 @@ def _reject_constant(name: str) -> float:
 
 
 def _read_bounded(path: Path) -> bytes:
-    """The bytes of a regular file no larger than MAX_DOCUMENT_BYTES (FIFOs, devices, folders refused)."""
+    """The bytes of a regular file no larger than MAX_DOCUMENT_BYTES (FIFOs, devices, folders refused).
+
+    The path is the user's own (--results, merge's arguments): a symlink to a document is followed."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: a FIFO must not hang the open
+        return read_regular_bytes(path, MAX_DOCUMENT_BYTES, follow_symlinks=True)
     except FileNotFoundError:
         raise ReplayDocumentError(f"{path}: no such file") from None
-    except OSError as error:
-        raise ReplayDocumentError(f"{path}: cannot read: {error.strerror or error}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-            raise ReplayDocumentError(f"{path}: {kind}; expected a {REPLAY_SCHEMA} JSON file")
-        if info.st_size > MAX_DOCUMENT_BYTES:
-            raise ReplayDocumentError(f"{path}: {info.st_size} bytes, over the {MAX_DOCUMENT_BYTES} byte limit")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(MAX_DOCUMENT_BYTES + 1)
-    except OSError as error:
-        raise ReplayDocumentError(f"{path}: cannot read: {error.strerror or error}") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_DOCUMENT_BYTES:
-        raise ReplayDocumentError(f"{path}: over the {MAX_DOCUMENT_BYTES} byte limit")
-    return data
+    except UnreadableFile as why:
+        raise ReplayDocumentError(f"{path}: {why}; expected a {REPLAY_SCHEMA} JSON file") from None
 
 
 def _field(parts: Any) -> str:

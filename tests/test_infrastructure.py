@@ -191,3 +191,28 @@ def test_ca_bundle_discovery_prefers_the_casekit_variable(tmp_path: Path, monkey
     assert settings.host_ca_bundle() == ours
     monkeypatch.setenv("CASEKIT_CA_BUNDLE", str(tmp_path / "missing.pem"))  # a dangling setting is skipped
     assert settings.host_ca_bundle() == pips
+
+
+def test_read_regular_bytes_reads_only_bounded_regular_files(tmp_path: Path) -> None:
+    import os
+
+    from casekit.fsutil import UnreadableFile, read_regular_bytes
+
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(b"x" * 10)
+    assert read_regular_bytes(plain, 10) == b"x" * 10
+    with pytest.raises(UnreadableFile, match="over the 9 byte limit"):
+        read_regular_bytes(plain, 9)
+    link = tmp_path / "link.json"
+    link.symlink_to(plain)
+    with pytest.raises(UnreadableFile, match="symbolic link"):
+        read_regular_bytes(link, 100)
+    assert read_regular_bytes(link, 100, follow_symlinks=True) == b"x" * 10  # a user's own path may be a link
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(UnreadableFile, match="not a regular file"):
+        read_regular_bytes(fifo, 100)  # returns at once: a FIFO without a writer never blocks the open
+    with pytest.raises(UnreadableFile, match="folder"):
+        read_regular_bytes(tmp_path, 100)
+    with pytest.raises(FileNotFoundError):
+        read_regular_bytes(tmp_path / "missing", 100)

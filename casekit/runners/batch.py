@@ -9,12 +9,11 @@ the host path for python/venv runners, a bind mount for docker) and start
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import stat
 from pathlib import Path
 from typing import Any
 
+from casekit.fsutil import UnreadableFile, read_regular_bytes
 from casekit.runners.interface import PROBE_PATH, ProbeBatchResult, ProbeJob
 
 REQUEST_SCHEMA = "casekit.probe-request/1"
@@ -88,27 +87,11 @@ def lay_out_included_files(script_dir: Path, job: ProbeJob) -> None:
 def read_json_file(path: Path, limit: int) -> Any:
     """A JSON file that must be a regular file of at most `limit` bytes; ResultUnreadable otherwise."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise
-    except OSError as error:
-        raise ResultUnreadable(f"cannot open {path.name}: {error.strerror}") from None
+        raw = read_regular_bytes(path, limit)  # FileNotFoundError passes through: "no result" is not tampering
+    except UnreadableFile as why:
+        raise ResultUnreadable(f"{path.name} {why}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ResultUnreadable(f"{path.name} is not a regular file")
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    if size > limit:
-        raise ResultUnreadable(f"{path.name} is over {limit} bytes")
-    try:
-        return json.loads(b"".join(chunks).decode("utf-8"))
+        return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as error:
         raise ResultUnreadable(f"{path.name} is not valid JSON ({error})") from None
 
