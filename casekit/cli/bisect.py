@@ -67,6 +67,20 @@ def parse_predicate(site: str | None, status: str | None, post_holds: bool) -> P
     return Predicate.parse("post-holds" if post_holds else "verdict")
 
 
+# Options both bisect commands take, declared once.
+JsonOut = Annotated[
+    Path | None,
+    typer.Option("--json", metavar="FILE", help="Write the casekit.bisect/1 report here; '-' prints it to stdout."),
+]
+HtmlOut = Annotated[
+    Path | None, typer.Option("--html", help="Write the bisection as a static HTML page (steps drawn as a strip).")
+]
+NoCache = Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the result cache.")]
+CacheFile = Annotated[
+    Path | None, typer.Option("--cache", help="Result cache file [default: $CASEKIT_CACHE/bisect-cache.json].")
+]
+
+
 def _finish(report: BisectReport, json_out: Path | None, html_out: Path | None = None) -> None:
     from casekit.bisect.report import bisect_exit_code, render_text, report_to_json, write_report
 
@@ -151,20 +165,13 @@ def bisect(
         Path | None,
         typer.Option("--archive", help="Archive folder of case bundles [default: $CASEKIT_ARCHIVE or ./cases]"),
     ] = None,
-    json_out: Annotated[
-        Path | None,
-        typer.Option("--json", metavar="FILE", help="Write the casekit.bisect/1 report here; '-' prints it to stdout."),
-    ] = None,
-    html_out: Annotated[
-        Path | None, typer.Option("--html", help="Write the bisection as a static HTML page (steps drawn as a strip).")
-    ] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the result cache.")] = False,
+    json_out: JsonOut = None,
+    html_out: HtmlOut = None,
+    no_cache: NoCache = False,
     retry_unknown: Annotated[
         bool, typer.Option("--retry-unknown", help="Re-run targets the cache knows as unknown.")
     ] = False,
-    cache: Annotated[
-        Path | None, typer.Option("--cache", help="Result cache file [default: $CASEKIT_CACHE/bisect-cache.json].")
-    ] = None,
+    cache: CacheFile = None,
 ) -> None:
     """Find the first torch version between --good and --bad where the case's outcome changes."""
     from casekit.archive import Archive, archive_dir
@@ -302,20 +309,13 @@ def bisect_commits_command(
         ),
     ] = True,
     archive: Annotated[Path | None, typer.Option("--archive", help="Archive folder for --case.")] = None,
-    json_out: Annotated[
-        Path | None,
-        typer.Option("--json", metavar="FILE", help="Write the casekit.bisect/1 report here; '-' prints it to stdout."),
-    ] = None,
-    html_out: Annotated[
-        Path | None, typer.Option("--html", help="Write the bisection as a static HTML page (steps drawn as a strip).")
-    ] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the result cache.")] = False,
+    json_out: JsonOut = None,
+    html_out: HtmlOut = None,
+    no_cache: NoCache = False,
     retry_unknown: Annotated[
         bool, typer.Option("--retry-unknown", help="Re-run commits the cache knows as unknown.")
     ] = False,
-    cache: Annotated[
-        Path | None, typer.Option("--cache", help="Result cache file [default: $CASEKIT_CACHE/bisect-cache.json].")
-    ] = None,
+    cache: CacheFile = None,
 ) -> None:
     """Find the commit of your repository that introduced (or removed) a graph break.
 
