@@ -34,6 +34,7 @@ from casekit.model import Case, Recompile, ScriptObservation, ScriptSource, Scri
 from casekit.observe.interpret import SHORT_DTYPE, SITE_PACKAGES, STDLIB, site_from_raw
 from casekit.observe.logs import RawBreak, parse_graph_break, parse_recompile, parse_wont_convert
 from casekit.observe.reasons import describe_category, normalize_function
+from casekit.scrub import Replacement, Scrubber, machine_folders
 
 DRAFT_TAG = "draft"
 PLACEHOLDER_NAME = "draft_repro.py"
@@ -515,6 +516,11 @@ def build_drafts(
             result.warnings.append(
                 f"{event.function} ({namer.name(event.file)}:{event.line}) fell back to eager entirely: {' '.join(event.reasons)}"
             )
+    # The log's excerpts name the user's folder and this machine's interpreter: a bundle holds neither.
+    user_folder = [Replacement(namer.root + os.sep, "")] if namer.root else []
+    scrubber = Scrubber(machine_folders(user_folder))
+    for draft in result.drafts:
+        draft.observations = {which: scrubber.walk(obs) for which, obs in draft.observations.items()}
     return result
 
 
@@ -570,7 +576,7 @@ def import_runs(
     if trace is not None:
         for path in trace_files(trace):
             events += events_from_trace(read_text(path), facts)
-        origins.append(f"TORCH_TRACE {trace}")
+        origins.append(f"TORCH_TRACE {Path(trace).name}")  # a name, not a path of this machine
         if facts.break_records == 0 and facts.restart_reasons:
             # Before 2.6 the trace has no break records, only reasons without a place.
             warnings.append(
@@ -586,7 +592,7 @@ def import_runs(
                 f"{log}: no [__graph_breaks] or [__recompiles] records (was it written with TORCH_LOGS=graph_breaks,recompiles?)"
             )
         events += found
-        origins.append(f"TORCH_LOGS {log}")
+        origins.append(f"TORCH_LOGS {Path(log).name}")
     if not events:
         raise DraftImportError(
             f"{trace}: no graph break or recompile in this trace" + (f" ({warnings[0]})" if warnings else "")

@@ -40,3 +40,29 @@ def torch251_python() -> str:
     runner.prepare(lambda message: print(f"  ... {message}", file=sys.stderr))
     assert runner.env is not None
     return str(runner.env.python_executable)
+
+
+@pytest.fixture(autouse=True)
+def _bundles_written_by_tests_are_portable(request: pytest.FixtureRequest):
+    """Every valid bundle a test leaves in its tmp_path holds no absolute path of this machine.
+
+    Hostile bundles that the loader refuses are not casekit's output and are skipped; so are tests
+    that plant machine paths on purpose (marker `plants_paths`)."""
+    if "tmp_path" not in request.fixturenames or request.node.get_closest_marker("plants_paths"):
+        yield
+        return
+    root = request.getfixturevalue("tmp_path")
+    yield
+    from casekit.bundle import load_case
+    from casekit.errors import CasekitError
+    from casekit.scrub import machine_paths_in
+
+    for bundle in root.rglob("*.toml"):
+        if not bundle.is_file() or bundle.is_symlink() or bundle.stat().st_size > 32 << 20:
+            continue
+        try:
+            load_case(bundle)
+        except (CasekitError, OSError):
+            continue  # not a valid bundle: nothing casekit wrote
+        found = machine_paths_in(bundle.read_text(encoding="utf-8", errors="replace"))
+        assert found == [], f"{bundle} holds machine paths: {found[:3]}"
