@@ -179,7 +179,7 @@ def test_the_recipe_steps_run_shard_replay_merge_summary_junit(tmp_path: Path) -
     (workspace / "cases").mkdir(parents=True)
     for case_id in ("item-branch", "tensor-if"):
         shutil.copy(REPO / "cases" / f"{case_id}.toml", workspace / "cases")
-    before = {p.name: p.read_bytes() for p in (workspace / "cases").iterdir()}
+    before = {p.name: p.read_bytes() for p in (workspace / "cases").glob("*.toml")}
     venv = tmp_path / "venv"  # a fresh environment, as on a runner; torch and casekit's deps from this machine
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -216,4 +216,4 @@ def test_the_recipe_steps_run_shard_replay_merge_summary_junit(tmp_path: Path) -
     assert len(suite.findall(".//testcase")) == 2
     assert not suite.findall(".//failure") and not suite.findall(".//error")
     assert "heatmap-svg" in (workspace / "report" / "index.html").read_text(encoding="utf-8")
-    assert {p.name: p.read_bytes() for p in (workspace / "cases").iterdir()} == before  # --no-record kept
+    assert {p.name: p.read_bytes() for p in (workspace / "cases").glob("*.toml")} == before  # --no-record kept

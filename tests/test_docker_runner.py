@@ -88,8 +88,9 @@ def containers_of_run(engine: Any, run_id: str | None) -> list[Any]:
 class ContainerWatcher:
     """Records the probe container's inspect data while it runs (it is removed afterwards)."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, runner: Any = None) -> None:
         self.engine = engine
+        self.runner = runner  # only this runner's container (other casekit runs may share the engine)
         self.attrs: dict[str, Any] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -104,8 +105,10 @@ class ContainerWatcher:
 
     def _watch(self) -> None:
         while not self._stop.is_set() and self.attrs is None:
+            run_id = getattr(self.runner, "last_run_id", None)
             for container in self.engine.containers.list(filters={"label": "casekit.role=probe"}):
-                self.attrs = container.attrs
+                if self.runner is None or (run_id and container.labels.get(RUN_LABEL) == run_id):
+                    self.attrs = container.attrs
             time.sleep(0.2)
 
 
@@ -217,7 +220,7 @@ def test_sandbox_stops_hostile_scripts_and_leaves_nothing(engine: Any, replay_im
         ProbeJob(id="bomb", script=scripts["bomb"], modes=("eager",), timeout=60),
     ]
     runner = DockerRunner(torch_spec(), client=engine)
-    with ContainerWatcher(engine) as watcher:
+    with ContainerWatcher(engine, runner) as watcher:
         result = runner.run_probe(jobs, lambda line: None)
     assert result.failed == {}
     out = {job_id: result.results[job_id]["runs"]["eager"] for job_id in result.results}
@@ -272,7 +275,7 @@ def test_ctrl_c_removes_the_container(engine: Any, replay_image: Any, tmp_path: 
     assert main_thread is not None
 
     def press_ctrl_c_once_running() -> None:
-        with ContainerWatcher(engine) as watcher:
+        with ContainerWatcher(engine, runner) as watcher:
             while watcher.attrs is None:
                 time.sleep(0.1)
         signal.pthread_kill(main_thread, signal.SIGINT)
@@ -306,7 +309,7 @@ def test_relaxations_are_explicit_options(engine: Any, replay_image: Any, tmp_pa
         torch_spec(options={"network": "bridge", "read_only": "false", "memory": "6g", "pids": "1024"}),
         client=engine,
     )
-    with ContainerWatcher(engine) as watcher:
+    with ContainerWatcher(engine, runner) as watcher:
         result = runner.run_probe(
             [ProbeJob(id="network", script=script, modes=("eager",), allow_network=True)], lambda line: None
         )
