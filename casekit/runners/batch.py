@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from casekit.runners.interface import PROBE_PATH, ProbeBatchResult, ProbeJob
+from casekit.runners.interface import PROBE_PATH, ProbeBatchResult, ProbeJob, ProbeScheduling
 
 REQUEST_SCHEMA = "casekit.probe-request/1"
 PROBE_SCHEMA = "casekit.probe/1"
@@ -42,7 +42,13 @@ def lay_out_job(batch_dir: Path, job: ProbeJob) -> Path:
     return target
 
 
-def lay_out_batch(batch_dir: Path, jobs: list[ProbeJob], root_in_target: str, isolate: bool = False) -> Path:
+def lay_out_batch(
+    batch_dir: Path,
+    jobs: list[ProbeJob],
+    root_in_target: str,
+    isolate: bool = False,
+    scheduling: ProbeScheduling | None = None,
+) -> Path:
     """Copy the probe and each job's inputs into batch_dir; write the request. Returns the request path.
 
     With `isolate` (the bwrap sandbox) the probe gives each run a private view:
@@ -53,11 +59,21 @@ def lay_out_batch(batch_dir: Path, jobs: list[ProbeJob], root_in_target: str, is
     for job in jobs:
         lay_out_job(batch_dir, job)
     (batch_dir / "out").mkdir(exist_ok=True)
-    return write_request(batch_dir, jobs, root_in_target, isolate)
+    return write_request(batch_dir, jobs, root_in_target, isolate, scheduling)
 
 
-def write_request(batch_dir: Path, jobs: list[ProbeJob], root_in_target: str, isolate: bool = False) -> Path:
-    """The probe's request for `jobs` (all of them, or the ones left after a probe crash)."""
+def write_request(
+    batch_dir: Path,
+    jobs: list[ProbeJob],
+    root_in_target: str,
+    isolate: bool = False,
+    scheduling: ProbeScheduling | None = None,
+) -> Path:
+    """The probe's request for `jobs` (all of them, or the ones left after a probe crash).
+
+    The number of runs at once is decided inside the target (it alone sees its
+    cores and cgroup CPU quota) unless `scheduling` fixes it.
+    """
     request_jobs = []
     for job in jobs:
         folder = f"{root_in_target}/jobs/{job.id}"
@@ -66,6 +82,12 @@ def write_request(batch_dir: Path, jobs: list[ProbeJob], root_in_target: str, is
             job_request["job_dir"] = folder
         request_jobs.append(job_request)
     request: dict[str, Any] = {"schema": REQUEST_SCHEMA, "out_dir": f"{root_in_target}/out", "jobs": request_jobs}
+    scheduling = scheduling or ProbeScheduling()
+    request["targets_sharing"] = scheduling.targets_sharing
+    if scheduling.parallel_runs is not None:
+        request["parallel_runs"] = scheduling.parallel_runs
+    if scheduling.serial_timings:
+        request["serial_timings"] = True
     if isolate:
         request["runs_dir"] = f"{root_in_target}/runs"
         request["isolation"] = {
