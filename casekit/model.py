@@ -225,6 +225,7 @@ class ScriptObservation:
     fullgraph_status: str | None = None  # "ok" | "error" | None (not run)
     eager_wall_s: float | None = None
     compiled_wall_s: float | None = None
+    timing_load: str | None = None  # "parallel:N": timings taken with N runs at once (None: one at a time)
     packages: dict[str, str] = field(default_factory=dict)
     log_excerpt: str = ""
     stdout_tail: str = ""
