@@ -97,6 +97,23 @@ def test_available_cpus_respects_affinity() -> None:
     assert 1 <= probe.available_cpus() <= len(os.sched_getaffinity(0))
 
 
+def test_timing_load_mark_reaches_the_observation_and_the_report() -> None:
+    from casekit.observe import interpret
+    from casekit.report.text import observation_summary
+
+    compiled = {
+        "status": "ok",
+        "calls": [{"entry": "f", "index": i, "args": [], "seconds": s} for i, s in enumerate((0.5, 0.1, 0.1))],
+        "entries": {"f": {"name": "f", "file": "x.py", "line": 1}},
+    }
+    raw = {"runs": {"eager": {"status": "ok"}, "compiled": compiled}}
+    for mark, expected in (("parallel:2", "parallel:2"), ("serial", None), (None, None)):
+        observation = interpret({**raw, "timing_load": mark}, "x.py", "x.py")
+        assert observation.timing_load == expected
+        shown = "timings under parallel load (parallel:2)" in observation_summary("pre", observation)
+        assert shown is (expected is not None)
+
+
 # ------------------------------------------------------------ real torch
 
 
