@@ -809,6 +809,8 @@ def run_script_in_child(torch, job, mode, run_dir, isolation):
         data["status"] = status
         data["exit_code"] = exit_code
         data["wall_s"] = time.time() - data["started"]
+        times = os.times()  # a forked child starts from zero: this run's own CPU (under load, wall grows, not this)
+        data["cpu_s"] = times.user + times.system + times.children_user + times.children_system
         if mode != "eager":
             data["counters"] = collect_counters(torch)
             data["compilation_metrics"] = collect_compilation_metrics(torch)
@@ -1270,12 +1272,11 @@ def run_batch(torch, jobs, out_dir, runs_dir, isolation, parallel):
             result["timing_load"] = "serial"
             write_json_atomic(result_path(out_dir, job), result)
         return
-    timing_load = f"parallel:{parallel}"
     pending, running = list(jobs), {}  # running: worker pid -> (job, deadline)
     while pending or running:
         while pending and len(running) < parallel:
             job = pending.pop(0)
-            pid = fork_job_worker(torch, job, out_dir, runs_dir, isolation, timing_load)
+            pid = fork_job_worker(torch, job, out_dir, runs_dir, isolation, parallel)
             running[pid] = (job, time.monotonic() + job_worker_limit(job))
         ended = _reap_workers(running)
         for pid, (_job, deadline) in list(running.items()):
@@ -1297,7 +1298,7 @@ def job_worker_limit(job):
     return float(job.get("timeout", 300)) * max(1, len(modes)) + JOB_WORKER_MARGIN_S
 
 
-def fork_job_worker(torch, job, out_dir, runs_dir, isolation, timing_load):
+def fork_job_worker(torch, job, out_dir, runs_dir, isolation, parallel):
     """A child that runs one job's runs one after another, then kills whatever they left behind.
 
     It is a child subreaper itself: a run's double-fork daemon is reparented to
@@ -1318,7 +1319,7 @@ def fork_job_worker(torch, job, out_dir, runs_dir, isolation, timing_load):
         except (OSError, AttributeError):
             pass
         result = run_job(torch, job, runs_dir, isolation)
-        result["timing_load"] = timing_load
+        result["timing_load"] = f"parallel:{parallel}"
         write_json_atomic(result_path(out_dir, job), result)
     except BaseException:
         code = 70
