@@ -1264,6 +1264,11 @@ def result_path(out_dir, job):
     return os.path.join(out_dir, "{}.result.json".format(job["id"]))
 
 
+def lost_path(out_dir, job):
+    """Why a job has no result: its worker died (a run killed it) or overran."""
+    return os.path.join(out_dir, "{}.lost.json".format(job["id"]))
+
+
 def run_batch(torch, jobs, out_dir, runs_dir, isolation, parallel):
     """Every job's result file: one at a time in this process, or up to `parallel` job workers at once."""
     if parallel <= 1 or len(jobs) <= 1:
@@ -1279,13 +1284,15 @@ def run_batch(torch, jobs, out_dir, runs_dir, isolation, parallel):
             pid = fork_job_worker(torch, job, out_dir, runs_dir, isolation, parallel)
             running[pid] = (job, time.monotonic() + job_worker_limit(job))
         ended = _reap_workers(running)
-        for pid, (_job, deadline) in list(running.items()):
+        for pid, (job, deadline) in list(running.items()):
             if time.monotonic() > deadline:  # its own timeouts failed to stop it: stop the whole job
                 _kill_tree(pid)
-                ended.append(pid)
                 _wait_quietly(pid)
-        for pid in ended:
-            running.pop(pid, None)
+                ended[pid] = f"stopped after {job_worker_limit(job):g} s, past its runs' timeouts"
+        for pid, how in ended.items():
+            job, _deadline = running.pop(pid)
+            if not os.path.exists(result_path(out_dir, job)):  # a run killed its worker: say so, not "never ran"
+                write_json_atomic(lost_path(out_dir, job), {"schema": PROBE_SCHEMA, "job": job["id"], "why": how})
         if ended:
             kill_strays(set(running))
         else:
@@ -1336,17 +1343,20 @@ def fork_job_worker(torch, job, out_dir, runs_dir, isolation, parallel):
 
 
 def _reap_workers(running):
-    """Pids of the workers that ended; orphans reparented to the probe are reaped on the way."""
-    ended = []
+    """The workers that ended, with how; orphans reparented to the probe are reaped on the way."""
+    ended = {}
     while True:
         try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return ended
         if pid == 0:
             return ended
         if pid in running:
-            ended.append(pid)
+            if os.WIFSIGNALED(status):
+                ended[pid] = f"killed by signal {os.WTERMSIG(status)}"
+            else:
+                ended[pid] = f"exit status {os.WEXITSTATUS(status) if os.WIFEXITED(status) else status}"
 
 
 def _wait_quietly(pid):

@@ -162,6 +162,17 @@ def read_env_record(batch_dir: Path) -> dict[str, Any] | None:
     return record
 
 
+def read_lost_record(path: Path, job: ProbeJob) -> str | None:
+    """Why the probe's worker for `job` ended without a result, or None (no record, or not a usable one)."""
+    try:
+        record = read_json_file(path, MAX_ENV_BYTES)
+    except (FileNotFoundError, ResultUnreadable):
+        return None
+    if not isinstance(record, dict) or record.get("job") != job.id or not isinstance(record.get("why"), str):
+        return None
+    return record["why"][:200]
+
+
 def read_batch(batch_dir: Path, jobs: list[ProbeJob], probe_log: str = "") -> ProbeBatchResult:
     """Collect what the probe wrote; a job without a usable result says why."""
     out = batch_dir / "out"
@@ -180,7 +191,12 @@ def read_batch(batch_dir: Path, jobs: list[ProbeJob], probe_log: str = "") -> Pr
         except ResultUnreadable as error:
             failed[job.id] = f"its result was tampered with or is unusable: {error}"
             continue
-        if not env_record:
+        lost = read_lost_record(out / f"{job.id}.lost.json", job)
+        if lost:
+            failed[job.id] = (
+                f"the probe died while running this script (its worker: {lost}); the scripts beside it ran on"
+            )
+        elif not env_record:
             failed[job.id] = "the probe did not start: " + last_line
         elif not env_record.get("ok"):
             failed[job.id] = f"torch could not be imported: {env_record.get('error')}"
