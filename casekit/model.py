@@ -304,6 +304,7 @@ class ReplayRecord:
     reasons: list[str] = field(default_factory=list)  # why the verdict, in a line each
     graphs: dict[str, int] | None = None  # script -> graph count (the report's timeline charts them)
     compile_s: dict[str, float] | None = None  # script -> first-call seconds summed over entry points
+    timing_load: str | None = None  # "parallel:N" when compile_s was measured beside other runs
 
 
 @dataclass

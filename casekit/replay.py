@@ -310,6 +310,9 @@ def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
             for which, script in result.scripts.items()
             if any(e.first_call_s is not None for e in script.observation.entries)
         },
+        timing_load=next(
+            (s.observation.timing_load for s in result.scripts.values() if s.observation.timing_load), None
+        ),
     )
 
 

@@ -93,6 +93,28 @@ def test_request_decides_before_the_cores() -> None:
     assert probe.runs_at_once({"parallel_runs": True, "targets_sharing": "x"}) == cores  # junk: the default
 
 
+def test_request_carries_the_scheduling(tmp_path: Path) -> None:
+    import json
+
+    from casekit.runners.batch import write_request
+
+    job = ProbeJob(id="a", script=tmp_path / "a.py")
+    request = json.loads(write_request(tmp_path, [job], str(tmp_path)).read_text())
+    assert request["targets_sharing"] == 1 and "parallel_runs" not in request and "serial_timings" not in request
+    scheduling = ProbeScheduling(parallel_runs=3, targets_sharing=2, serial_timings=True)
+    request = json.loads(write_request(tmp_path, [job], str(tmp_path), scheduling=scheduling).read_text())
+    assert (request["parallel_runs"], request["targets_sharing"], request["serial_timings"]) == (3, 2, True)
+    # a runner made outside replay runs one at a time (capture keeps serial reference timings)
+    assert make_runner(TargetSpec(runner="python")).scheduling.parallel_runs == 1
+
+
+def test_replay_options_refuse_zero_jobs() -> None:
+    from casekit.errors import CasekitError
+
+    with pytest.raises(CasekitError, match="--jobs must be at least 1"):
+        ReplayOptions(jobs=0)
+
+
 def test_available_cpus_respects_affinity() -> None:
     assert 1 <= probe.available_cpus() <= len(os.sched_getaffinity(0))
 

@@ -102,7 +102,8 @@ class Runner(abc.ABC):
 
     def __init__(self, spec: TargetSpec) -> None:
         self.spec = spec
-        self.scheduling = ProbeScheduling()
+        # one run at a time unless the caller asks (replay and bisect do): a capture's timings stay its reference
+        self.scheduling = ProbeScheduling(parallel_runs=1)
 
     @abc.abstractmethod
     def prepare(self, progress: ProgressFn) -> None:
