@@ -212,7 +212,10 @@ def bench_archive(spec: TargetSpec, cases: list[Case], one_import: float, cores:
             "sum_of_runs_s": round(m.sum_of_runs_s, 2),
             "load_before_after": [round(x, 2) for x in m.load],
         }
-        print(f"  {name:<13} {m.seconds:7.1f} s wall  {m.cpu_s:7.1f} s CPU  (load {m.load[0]:.1f} -> {m.load[1]:.1f})")
+        print(
+            f"  {name:<13} {m.seconds:7.1f} s wall  {m.cpu_s:6.1f} s CPU (runs: {m.sum_of_runs_s:5.1f} s wall, "
+            f"{m.run_cpu_s:5.1f} s CPU)  load {m.load[0]:.1f} -> {m.load[1]:.1f}"
+        )
     print(f"  serial floor  {serial_floor:7.1f} s  (1 import {one_import:.1f} s + runs {runs_s:.1f} s)")
     print(f"  parallel floor{parallel_floor:7.1f} s  (1 import + runs / {cores} cores)")
     default, jobs_1 = modes["jobs_default"].seconds, modes["jobs_1"].seconds
