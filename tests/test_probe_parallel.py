@@ -307,6 +307,7 @@ def test_docker_default_follows_the_containers_cpu_limit(tmp_path: Path) -> None
     marks = {}
     for cpus in ("1", "2"):
         runner = DockerRunner(torch_spec(options=(("cpus", cpus),)), client=engine)
+        runner.scheduling = ProbeScheduling()  # the default replay gives: N from inside the container
         batch = runner.run_probe(jobs, lambda message: None)
         assert batch.failed == {}
         marks[cpus] = {raw["timing_load"] for raw in batch.results.values()}
