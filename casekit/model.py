@@ -225,6 +225,7 @@ class ScriptObservation:
     fullgraph_status: str | None = None  # "ok" | "error" | None (not run)
     eager_wall_s: float | None = None
     compiled_wall_s: float | None = None
+    timing_load: str | None = None  # "parallel:N": timings taken with N runs at once (None: one at a time)
     packages: dict[str, str] = field(default_factory=dict)
     log_excerpt: str = ""
     stdout_tail: str = ""
@@ -303,6 +304,7 @@ class ReplayRecord:
     reasons: list[str] = field(default_factory=list)  # why the verdict, in a line each
     graphs: dict[str, int] | None = None  # script -> graph count (the report's timeline charts them)
     compile_s: dict[str, float] | None = None  # script -> first-call seconds summed over entry points
+    timing_load: str | None = None  # "parallel:N" when compile_s was measured beside other runs
 
 
 @dataclass

@@ -810,6 +810,8 @@ def run_script_in_child(torch, job, mode, run_dir, isolation):
         data["status"] = status
         data["exit_code"] = exit_code
         data["wall_s"] = time.time() - data["started"]
+        times = os.times()  # a forked child starts from zero: this run's own CPU (under load, wall grows, not this)
+        data["cpu_s"] = times.user + times.system + times.children_user + times.children_system
         if mode != "eager":
             data["counters"] = collect_counters(torch)
             data["compilation_metrics"] = collect_compilation_metrics(torch)
@@ -1068,7 +1070,7 @@ def _descendant_pids(root):
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
-PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 
 
 def _libc():
@@ -1224,6 +1226,239 @@ def serve(state_dir, requests):
     return 0
 
 
+# ------------------------------------------------------------ run scheduling
+
+JOB_WORKER_MARGIN_S = 60.0  # a worker's own overhead beyond its runs' timeouts (copies, result write)
+
+
+def runs_at_once(request):
+    """How many jobs run at once: the request's number, else this target's share of its cores."""
+    if request.get("serial_timings"):
+        return 1
+    asked = request.get("parallel_runs")
+    if isinstance(asked, int) and not isinstance(asked, bool) and asked >= 1:
+        return asked
+    share = request.get("targets_sharing", 1)
+    return default_parallel_runs(available_cpus(), share if isinstance(share, int) and share >= 1 else 1)
+
+
+def default_parallel_runs(cpus, targets_sharing=1):
+    """The cores this target may use, split among the targets running at the same time; at least 1."""
+    return max(1, int(cpus) // max(1, int(targets_sharing)))
+
+
+def available_cpus():
+    """Cores this process may run on: its affinity, capped by a cgroup CPU quota (docker --cpus)."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        count = os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    if quota is not None:
+        count = min(count, max(1, int(quota)))  # 1.5 cores run 1 job at full speed, not 2 at 75 %
+    return max(1, count)
+
+
+def cgroup_cpu_quota(root="/sys/fs/cgroup", self_cgroup="/proc/self/cgroup"):
+    """The tightest CPU quota (in cores) on this process's cgroup path, v2 or v1; None when unlimited."""
+    quotas = []
+    try:
+        with open(self_cgroup) as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        controllers, path = parts[1], parts[2].strip("/")
+        if controllers == "":  # v2: cpu.max on each level from ours up to the root
+            base, limit = os.path.join(root), _v2_quota
+        elif "cpu" in controllers.split(","):
+            base, limit = os.path.join(root, controllers), _v1_quota
+            if not os.path.isdir(base):
+                base = os.path.join(root, "cpu")
+        else:
+            continue
+        pieces = path.split("/") if path else []
+        for depth in range(len(pieces), -1, -1):
+            quota = limit(os.path.join(base, *pieces[:depth]))
+            if quota is not None:
+                quotas.append(quota)
+    return min(quotas) if quotas else None
+
+
+def _v2_quota(folder):
+    try:
+        with open(os.path.join(folder, "cpu.max")) as handle:
+            fields = handle.read().split()
+        if fields and fields[0] != "max":
+            return int(fields[0]) / int(fields[1] if len(fields) > 1 else 100000)
+    except (OSError, ValueError, ZeroDivisionError):
+        pass
+    return None
+
+
+def _v1_quota(folder):
+    try:
+        with open(os.path.join(folder, "cpu.cfs_quota_us")) as handle:
+            quota = int(handle.read())
+        with open(os.path.join(folder, "cpu.cfs_period_us")) as handle:
+            period = int(handle.read())
+        if quota > 0 and period > 0:
+            return quota / period
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def result_path(out_dir, job):
+    return os.path.join(out_dir, "{}.result.json".format(job["id"]))
+
+
+def lost_path(out_dir, job):
+    """Why a job has no result: its worker died (a run killed it) or overran."""
+    return os.path.join(out_dir, "{}.lost.json".format(job["id"]))
+
+
+def run_batch(torch, jobs, out_dir, runs_dir, isolation, parallel):
+    """Every job's result file: one at a time in this process, or up to `parallel` job workers at once."""
+    if parallel <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            result = run_job(torch, job, runs_dir, isolation)
+            result["timing_load"] = "serial"
+            write_json_atomic(result_path(out_dir, job), result)
+        return
+    pending, running = list(jobs), {}  # running: worker pid -> (job, deadline)
+    while pending or running:
+        while pending and len(running) < parallel:
+            job = pending.pop(0)
+            pid = fork_job_worker(torch, job, out_dir, runs_dir, isolation, parallel)
+            running[pid] = (job, time.monotonic() + job_worker_limit(job))
+        ended = _reap_workers(running)
+        for pid, (job, deadline) in list(running.items()):
+            if time.monotonic() > deadline:  # its own timeouts failed to stop it: stop the whole job
+                _kill_tree(pid)
+                _wait_quietly(pid)
+                ended[pid] = f"stopped after {job_worker_limit(job):g} s, past its runs' timeouts"
+        for pid, how in ended.items():
+            job, _deadline = running.pop(pid)
+            if not os.path.exists(result_path(out_dir, job)):  # a run killed its worker: say so, not "never ran"
+                write_json_atomic(lost_path(out_dir, job), {"schema": PROBE_SCHEMA, "job": job["id"], "why": how})
+        if ended:
+            kill_strays(set(running))
+        else:
+            time.sleep(0.01)
+    kill_descendants()
+
+
+def job_worker_limit(job):
+    modes = [m for m in job.get("modes", ["eager", "compiled"]) if m in RUN_MODES]
+    return float(job.get("timeout", 300)) * max(1, len(modes)) + JOB_WORKER_MARGIN_S
+
+
+def fork_job_worker(torch, job, out_dir, runs_dir, isolation, parallel):
+    """A child that runs one job's runs one after another, then kills whatever they left behind.
+
+    It is a child subreaper itself: a run's double-fork daemon is reparented to
+    its own job's worker and dies with that job, never touching the other jobs
+    still running beside it.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid != 0:
+        return pid
+    code = 0
+    try:
+        try:
+            _ctypes, libc = _libc()
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the probe killed: its workers go too
+        except (OSError, AttributeError):
+            pass
+        result = run_job(torch, job, runs_dir, isolation)
+        result["timing_load"] = f"parallel:{parallel}"
+        write_json_atomic(result_path(out_dir, job), result)
+    except BaseException:
+        code = 70
+        try:
+            traceback.print_exc()
+        except BaseException:
+            pass
+    finally:
+        try:
+            kill_descendants()
+        finally:
+            os._exit(code)
+    return pid  # not reached
+
+
+def _reap_workers(running):
+    """The workers that ended, with how; orphans reparented to the probe are reaped on the way."""
+    ended = {}
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return ended
+        if pid == 0:
+            return ended
+        if pid in running:
+            if os.WIFSIGNALED(status):
+                ended[pid] = f"killed by signal {os.WTERMSIG(status)}"
+            else:
+                ended[pid] = f"exit status {os.WEXITSTATUS(status) if os.WIFEXITED(status) else status}"
+
+
+def _wait_quietly(pid):
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _kill_tree(pid):
+    for below in _descendant_pids(pid):
+        try:
+            os.kill(below, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def kill_strays(keep):
+    """Kill the probe's children that are not running workers (a killed worker's orphans), and below."""
+    for _ in range(50):
+        strays = [pid for pid in _child_pids(os.getpid()) if pid not in keep]
+        if not strays:
+            return
+        for pid in strays:
+            _kill_tree(pid)
+        for pid in strays:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        time.sleep(0.005)
+
+
+def _child_pids(root):
+    return [pid for pid in _descendant_pids(root) if _parent_pid(pid) == root]
+
+
+def _parent_pid(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            text = handle.read().decode("ascii", "replace")
+        return int(text[text.rfind(")") + 2 :].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def main(argv):
     if len(argv) == 3 and argv[1] == "--serve":
         return serve(argv[2], sys.stdin)
@@ -1258,11 +1493,16 @@ def main(argv):
         env["cuda_initialized_before_fork"] = bool(torch.cuda.is_initialized())
     except Exception:
         pass
-    env_record = {"schema": PROBE_SCHEMA, "ok": True, "environment": env, "import_s": time.time() - started}
+    parallel = runs_at_once(request)
+    env_record = {
+        "schema": PROBE_SCHEMA,
+        "ok": True,
+        "environment": env,
+        "import_s": time.time() - started,
+        "parallel_runs": parallel,
+    }
     write_json_atomic(os.path.join(out_dir, "env.json"), env_record)
-    for job in request["jobs"]:
-        result = run_job(torch, job, runs_dir, isolation)
-        write_json_atomic(os.path.join(out_dir, "{}.result.json".format(job["id"])), result)
+    run_batch(torch, request["jobs"], out_dir, runs_dir, isolation, parallel)
     write_json_atomic(os.path.join(out_dir, "done.json"), {"schema": PROBE_SCHEMA, "wall_s": time.time() - started})
     return 0
 

@@ -38,7 +38,7 @@ from casekit.model import (
 from casekit.observe import interpret
 from casekit.observe.batch import observe_batch
 from casekit.outcome import check_seconds
-from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
+from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProbeScheduling, ProgressFn, Runner, TargetSpec
 from casekit.runners.process import REPLAY_PREFIX
 from casekit.timeouts import replay_run_timeout
 
@@ -53,12 +53,16 @@ class ReplayOptions:
     pin_packages: bool = True
     parallel: int | None = None  # targets at once; None = as many as cores allow
     verify_rollback: bool = True
+    jobs: int | None = None  # runs at once inside each target; None = its share of the target's cores
+    serial_timings: bool = False  # runs one at a time, so timings are not measured under parallel load
 
     def __post_init__(self) -> None:
         if self.timeout is not None:
             self.timeout = check_seconds("--timeout", self.timeout)
         if self.parallel is not None and self.parallel < 1:
             raise CasekitError(f"parallel must be at least 1, not {self.parallel}")
+        if self.jobs is not None and self.jobs < 1:
+            raise CasekitError(f"--jobs must be at least 1, not {self.jobs}")
 
 
 @dataclass
@@ -229,8 +233,12 @@ def run_target(
     options: ReplayOptions,
     make_runner: RunnerFactory,
     progress: ProgressFn,
+    targets_sharing: int = 1,
 ) -> TargetRun:
-    """Replay every case on one target (one probe process, one torch import)."""
+    """Replay every case on one target (one probe process, one torch import).
+
+    `targets_sharing`: how many targets run at the same time, dividing the cores between them.
+    """
     started = time.monotonic()
     pins, pin_warnings = case_pins(cases) if options.pin_packages and spec.runner != "python" else ((), [])
     if pins:
@@ -242,6 +250,7 @@ def run_target(
         paths = _write_scripts(cases, folder)
         jobs = _jobs(cases, paths, options, ("eager", "compiled"))
         runner = make_runner(spec)
+        runner.scheduling = ProbeScheduling(options.jobs, targets_sharing, options.serial_timings)
         observations: dict[tuple[str, str], ScriptObservation] = {}
         try:
             runner.prepare(say)
@@ -301,6 +310,9 @@ def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
             for which, script in result.scripts.items()
             if any(e.first_call_s is not None for e in script.observation.entries)
         },
+        timing_load=next(
+            (s.observation.timing_load for s in result.scripts.values() if s.observation.timing_load), None
+        ),
     )
 
 
@@ -335,7 +347,7 @@ def replay(
             progress(message)
 
     def one(index: int) -> None:
-        run = run_target(specs[index], cases, options, make_runner, locked_progress)
+        run = run_target(specs[index], cases, options, make_runner, locked_progress, targets_sharing=workers)
         if options.record and archive is not None:
             with lock:
                 record_history(archive, run)

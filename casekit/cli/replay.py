@@ -112,6 +112,24 @@ Commit = Annotated[
 ]
 
 
+Jobs = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs",
+        "-j",
+        min=1,
+        help="Scripts run at once inside each target (one torch import) [default: its cores / targets at once].",
+    ),
+]
+SerialTimings = Annotated[
+    bool,
+    typer.Option(
+        "--serial-timings",
+        help="Run scripts one at a time, so compile and steady-state times are not measured under parallel load.",
+    ),
+]
+
+
 def replay(
     torch: Torches = None,
     python: Pythons = None,
@@ -133,6 +151,8 @@ def replay(
     allow: Allow = None,
     allow_invalid: AllowInvalid = False,
     commit: Commit = False,
+    jobs: Jobs = None,
+    serial_timings: SerialTimings = False,
 ) -> None:
     """Replay the archive on one or more targets and classify every break."""
     from casekit.replay import ReplayOptions
@@ -151,7 +171,14 @@ def replay(
             base_image=base_image,
         ),
         case_ids=tuple(case or ()),
-        options=ReplayOptions(backend=backend, timeout=timeout, record=record or commit, pin_packages=pin_packages),
+        options=ReplayOptions(
+            backend=backend,
+            timeout=timeout,
+            record=record or commit,
+            pin_packages=pin_packages,
+            jobs=jobs,
+            serial_timings=serial_timings,
+        ),
         fail_on=FailOn.parse(fail_on),
         shard=shard,
         json_out=json_out,

@@ -417,6 +417,12 @@ def _log_excerpt(sites: list[Site], recompiles: list[Recompile]) -> str:
     return "\n\n".join(parts)[:12000]
 
 
+def _timing_load(raw: dict[str, Any]) -> str | None:
+    """The probe's mark when timings were taken beside other runs ("parallel:N"); None when alone."""
+    load = raw.get("timing_load")
+    return load if isinstance(load, str) and load.startswith("parallel:") else None
+
+
 def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_source: str = "") -> ScriptObservation:
     """One probe result (eager + compiled [+ fullgraph] runs) -> one ScriptObservation."""
     namer = PathNamer(script_path, script_name)
@@ -441,6 +447,7 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
         check=check,
         eager_wall_s=(eager or {}).get("wall_s"),
         compiled_wall_s=compiled.get("wall_s"),
+        timing_load=_timing_load(raw),
         packages=_packages(runs, script_imports(script_source)),
         log_excerpt=_log_excerpt(sites, recompiles),
         stdout_tail=(compiled.get("stdout_tail") or (eager or {}).get("stdout_tail") or "")[-2000:],

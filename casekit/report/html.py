@@ -305,6 +305,8 @@ def timings_html(observation: ScriptObservation) -> str:
         f'<p class="small">whole script: eager {_bar(observation.eager_wall_s, scale, "eager")}{_seconds(observation.eager_wall_s)}, '
         f"compiled {_bar(observation.compiled_wall_s, scale, 'compile')}{_seconds(observation.compiled_wall_s)}</p>"
     )
+    if observation.timing_load:  # read from a bundle: any text
+        wall += f'<p class="small muted">measured under parallel load ({html.escape(observation.timing_load)}).</p>'
     return (table if rows else "") + wall
 
 

@@ -112,6 +112,8 @@ def observation_summary(label: str, observation: ScriptObservation) -> str:
             if check.max_abs is not None and check.max_rel is not None
             else f"  eager vs compiled: {verdict}"
         )
+    if observation.entries and observation.timing_load:
+        lines.append(f"  timings under parallel load ({observation.timing_load}): compare with --serial-timings")
     for entry in observation.entries:
         lines.append(
             f"  {entry.name} ({entry.file}:{entry.line}): {entry.calls} call(s); first call {_seconds(entry.first_call_s)} "

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from casekit.fsutil import UnreadableFile, read_regular_bytes
-from casekit.runners.interface import PROBE_PATH, ProbeBatchResult, ProbeJob
+from casekit.runners.interface import PROBE_PATH, ProbeBatchResult, ProbeJob, ProbeScheduling
 
 REQUEST_SCHEMA = "casekit.probe-request/1"
 PROBE_SCHEMA = "casekit.probe/1"
@@ -41,7 +41,13 @@ def lay_out_job(batch_dir: Path, job: ProbeJob) -> Path:
     return target
 
 
-def lay_out_batch(batch_dir: Path, jobs: list[ProbeJob], root_in_target: str, isolate: bool = False) -> Path:
+def lay_out_batch(
+    batch_dir: Path,
+    jobs: list[ProbeJob],
+    root_in_target: str,
+    isolate: bool = False,
+    scheduling: ProbeScheduling | None = None,
+) -> Path:
     """Copy the probe and each job's inputs into batch_dir; write the request. Returns the request path.
 
     With `isolate` (the bwrap sandbox) the probe gives each run a private view:
@@ -52,11 +58,21 @@ def lay_out_batch(batch_dir: Path, jobs: list[ProbeJob], root_in_target: str, is
     for job in jobs:
         lay_out_job(batch_dir, job)
     (batch_dir / "out").mkdir(exist_ok=True)
-    return write_request(batch_dir, jobs, root_in_target, isolate)
+    return write_request(batch_dir, jobs, root_in_target, isolate, scheduling)
 
 
-def write_request(batch_dir: Path, jobs: list[ProbeJob], root_in_target: str, isolate: bool = False) -> Path:
-    """The probe's request for `jobs` (all of them, or the ones left after a probe crash)."""
+def write_request(
+    batch_dir: Path,
+    jobs: list[ProbeJob],
+    root_in_target: str,
+    isolate: bool = False,
+    scheduling: ProbeScheduling | None = None,
+) -> Path:
+    """The probe's request for `jobs` (all of them, or the ones left after a probe crash).
+
+    The number of runs at once is decided inside the target (it alone sees its
+    cores and cgroup CPU quota) unless `scheduling` fixes it.
+    """
     request_jobs = []
     for job in jobs:
         folder = f"{root_in_target}/jobs/{job.id}"
@@ -65,6 +81,12 @@ def write_request(batch_dir: Path, jobs: list[ProbeJob], root_in_target: str, is
             job_request["job_dir"] = folder
         request_jobs.append(job_request)
     request: dict[str, Any] = {"schema": REQUEST_SCHEMA, "out_dir": f"{root_in_target}/out", "jobs": request_jobs}
+    scheduling = scheduling or ProbeScheduling()
+    request["targets_sharing"] = scheduling.targets_sharing
+    if scheduling.parallel_runs is not None:
+        request["parallel_runs"] = scheduling.parallel_runs
+    if scheduling.serial_timings:
+        request["serial_timings"] = True
     if isolate:
         request["runs_dir"] = f"{root_in_target}/runs"
         request["isolation"] = {
@@ -123,6 +145,17 @@ def read_env_record(batch_dir: Path) -> dict[str, Any] | None:
     return record
 
 
+def read_lost_record(path: Path, job: ProbeJob) -> str | None:
+    """Why the probe's worker for `job` ended without a result, or None (no record, or not a usable one)."""
+    try:
+        record = read_json_file(path, MAX_ENV_BYTES)
+    except (FileNotFoundError, ResultUnreadable):
+        return None
+    if not isinstance(record, dict) or record.get("job") != job.id or not isinstance(record.get("why"), str):
+        return None
+    return record["why"][:200]
+
+
 def read_batch(batch_dir: Path, jobs: list[ProbeJob], probe_log: str = "") -> ProbeBatchResult:
     """Collect what the probe wrote; a job without a usable result says why."""
     out = batch_dir / "out"
@@ -141,7 +174,12 @@ def read_batch(batch_dir: Path, jobs: list[ProbeJob], probe_log: str = "") -> Pr
         except ResultUnreadable as error:
             failed[job.id] = f"its result was tampered with or is unusable: {error}"
             continue
-        if not env_record:
+        lost = read_lost_record(out / f"{job.id}.lost.json", job)
+        if lost:
+            failed[job.id] = (
+                f"the probe died while running this script (its worker: {lost}); the scripts beside it ran on"
+            )
+        elif not env_record:
             failed[job.id] = "the probe did not start: " + last_line
         elif not env_record.get("ok"):
             failed[job.id] = f"torch could not be imported: {env_record.get('error')}"

@@ -83,6 +83,15 @@ class ProbeBatchResult:
     wall_s: float | None = None
 
 
+@dataclass(frozen=True)
+class ProbeScheduling:
+    """How the probe spreads its runs over the target's cores (results do not depend on it)."""
+
+    parallel_runs: int | None = None  # runs at once in one probe; None = the target's share of its cores
+    targets_sharing: int = 1  # targets running at the same time, dividing the cores between them
+    serial_timings: bool = False  # one run at a time, so compile and steady-state times are not under load
+
+
 ProgressFn = Callable[[str], None]
 
 
@@ -93,6 +102,8 @@ class Runner(abc.ABC):
 
     def __init__(self, spec: TargetSpec) -> None:
         self.spec = spec
+        # one run at a time unless the caller asks (replay and bisect do): a capture's timings stay its reference
+        self.scheduling = ProbeScheduling(parallel_runs=1)
 
     @abc.abstractmethod
     def prepare(self, progress: ProgressFn) -> None:

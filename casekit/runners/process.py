@@ -22,7 +22,7 @@ from casekit import settings
 from casekit.errors import EnvironmentFailed, RunnerError, Stopped
 from casekit.fsutil import tail_text
 from casekit.runners.batch import lay_out_batch, read_batch, read_env_record, read_json_file, write_request
-from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn
+from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProbeScheduling, ProgressFn
 from casekit.runners.sandbox import Sandbox, readable_roots
 
 BATCH_PREFIX = "casekit-batch-"
@@ -71,6 +71,7 @@ def run_probe_subprocess(
     timeout: float | None = None,
     env: Mapping[str, str] | None = None,
     sandbox: Sandbox | None = None,
+    scheduling: ProbeScheduling | None = None,
 ) -> ProbeBatchResult:
     """Run `python probe.py request.json` over all jobs in a temporary batch folder, sandboxed.
 
@@ -93,7 +94,7 @@ def run_probe_subprocess(
     batch_dir = Path(tempfile.mkdtemp(prefix=f"{BATCH_PREFIX}{os.getpid()}-"))
     keep = settings.keep_batch()
     try:
-        lay_out_batch(batch_dir, jobs, str(batch_dir), isolate=sandbox.isolates)
+        lay_out_batch(batch_dir, jobs, str(batch_dir), isolate=sandbox.isolates, scheduling=scheduling)
         deadline = time.monotonic() + limit
         remaining = list(jobs)
         merged: ProbeBatchResult | None = None
@@ -102,7 +103,7 @@ def run_probe_subprocess(
             attempt += 1
             left = max(1.0, deadline - time.monotonic())
             result, timed_out, returncode, probe_log = _run_probe_once(
-                python, batch_dir, remaining, progress, left, env, sandbox, attempt
+                python, batch_dir, remaining, progress, left, env, sandbox, attempt, scheduling
             )
             if merged is None:
                 if not timed_out:
@@ -152,9 +153,10 @@ def _run_probe_once(
     env: Mapping[str, str] | None,
     sandbox: Sandbox,
     attempt: int,
+    scheduling: ProbeScheduling | None = None,
 ) -> tuple[ProbeBatchResult, bool, int | None, str]:
     """One probe process over `jobs`: (results, timed out, exit status, log tail)."""
-    request = write_request(batch_dir, jobs, str(batch_dir), isolate=sandbox.isolates)
+    request = write_request(batch_dir, jobs, str(batch_dir), isolate=sandbox.isolates, scheduling=scheduling)
     log_path = batch_dir / f"probe.{attempt}.log"
     writable = [batch_dir] + [Path(w) for w in {getattr(job, "workdir", None) for job in jobs} if w]
     command = sandbox.wrap(

@@ -91,7 +91,7 @@ class PythonRunner(Runner):
 
     def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
         self.prepare(progress)
-        return run_probe_subprocess(self.python, jobs, progress, sandbox=self.sandbox)
+        return run_probe_subprocess(self.python, jobs, progress, sandbox=self.sandbox, scheduling=self.scheduling)
 
     def describe(self) -> dict[str, object]:
         return {

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from casekit.errors import RunnerError
-from casekit.runners.interface import ProbeJob, TargetSpec
+from casekit.runners.interface import ProbeJob, ProbeScheduling, TargetSpec
 from casekit.runners.python import PythonRunner
 from casekit.runners.sandbox import Sandbox, overhead_ms
 
@@ -34,8 +34,12 @@ def line_of(result: dict, tag: str) -> dict:
     return json.loads(line.split(" ", 1)[1])
 
 
-def run_batch(jobs: list[ProbeJob], options: tuple[tuple[str, str], ...] = (), lines: list[str] | None = None):
+def run_batch(
+    jobs: list[ProbeJob], options: tuple[tuple[str, str], ...] = (), lines: list[str] | None = None, parallel: int = 0
+):
     runner = PythonRunner(TargetSpec("python", options=options))
+    if parallel:
+        runner.scheduling = ProbeScheduling(parallel_runs=parallel)
     return runner.run_probe(jobs, (lines if lines is not None else []).append)
 
 
@@ -78,7 +82,8 @@ def host_folder() -> Iterator[Path]:
 
 
 @pytest.mark.slow
-def test_a_script_cannot_change_other_cases_results_or_host_files(host_folder: Path) -> None:
+@pytest.mark.parametrize("parallel", [1, 2], ids=["one-run-at-a-time", "two-runs-at-once"])
+def test_a_script_cannot_change_other_cases_results_or_host_files(host_folder: Path, parallel: int) -> None:
     archive = host_folder / "cases"
     archive.mkdir()
     bundle = archive / "victim.toml"
@@ -91,7 +96,7 @@ def test_a_script_cannot_change_other_cases_results_or_host_files(host_folder: P
         job("victim2", "victim.py"),
     ]
     lines: list[str] = []
-    batch = run_batch(jobs, lines=lines)
+    batch = run_batch(jobs, lines=lines, parallel=parallel)
     outcomes = line_of(batch.results["tamper.pre"], "CASEKIT-TAMPER")
     assert all(outcome.startswith("blocked") for outcome in outcomes.values()), outcomes
     assert bundle.read_text() == "schema_version = 1\n" and not (archive / "planted.toml").exists()
@@ -101,7 +106,10 @@ def test_a_script_cannot_change_other_cases_results_or_host_files(host_folder: P
         assert run["status"] == "ok" and "VICTIM INTACT" in run["stdout_tail"], run
     # killing the probe is that case's failure; the probe restarts for the cases after it
     assert "killer.pre" in batch.failed and "the probe died while running this script" in batch.failed["killer.pre"]
-    assert any("restarting it for the 1 script(s) after it" in line for line in lines)
+    if parallel == 1:
+        assert any("restarting it for the 1 script(s) after it" in line for line in lines)
+    else:  # the run's parent is its job's worker: only that worker dies, the probe goes on
+        assert "killed by signal 9" in batch.failed["killer.pre"]
 
 
 @pytest.mark.slow

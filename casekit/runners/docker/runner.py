@@ -92,7 +92,7 @@ class DockerRunner(Runner):
         # ignore_cleanup_errors: a script may leave files in out/ that only uid 10001 could delete.
         with tempfile.TemporaryDirectory(prefix="casekit-docker-", ignore_cleanup_errors=True) as folder:
             batch_dir = Path(folder)
-            lay_out_batch(batch_dir, jobs, ROOT_IN_CONTAINER)
+            lay_out_batch(batch_dir, jobs, ROOT_IN_CONTAINER, scheduling=self.scheduling)
             _open_to_sandbox_user(batch_dir)
             timeout = self._wall_timeout(jobs)
             progress(f"docker: {len(jobs)} script(s) in {self._image_name()} (sandbox: {self._sandbox_summary()})")

@@ -64,7 +64,12 @@ class VenvRunner(Runner):
         try:
             sandbox = Sandbox.from_options(self.spec.options)
             return run_probe_subprocess(
-                str(self.env.python_executable), jobs, progress, env=ISOLATING_ENV, sandbox=sandbox
+                str(self.env.python_executable),
+                jobs,
+                progress,
+                env=ISOLATING_ENV,
+                sandbox=sandbox,
+                scheduling=self.scheduling,
             )
         except EnvironmentUnusable as error:
             mark_broken(self.env.path, f"marked broken after a failed run: {error}")

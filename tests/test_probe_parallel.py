@@ -1,0 +1,316 @@
+"""Parallel runs in one warm probe (--jobs): same results as one at a time, runs that really overlap,
+per-run cleanup that never touches a concurrent run, per-run timeouts, and the default number of runs."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from casekit import probe
+from casekit.archive import Archive
+from casekit.replay import ReplayOptions, run_target
+from casekit.runners.interface import ProbeJob, ProbeScheduling, TargetSpec
+from casekit.runners.registry import make_runner
+
+from .security.procs import wait_unmarked
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STARTER = REPO_ROOT / "cases"
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def run_batch(jobs: list[ProbeJob], parallel: int) -> Any:
+    runner = make_runner(TargetSpec(runner="python"))
+    runner.scheduling = ProbeScheduling(parallel_runs=parallel)
+    return runner.run_probe(jobs, lambda message: None)
+
+
+def interval(run: dict[str, Any]) -> tuple[float, float]:
+    return run["started"], run["started"] + run["wall_s"]
+
+
+# ------------------------------------------------------------ default N
+
+
+@pytest.mark.parametrize(
+    ("cpus", "sharing", "expected"),
+    [(1, 1, 1), (2, 1, 2), (2, 2, 1), (2, 3, 1), (32, 3, 10), (16, 4, 4), (7, 2, 3)],
+)
+def test_default_runs_split_the_cores_among_the_targets(cpus: int, sharing: int, expected: int) -> None:
+    assert probe.default_parallel_runs(cpus, sharing) == expected
+
+
+def fake_cgroup(tmp_path: Path, self_line: str, files: dict[str, str]) -> tuple[str, str]:
+    root = tmp_path / "cgroup"
+    for relative, text in files.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text)
+    self_cgroup = tmp_path / "self_cgroup"
+    self_cgroup.write_text(self_line)
+    return str(root), str(self_cgroup)
+
+
+def test_cgroup_v2_quota_is_the_tightest_on_the_path(tmp_path: Path) -> None:
+    # docker --cpus=1.5 writes "150000 100000" on the container's cgroup; a parent may be tighter or unlimited
+    root, me = fake_cgroup(
+        tmp_path,
+        "0::/docker/abc\n",
+        {"docker/abc/cpu.max": "150000 100000\n", "docker/cpu.max": "max 100000\n", "cpu.max": "max 100000\n"},
+    )
+    assert probe.cgroup_cpu_quota(root, me) == 1.5
+    root, me = fake_cgroup(tmp_path / "b", "0::/a/b\n", {"a/b/cpu.max": "400000 100000", "a/cpu.max": "200000 100000"})
+    assert probe.cgroup_cpu_quota(root, me) == 2.0
+
+
+def test_cgroup_v1_quota_and_no_quota(tmp_path: Path) -> None:
+    root, me = fake_cgroup(
+        tmp_path,
+        "4:cpu,cpuacct:/docker/x\n3:memory:/docker/x\n",
+        {"cpu,cpuacct/docker/x/cpu.cfs_quota_us": "100000", "cpu,cpuacct/docker/x/cpu.cfs_period_us": "100000"},
+    )
+    assert probe.cgroup_cpu_quota(root, me) == 1.0
+    root, me = fake_cgroup(tmp_path / "none", "0::/user.slice\n", {"user.slice/cpu.max": "max 100000"})
+    assert probe.cgroup_cpu_quota(root, me) is None
+    assert probe.cgroup_cpu_quota(str(tmp_path / "missing"), str(tmp_path / "missing-self")) is None
+
+
+def test_request_decides_before_the_cores() -> None:
+    assert probe.runs_at_once({"parallel_runs": 3}) == 3
+    assert probe.runs_at_once({"parallel_runs": 3, "serial_timings": True}) == 1
+    cores = probe.available_cpus()
+    assert probe.runs_at_once({}) == probe.default_parallel_runs(cores, 1)
+    assert probe.runs_at_once({"targets_sharing": 1000}) == 1
+    assert probe.runs_at_once({"parallel_runs": True, "targets_sharing": "x"}) == cores  # junk: the default
+
+
+def test_request_carries_the_scheduling(tmp_path: Path) -> None:
+    import json
+
+    from casekit.runners.batch import write_request
+
+    job = ProbeJob(id="a", script=tmp_path / "a.py")
+    request = json.loads(write_request(tmp_path, [job], str(tmp_path)).read_text())
+    assert request["targets_sharing"] == 1 and "parallel_runs" not in request and "serial_timings" not in request
+    scheduling = ProbeScheduling(parallel_runs=3, targets_sharing=2, serial_timings=True)
+    request = json.loads(write_request(tmp_path, [job], str(tmp_path), scheduling=scheduling).read_text())
+    assert (request["parallel_runs"], request["targets_sharing"], request["serial_timings"]) == (3, 2, True)
+    # a runner made outside replay runs one at a time (capture keeps serial reference timings)
+    assert make_runner(TargetSpec(runner="python")).scheduling.parallel_runs == 1
+
+
+def test_replay_options_refuse_zero_jobs() -> None:
+    from casekit.errors import CasekitError
+
+    with pytest.raises(CasekitError, match="--jobs must be at least 1"):
+        ReplayOptions(jobs=0)
+
+
+def test_available_cpus_respects_affinity() -> None:
+    assert 1 <= probe.available_cpus() <= len(os.sched_getaffinity(0))
+
+
+def test_timing_load_mark_reaches_the_observation_and_the_report() -> None:
+    from casekit.observe import interpret
+    from casekit.report.text import observation_summary
+
+    compiled = {
+        "status": "ok",
+        "calls": [{"entry": "f", "index": i, "args": [], "seconds": s} for i, s in enumerate((0.5, 0.1, 0.1))],
+        "entries": {"f": {"name": "f", "file": "x.py", "line": 1}},
+    }
+    raw = {"runs": {"eager": {"status": "ok"}, "compiled": compiled}}
+    for mark, expected in (("parallel:2", "parallel:2"), ("serial", None), (None, None)):
+        observation = interpret({**raw, "timing_load": mark}, "x.py", "x.py")
+        assert observation.timing_load == expected
+        shown = "timings under parallel load (parallel:2)" in observation_summary("pre", observation)
+        assert shown is (expected is not None)
+
+
+# ------------------------------------------------------------ real torch
+
+
+@pytest.mark.slow
+def test_jobs_2_gives_the_same_results_as_jobs_1_on_starter_cases() -> None:
+    cases = [c for c in Archive(STARTER).load_all() if c.id in {"tensor-if", "item-branch", "shape-recompiles"}]
+    assert len(cases) == 3
+    spec = TargetSpec(runner="python")
+    quiet = lambda message: None  # noqa: E731
+    summaries = []
+    for jobs in (1, 2):
+        run = run_target(spec, cases, ReplayOptions(record=False, verify_rollback=False, jobs=jobs), make_runner, quiet)
+        assert run.error is None
+        summaries.append(
+            sorted(
+                (
+                    result.case_id,
+                    str(result.verdict),
+                    which,
+                    script.status.value,
+                    tuple(sorted((p.site_class.value, p.site.anchor.where(), p.site.category) for p in script.sites)),
+                )
+                for result in run.results
+                for which, script in result.scripts.items()
+            )
+        )
+    assert summaries[0] == summaries[1]
+    assert len(summaries[0]) >= 3
+
+
+@pytest.mark.slow
+def test_runs_overlap_and_each_job_keeps_its_own_result(tmp_path: Path) -> None:
+    jobs = [
+        ProbeJob(
+            id=f"sleepy{i}",
+            script=write(
+                tmp_path,
+                f"sleepy{i}.py",
+                f"""
+                import time, torch
+                @torch.compile(backend="eager")
+                def f(x):
+                    return x * {i}
+                time.sleep(1.5)
+                print("job {i}", f(torch.ones(2)).tolist())
+                """,
+            ),
+            timeout=120,
+        )
+        for i in range(4)
+    ]
+    batch = run_batch(jobs, parallel=2)
+    assert batch.failed == {}
+    for i in range(4):
+        raw = batch.results[f"sleepy{i}"]
+        assert raw["timing_load"] == "parallel:2"
+        assert raw["runs"]["compiled"]["status"] == "ok"
+        assert f"job {i} [{float(i)}, {float(i)}]" in raw["runs"]["compiled"]["stdout_tail"]
+    spans = [interval(run) for raw in batch.results.values() for run in raw["runs"].values()]
+    overlapping = sum(1 for a in spans for b in spans if a < b and a[0] < b[1] and b[0] < a[1])
+    assert overlapping >= 2, spans
+    # runs of one job stay in order: the compiled run compares against the eager one
+    for raw in batch.results.values():
+        assert interval(raw["runs"]["eager"])[1] <= interval(raw["runs"]["compiled"])[0]
+
+
+@pytest.mark.slow
+def test_serial_batch_is_marked_and_does_not_overlap(tmp_path: Path) -> None:
+    jobs = [
+        ProbeJob(id=f"s{i}", script=write(tmp_path, f"s{i}.py", "import time\ntime.sleep(0.5)\n"), modes=("eager",))
+        for i in range(3)
+    ]
+    batch = run_batch(jobs, parallel=1)
+    assert {raw["timing_load"] for raw in batch.results.values()} == {"serial"}
+    spans = sorted(interval(raw["runs"]["eager"]) for raw in batch.results.values())
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+
+
+DAEMON = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open("/tmp/casekit-daemon-{token}.tmp", "w") as handle:
+            handle.write(str(os.getpid()))
+        os.rename("/tmp/casekit-daemon-{token}.tmp", "/tmp/casekit-daemon-{token}")
+        time.sleep(600)
+    os._exit(0)
+time.sleep(1)
+print("left a daemon behind")
+"""
+
+WATCHER = """
+import os, time
+path = "/tmp/casekit-daemon-{token}"
+deadline = time.monotonic() + 90
+while not os.path.exists(path):
+    assert time.monotonic() < deadline, "the daemon never started"
+    time.sleep(0.05)
+pid = int(open(path).read())
+
+def alive(pid):
+    try:
+        with open(f"/proc/{{pid}}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+while alive(pid):
+    assert time.monotonic() < deadline, "the other run's daemon outlived its run"
+    time.sleep(0.05)
+print("the daemon died while this run went on")
+time.sleep(1)
+print("and this run finished")
+"""
+
+
+@pytest.mark.slow
+def test_a_double_fork_daemon_dies_with_its_run_not_with_a_concurrent_one(tmp_path: Path) -> None:
+    token = uuid.uuid4().hex
+    os.environ["CASEKIT_TEST_TOKEN"] = token  # inherited by every process of the batch: found on the host after
+    daemon = write(tmp_path, "daemon.py", DAEMON.format(token=token))
+    watcher = write(tmp_path, "watcher.py", WATCHER.format(token=token))
+    jobs = [
+        ProbeJob(id="watcher", script=watcher, modes=("eager",), timeout=120),
+        ProbeJob(id="daemon", script=daemon, modes=("eager",), timeout=120),
+    ]
+    batch = run_batch(jobs, parallel=2)
+    assert batch.failed == {}
+    assert batch.results["daemon"]["runs"]["eager"]["status"] == "ok"
+    watched = batch.results["watcher"]["runs"]["eager"]
+    assert watched["status"] == "ok", watched.get("exception")
+    assert "the daemon died while this run went on\nand this run finished" in watched["stdout_tail"]
+    daemon_end = interval(batch.results["daemon"]["runs"]["eager"])[1]
+    assert interval(watched)[0] < daemon_end < interval(watched)[1]  # they really ran side by side
+    assert wait_unmarked(token) == []
+
+
+@pytest.mark.slow
+def test_a_hanging_run_times_out_while_another_finishes(tmp_path: Path) -> None:
+    hangs = write(tmp_path, "hangs.py", "import time\nprint('hanging', flush=True)\ntime.sleep(600)\n")
+    works = write(tmp_path, "works.py", "import time\ntime.sleep(2)\nprint('finished')\n")
+    jobs = [
+        ProbeJob(id="hangs", script=hangs, modes=("eager", "compiled"), timeout=6),
+        ProbeJob(id="works", script=works, modes=("eager",), timeout=120),
+    ]
+    batch = run_batch(jobs, parallel=2)
+    hung = batch.results["hangs"]["runs"]
+    assert hung["eager"]["status"] == "timeout" and "compiled" not in hung  # a hang is not retried compiled
+    done = batch.results["works"]["runs"]["eager"]
+    assert done["status"] == "ok" and "finished" in done["stdout_tail"]
+    # the hung run wrote nothing: its record is made when its timeout is declared. The other run, listed
+    # after it, ran meanwhile (one at a time it would only have started after the timeout).
+    assert interval(done)[1] < hung["eager"]["started"]
+    assert batch.results["hangs"]["timing_load"] == batch.results["works"]["timing_load"] == "parallel:2"
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_docker_default_follows_the_containers_cpu_limit(tmp_path: Path) -> None:
+    from casekit.runners.docker import DockerRunner, images
+
+    from .test_docker_runner import docker_engine, torch_spec
+
+    engine = docker_engine()
+    images.ensure_image(torch_spec(), lambda line: None, engine)
+    scripts = [write(tmp_path, f"c{i}.py", "import os\nprint(len(os.sched_getaffinity(0)))\n") for i in range(2)]
+    jobs = [ProbeJob(id=f"c{i}", script=script, modes=("eager",), timeout=120) for i, script in enumerate(scripts)]
+    marks = {}
+    for cpus in ("1", "2"):
+        runner = DockerRunner(torch_spec(options=(("cpus", cpus),)), client=engine)
+        runner.scheduling = ProbeScheduling()  # the default replay gives: N from inside the container
+        batch = runner.run_probe(jobs, lambda message: None)
+        assert batch.failed == {}
+        marks[cpus] = {raw["timing_load"] for raw in batch.results.values()}
+    assert marks["1"] == {"serial"}  # --cpus=1: the cgroup quota leaves one core, one run at a time
+    expected = "parallel:2" if (os.cpu_count() or 1) >= 2 else "serial"
+    assert marks["2"] == {expected}
