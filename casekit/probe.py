@@ -301,7 +301,7 @@ def describe_value(value, torch, depth=0):
 
 def tensor_layout(tensor):
     """Strides, contiguity and the dims marked dynamic (symbolic) by torch._dynamo.mark_dynamic."""
-    layout = {}
+    layout = {}  # type: dict
     try:
         layout["strides"] = [int(s) for s in tensor.stride()]
         layout["contiguous"] = bool(tensor.is_contiguous())
@@ -1041,7 +1041,7 @@ def _reap():
 
 
 def _descendant_pids(root):
-    children = {}
+    children = {}  # type: dict
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -1329,7 +1329,8 @@ def run_batch(torch, jobs, out_dir, runs_dir, isolation, parallel):
             result["timing_load"] = "serial"
             write_json_atomic(result_path(out_dir, job), result)
         return
-    pending, running = list(jobs), {}  # running: worker pid -> (job, deadline)
+    pending = list(jobs)
+    running = {}  # type: dict  # worker pid -> (job, deadline)
     while pending or running:
         while pending and len(running) < parallel:
             job = pending.pop(0)
@@ -1396,7 +1397,7 @@ def fork_job_worker(torch, job, out_dir, runs_dir, isolation, parallel):
 
 def _reap_workers(running):
     """The workers that ended, with how; orphans reparented to the probe are reaped on the way."""
-    ended = {}
+    ended = {}  # type: dict
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
