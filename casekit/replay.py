@@ -40,6 +40,7 @@ from casekit.observe.batch import observe_batch
 from casekit.outcome import check_seconds
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProbeScheduling, ProgressFn, Runner, TargetSpec
 from casekit.runners.process import REPLAY_PREFIX
+from casekit.scrub import Scrubber, machine_folders
 from casekit.timeouts import replay_run_timeout
 
 
@@ -284,6 +285,19 @@ def run_target(
     return run
 
 
+def portable_label(label: str) -> str:
+    """A target label fit for a shared bundle: an interpreter path loses this machine's folders
+    (`python:/home/me/envs/nightly/bin/python` -> `python:~/envs/nightly/bin/python`, another absolute
+    path keeps only its last three parts: `python:…/nightly/bin/python`)."""
+    kind, sep, where = label.partition(":")
+    if not sep or not where.startswith("/"):
+        return label
+    where = Scrubber(machine_folders()).text(where)
+    if where.startswith("/"):
+        where = "…/" + "/".join(Path(where).parts[-3:])
+    return f"{kind}:{where}"
+
+
 def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
     """The compact history entry a bundle keeps (so later replays can tell 'reappeared')."""
     sites = []
@@ -295,7 +309,7 @@ def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
             sites.append(SiteVerdict(ScriptRole(which), pairing.site_class, site.anchor.where(), site.category))
     return ReplayRecord(
         at=dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
-        target=run.label,
+        target=portable_label(run.label),
         torch=str(run.environment.get("torch", "?")),
         runner=run.spec.runner,
         verdict=Verdict(result.verdict),

@@ -28,7 +28,7 @@ from casekit.model import (
     SiteClass,
     SiteVerdict,
 )
-from casekit.replay import ReplayReport, TargetRun
+from casekit.replay import ReplayReport, TargetRun, portable_label
 from casekit.runners.interface import TargetSpec
 
 FIXTURE_ARCHIVE = Path(__file__).parent / "fixtures" / "report" / "archive"
@@ -230,4 +230,6 @@ def test_replay_commit_then_log_reads_it_back(repo: git.Repo) -> None:
     shown = runner.invoke(app, ["log", "print-in-forward", "--archive", str(root / "cases")])
     assert shown.exit_code == 0, shown.output
     assert str(subject) in shown.output
-    assert f"replay on python:{sys.executable}" in shown.output
+    # the history names the interpreter without this machine's folders (a bundle is shared)
+    assert f"replay on {portable_label('python:' + sys.executable)}" in shown.output
+    assert "replay on python:<python>/bin/" in shown.output or sys.prefix not in sys.executable

@@ -253,3 +253,18 @@ def test_the_replay_command_renders_the_outcome(archive: Archive, monkeypatch: p
     order = [str(c) for c in SITE_CLASS_ORDER]
     assert shown == sorted(shown, key=order.index) and "reappeared" in shown
     assert "rollback (verified): post-fix breaks again at deepcopy_state.py:6" in done.stdout
+
+
+def test_a_target_label_in_the_bundle_history_names_no_folder_of_this_machine() -> None:
+    import os
+    import sys
+
+    from casekit.replay import portable_label
+
+    assert portable_label(f"python:{sys.executable}").startswith("python:<python>/")
+    assert portable_label(f"python:{os.path.expanduser('~')}/envs/nightly/bin/python") == (
+        "python:~/envs/nightly/bin/python"
+    )
+    assert portable_label("python:/opt/team/envs/nightly/bin/python") == "python:…/nightly/bin/python"
+    assert portable_label("venv:torch-2.13") == "venv:torch-2.13"
+    assert portable_label("python:current") == "python:current"
