@@ -1175,6 +1175,32 @@ def warm_up(torch):
             pass
 
 
+def start_target(env_dir):
+    """Import torch once (the expensive part), record the environment, warm Dynamo up.
+
+    Returns (torch, environment, started); None when torch cannot be imported, after
+    writing env_dir/env.json with the error (the host reads why from there)."""
+    guard_probe()
+    started = time.time()
+    try:
+        import torch
+        import torch._dynamo  # noqa: F401
+    except BaseException as error:
+        write_json_atomic(
+            os.path.join(env_dir, "env.json"),
+            {"schema": PROBE_SCHEMA, "ok": False, "error": f"{type(error).__name__}: {error}"},
+        )
+        return None
+    env = collect_environment_isolated(torch, env_dir)
+    package_owners()
+    warm_up(torch)
+    try:  # should stay False: forked runs could not use CUDA otherwise (recorded to diagnose it)
+        env["cuda_initialized_before_fork"] = bool(torch.cuda.is_initialized())
+    except Exception:
+        pass
+    return torch, env, started
+
+
 def serve(state_dir, requests):
     """Serve mode: import torch once, then run requests one at a time as they arrive, until end of input.
 
@@ -1187,20 +1213,10 @@ def serve(state_dir, requests):
     A bisection over commits asks one request per commit and pays one import.
     """
     os.makedirs(state_dir, exist_ok=True)
-    guard_probe()
-    started = time.time()
-    try:
-        import torch
-        import torch._dynamo  # noqa: F401  (the expensive part, paid once for every request)
-    except BaseException as error:
-        write_json_atomic(
-            os.path.join(state_dir, "env.json"),
-            {"schema": PROBE_SCHEMA, "ok": False, "error": f"{type(error).__name__}: {error}"},
-        )
+    target = start_target(state_dir)  # paid once for every request
+    if target is None:
         return 3
-    env = collect_environment_isolated(torch, state_dir)
-    package_owners()
-    warm_up(torch)
+    torch, env, started = target
     env_record = {"schema": PROBE_SCHEMA, "ok": True, "environment": env, "import_s": time.time() - started}
     write_json_atomic(os.path.join(state_dir, "env.json"), env_record)
     for line in requests:
@@ -1476,24 +1492,10 @@ def main(argv):
     runs_dir = request.get("runs_dir") or os.path.join(out_dir, "runs")
     os.makedirs(runs_dir, exist_ok=True)
     isolation = request.get("isolation")
-    guard_probe()
-    started = time.time()
-    try:
-        import torch
-        import torch._dynamo  # noqa: F401  (the expensive part, paid once)
-    except BaseException as error:
-        write_json_atomic(
-            os.path.join(out_dir, "env.json"),
-            {"schema": PROBE_SCHEMA, "ok": False, "error": f"{type(error).__name__}: {error}"},
-        )
+    target = start_target(out_dir)
+    if target is None:
         return 3
-    env = collect_environment_isolated(torch, out_dir)
-    package_owners()
-    warm_up(torch)
-    try:  # should stay False: forked runs could not use CUDA otherwise (recorded to diagnose it)
-        env["cuda_initialized_before_fork"] = bool(torch.cuda.is_initialized())
-    except Exception:
-        pass
+    torch, env, started = target
     parallel = runs_at_once(request)
     env_record = {
         "schema": PROBE_SCHEMA,
