@@ -236,8 +236,12 @@ _CREDENTIALS = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@]*@", re.IGNORE
 
 
 def strip_credentials(url: str) -> str:
-    """A remote URL without the user:token@ part (a bundle is shared)."""
-    return _CREDENTIALS.sub(lambda m: m["scheme"], url.strip())
+    """A remote URL without the user:token@ part (a bundle is shared); a remote that is a folder of
+    this machine (`/srv/git/model`, `file:///srv/git/model`) keeps only its name."""
+    url = url.strip()
+    if url.startswith(("/", "file://", "~")) or (len(url) > 1 and url[1] == ":" and url[0].isalpha()):
+        return Path(url.removeprefix("file://").rstrip("/")).name or url
+    return _CREDENTIALS.sub(lambda m: m["scheme"], url)
 
 
 def provenance_of(path: Path) -> Provenance | None:

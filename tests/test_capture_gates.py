@@ -254,6 +254,9 @@ def test_collect_lay_out_and_missing_includes(tmp_path: Path):
 def test_remote_credentials_are_stripped():
     assert strip_credentials("https://user:tok3n@github.com/o/r.git") == "https://github.com/o/r.git"
     assert strip_credentials("git@github.com:o/r.git") == "git@github.com:o/r.git"
+    # a clone of a folder of this machine names that folder: only its name goes into a bundle
+    assert strip_credentials("/work/main") == "main"
+    assert strip_credentials("file:///srv/git/model.git/") == "model.git"
 
 
 def test_provenance_names_the_repository_never_the_checkout_path(tmp_path: Path):
