@@ -30,7 +30,7 @@ from typing import Any
 
 from casekit.bundle import load_case, parse_case, write_atomic
 from casekit.errors import BundleError
-from casekit.model import Case, ReplayRecord, ScriptSource, Severity, SiteClass, SiteVerdict
+from casekit.model import Case, ReplayRecord, ScriptRole, ScriptSource, Severity, SiteClass, SiteVerdict, Verdict
 
 INDEX_DIR = ".casekit"
 INDEX_FILE = "index.json"
@@ -79,7 +79,7 @@ def digest_of(case: Case, sha256: str) -> CaseDigest:
         ],
         schema_version=case.schema_version,
         break_counts={which: len(observation.sites) for which, observation in case.observations.items()},
-        last_replay=(case.replays[-1].target, case.replays[-1].verdict) if case.replays else None,
+        last_replay=(case.replays[-1].target, str(case.replays[-1].verdict)) if case.replays else None,
         sha256=sha256,
     )
 
@@ -88,6 +88,8 @@ def digest_of(case: Case, sha256: str) -> CaseDigest:
 RECORD_FIELDS = [f.name for f in dataclasses.fields(ReplayRecord)]
 SEVERITIES = {member.value: member for member in Severity}
 SITE_CLASSES = {member.value: member for member in SiteClass}
+VERDICTS = {member.value: member for member in Verdict}
+ROLES = {member.value: member for member in ScriptRole}
 
 
 def _record_row(record: ReplayRecord) -> list[Any]:
@@ -100,14 +102,18 @@ def _record_row(record: ReplayRecord) -> list[Any]:
 
 def _record_from_row(row: list[Any]) -> ReplayRecord:
     record = ReplayRecord(*row)
+    # every enum back to its type, as the bundle loader gives it (a page cache key is made of these)
+    record.verdict = VERDICTS[row[VERDICT_AT]]
     record.severity = SEVERITIES[row[SEVERITY_AT]]
     record.sites = [
-        SiteVerdict(script, SITE_CLASSES[kind], where, category) for script, kind, where, category in row[SITES_AT]
+        SiteVerdict(ROLES[script], SITE_CLASSES[kind], where, category)
+        for script, kind, where, category in row[SITES_AT]
     ]
     return record
 
 
 SEVERITY_AT, SITES_AT = RECORD_FIELDS.index("severity"), RECORD_FIELDS.index("sites")
+VERDICT_AT = RECORD_FIELDS.index("verdict")
 
 
 def _header_json(digest: CaseDigest) -> list[Any]:

@@ -11,6 +11,7 @@ a lost or corrupt page is rendered again.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import zlib
 from collections.abc import Callable
@@ -46,10 +47,11 @@ def page_key(fingerprint: str, summary: CaseSummary) -> str | None:
     """What a case page is a function of: the bundle's bytes, its latest cells, the renderer."""
     if not isinstance(summary.case, CaseDigest) or not summary.case.sha256:
         return None
-    # Cells hold plain values (str, numbers, lists, dicts), so repr is a faithful, cheap key; equal
-    # cells whose dicts were filled in another order only cost a cache miss.
-    cells = [sorted(vars(cell).items()) for _, cell in sorted(summary.cells.items())]
-    return hashlib.sha256(repr([fingerprint, summary.case.sha256, cells]).encode()).hexdigest()[:24]
+    # Cells hold plain values (str, numbers, lists, dicts, string enums). Canonical JSON keys them by
+    # value: an enum and its string, or dicts filled in another order, render the same page.
+    cells = [vars(cell) for _, cell in sorted(summary.cells.items())]
+    canonical = json.dumps([fingerprint, summary.case.sha256, cells], sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:24]
 
 
 class PageCache:
