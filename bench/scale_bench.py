@@ -57,7 +57,8 @@ NAIVE_REPORT = """
 import sys
 from pathlib import Path
 from casekit.archive import Archive
-from casekit.report.formats import get_format, write_files
+from casekit.report.formats import get_format
+from casekit.report.output import write_files
 from casekit.report.summary import summarize
 summary = summarize(Archive(Path(sys.argv[1])).load_all())
 write_files(get_format("html").render(summary), Path(sys.argv[2]))

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from casekit.archive import Archive
-from casekit.report.formats import get_format, write_files
+from casekit.report.formats import get_format
+from casekit.report.output import write_files
 from casekit.report.summary import summarize
 
 ARCHIVE = Path(__file__).parent / "fixtures" / "report" / "archive"

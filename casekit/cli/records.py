@@ -56,7 +56,8 @@ def report(
 ) -> None:
     """Render the archive: latest replay per case x target, case pages, history."""
     from casekit.replay_document import read_replay_document
-    from casekit.report.formats import get_format, write_files
+    from casekit.report.formats import get_format
+    from casekit.report.output import write_files
     from casekit.report.page_cache import write_html_report
     from casekit.report.summary import summarize
 

@@ -1,4 +1,4 @@
-"""The report-format interface, its registry, and writing a rendered report to disk.
+"""The report-format interface and its registry (writing a report: `report.output`).
 
 A format is a pure function of an `ArchiveSummary` to files (relative path ->
 text); adding one is one new module plus a line in `FORMATS`.
@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
 
 from casekit.errors import CasekitError
-from casekit.fsutil import write_atomic
 from casekit.report.summary import ArchiveSummary
 
 
@@ -58,16 +56,3 @@ def get_format(name: str) -> ReportFormat:
     if factory is None:
         raise CasekitError(f"unknown report format {name!r} (choose one of: {', '.join(FORMATS)})")
     return factory()
-
-
-def write_files(files: dict[str, str], out: Path) -> list[Path]:
-    """Write rendered files under `out` (atomically each); paths may not leave it."""
-    written = []
-    for relative, text in sorted(files.items()):
-        pure = PurePosixPath(relative)
-        if pure.is_absolute() or ".." in pure.parts:
-            raise CasekitError(f"report file {relative!r} would leave {out}")
-        path = out.joinpath(*pure.parts)
-        write_atomic(path, text)
-        written.append(path)
-    return written

@@ -2,10 +2,9 @@
 
 A case page needs the whole case (scripts, observations, history), so rendering
 10,000 of them means parsing 10,000 bundles. The page depends only on the bundle's
-bytes, the case's latest cells and the renderer's code, so it is kept, compressed,
-in the archive's `.casekit/pages/` keyed by a hash of exactly those; the time stamp
-every page carries is put back in on the way out. Like the index, it is derived:
-a lost or corrupt page is rendered again.
+bytes, the case's latest cells and the renderer's code (it carries no time stamp),
+so it is kept in the archive's `.casekit/pages/` keyed by a hash of exactly those.
+Like the index, it is derived: a lost or corrupt page is rendered again.
 """
 
 from __future__ import annotations
@@ -20,16 +19,16 @@ from typing import Any, TypeVar
 
 from casekit.archive_index import INDEX_DIR, CaseDigest, parallel_workers, parse_bundle_bytes
 from casekit.bundle import load_case
-from casekit.errors import CasekitError
 from casekit.model import Case
+from casekit.report.output import CasePages, PageWritten, write_files, write_replace
 from casekit.report.summary import ArchiveSummary, CaseSummary
 
 T = TypeVar("T")
+R = TypeVar("R")
 PAGES_DIR = "pages"
-# Stands for the time stamp in a stored page; a page whose own text holds it is never stored.
-GENERATED_MARK = "\x00casekit-generated\x00"
 # Stands for the stylesheet every page inlines (a quarter of a page): stored once, not 10,000 times.
 STYLESHEET_MARK = "\x00casekit-stylesheet\x00"
+STYLESHEET_MARK_BYTES = STYLESHEET_MARK.encode()
 SUFFIX = ".html"
 
 
@@ -58,7 +57,7 @@ class PageCache:
     """Rendered case pages of one archive, one file per case and key.
 
     A stored page is a header line (its length and CRC-32, so a damaged file is
-    a miss, not a wrong page) and the page with both marks in place. Not compressed:
+    a miss, not a wrong page) and the page with the stylesheet's mark in place. Not compressed:
     decompressing 10,000 pages costs more than reading them.
     """
 
@@ -69,6 +68,7 @@ class PageCache:
         self.prefix = os.fspath(self.folder)
         self.fingerprint = renderer_fingerprint()
         self.stylesheet = stylesheet()
+        self.stylesheet_bytes = self.stylesheet.encode("utf-8")
         try:
             names = os.listdir(self.folder)
         except OSError:
@@ -83,18 +83,26 @@ class PageCache:
         return f"{self.prefix}/{case_id}.{key}{SUFFIX}"
 
     def get(self, case_id: str, key: str) -> str | None:
-        """The stored page (with the time-stamp mark), or None."""
+        """The stored page, or None."""
+        body = self.get_bytes(case_id, key)
+        try:
+            return None if body is None else body.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
+    def get_bytes(self, case_id: str, key: str) -> bytes | None:
+        """The stored page as UTF-8 bytes, or None (no decoding, for copying out)."""
         if key not in self.stored.get(case_id, ()):
             return None
         try:
             with open(self._path(case_id, key), "rb") as handle:
                 header, _, body = handle.read().partition(b"\n")
             length, crc = (int(field) for field in header.split(b" ")[1:3])
-            if len(body) != length or zlib.crc32(body) != crc:
-                return None
-            return body.decode("utf-8").replace(STYLESHEET_MARK, self.stylesheet, 1)
-        except (OSError, ValueError, UnicodeDecodeError):
+        except (OSError, ValueError):
             return None
+        if len(body) != length or zlib.crc32(body) != crc:
+            return None
+        return body.replace(STYLESHEET_MARK_BYTES, self.stylesheet_bytes, 1)
 
     def put(self, case_id: str, key: str, page: str) -> None:
         """Store a page (best effort: a cache we cannot write is no cache); drop the case's older pages."""
@@ -103,7 +111,7 @@ class PageCache:
         body = page.replace(self.stylesheet, STYLESHEET_MARK).encode("utf-8")
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            _write_replace(self._path(case_id, key), b"casekit-page %d %d\n" % (len(body), zlib.crc32(body)) + body)
+            write_replace(self._path(case_id, key), b"casekit-page %d %d\n" % (len(body), zlib.crc32(body)) + body)
         except OSError:
             return
         for old in self.stored.get(case_id, set()) - {key}:
@@ -127,7 +135,6 @@ def render_html(summary: ArchiveSummary, archive_root: Path) -> dict[str, str]:
 
     cache = PageCache(archive_root)
     files = {"index.html": index_page(summary)}
-    pages: dict[str, str] = {}
     missing: list[tuple[CaseSummary, str | None]] = []
     for case_summary in summary.cases:
         key = page_key(cache.fingerprint, case_summary)
@@ -135,65 +142,70 @@ def render_html(summary: ArchiveSummary, archive_root: Path) -> dict[str, str]:
         if page is None:
             missing.append((case_summary, key))
         else:
-            pages[case_summary.case.id] = page
+            files[f"cases/{case_summary.case.id}.html"] = page
     rendered = _render_pages(archive_root, [case_summary for case_summary, _ in missing])
     for (case_summary, key), (page, sha256) in zip(missing, rendered, strict=True):
-        pages[case_summary.case.id] = page
-        # store only a page made from the very bytes the key names (not a bundle rewritten since)
-        if key and sha256 == getattr(case_summary.case, "sha256", "") and page.count(GENERATED_MARK) == 1:
-            cache.put(case_summary.case.id, key, page)
-    for case_summary in summary.cases:
-        case_id = case_summary.case.id
-        files[f"cases/{case_id}.html"] = pages[case_id].replace(GENERATED_MARK, summary.generated)
+        files[f"cases/{case_summary.case.id}.html"] = page
+        _store(cache, case_summary, key, page, sha256)
     cache.prune({c.case.id for c in summary.cases})
-    return files
+    return dict(sorted(files.items()))
+
+
+def _store(cache: PageCache, case_summary: CaseSummary, key: str | None, page: str, sha256: str | None) -> None:
+    # only a page made from the very bytes the key names (not from a bundle rewritten since)
+    if key and sha256 == getattr(case_summary.case, "sha256", ""):
+        cache.put(case_summary.case.id, key, page)
 
 
 def write_html_report(summary: ArchiveSummary, archive_root: Path, out: Path) -> int:
     """Write the HTML report into `out` (the files `render_html` gives), using every core; returns the file count.
 
-    Stored pages are copied out by forked workers, a slice each (reading, stamping and
-    writing 10,000 pages is most of a warm report); the others are rendered as in
-    `render_html` and stored for next time.
+    A case page already in `out` and unchanged is left as it is (`report.output.CasePages`).
+    Stored pages are copied out by forked workers, a slice each, while this process
+    renders the index page; the pages not stored are rendered as in `render_html` and
+    stored for next time.
     """
     from casekit.report.html import index_page
 
     cache = PageCache(archive_root)
-    folder = os.fspath(out / "cases")
-    os.makedirs(folder, exist_ok=True)
+    pages = CasePages(out)
     keyed = [(case_summary, page_key(cache.fingerprint, case_summary)) for case_summary in summary.cases]
-    stored = [(c.case.id, key) for c, key in keyed if key and key in cache.stored.get(c.case.id, ())]
+    stale = [(c.case.id, key) for c, key in keyed if not pages.up_to_date(c.case.id, key)]
+    stored = [(case_id, key) for case_id, key in stale if key and key in cache.stored.get(case_id, ())]
 
-    def copy_out(items: list[tuple[str, str]]) -> list[str]:
-        missed = []
+    def copy_out(items: list[tuple[str, str]]) -> list[PageWritten | str]:
+        """Each stored page written out, or the case id where the stored page was lost."""
+        done: list[PageWritten | str] = []
         for case_id, key in items:
-            page = cache.get(case_id, key)
-            if page is None:
-                missed.append(case_id)
-            else:
-                _write_replace(f"{folder}/{case_id}.html", page.replace(GENERATED_MARK, summary.generated).encode())
-        return missed
+            page = cache.get_bytes(case_id, key)
+            done.append(case_id if page is None else pages.write(case_id, key, page))
+        return done
 
-    missed = set(_in_forked_slices(copy_out, stored))
-    hit = {case_id for case_id, _ in stored} - missed
-    missing = [(c, key) for c, key in keyed if c.case.id not in hit]
+    collect = _start_in_forked_slices(copy_out, stored)
+    write_files({"index.html": index_page(summary)}, out)  # meanwhile, here
+    copied = set()
+    for done in collect():
+        if isinstance(done, PageWritten):
+            pages.record(done)
+            copied.add(done.case_id)
+    missing = [(c, key) for c, key in keyed if c.case.id not in copied and c.case.id not in pages.current]
     rendered = _render_pages(archive_root, [c for c, _ in missing])
     for (case_summary, key), (page, sha256) in zip(missing, rendered, strict=True):
-        if key and sha256 == getattr(case_summary.case, "sha256", "") and page.count(GENERATED_MARK) == 1:
-            cache.put(case_summary.case.id, key, page)
-        stamped = page.replace(GENERATED_MARK, summary.generated)
-        _write_replace(f"{folder}/{case_summary.case.id}.html", stamped.encode())
-    write_report_files({"index.html": index_page(summary)}, out)
-    cache.prune({c.case.id for c in summary.cases})
+        _store(cache, case_summary, key, page, sha256)
+        pages.record(pages.write(case_summary.case.id, key, page.encode()))
+    ids = {c.case.id for c in summary.cases}
+    pages.finish(ids)
+    cache.prune(ids)
     return 1 + len(summary.cases)
 
 
-def _in_forked_slices(work: Callable[[list[T]], list[str]], items: list[T]) -> list[str]:
-    """`work` over `items`, split among forked children (they inherit everything, nothing is pickled
-    but the strings they send back); in this process when there are few items or one core."""
+def _start_in_forked_slices(work: Callable[[list[T]], list[R]], items: list[T]) -> Callable[[], list[R]]:
+    """Start `work` over `items`, split among forked children (they inherit everything, nothing is
+    pickled but the answers they send back); returns what collects them. With few items
+    or one core, the work is done here, when collected."""
     workers = parallel_workers(len(items))
     if workers == 1:
-        return work(items)
+        return lambda: work(items)
     import multiprocessing
 
     context = multiprocessing.get_context("fork")
@@ -204,23 +216,27 @@ def _in_forked_slices(work: Callable[[list[T]], list[str]], items: list[T]) -> l
         child.start()
         send.close()
         children.append((child, receive, items[index::workers]))
-    results: list[str] = []
-    for child, receive, share in children:
-        try:
-            results += receive.recv()
-        except EOFError:  # the child died: redo its share here
-            results += work(share)
-        child.join()
-    return results
+
+    def collect() -> list[R]:
+        results: list[R] = []
+        for child, receive, share in children:
+            try:
+                results += receive.recv()
+            except EOFError:  # the child died: redo its share here
+                results += work(share)
+            child.join()
+        return results
+
+    return collect
 
 
-def _send_result(work: Callable[[list[T]], list[str]], items: list[T], send: Any) -> None:
+def _send_result(work: Callable[[list[T]], list[R]], items: list[T], send: Any) -> None:
     send.send(work(items))
     send.close()
 
 
 def _render_pages(archive_root: Path, summaries: list[CaseSummary]) -> list[tuple[str, str | None]]:
-    """Case pages (with the time-stamp mark) and the hash of the bundle each was read from.
+    """Case pages and the hash of the bundle each was read from.
 
     Many pages (a cold cache) are rendered by forked workers, one bundle parse each."""
     jobs = [(archive_root, case_summary) for case_summary in summaries]
@@ -242,7 +258,7 @@ def _render_page(job: tuple[Path, CaseSummary]) -> tuple[str, str | None]:
     sha256 = None
     if isinstance(full, CaseDigest):
         full, sha256 = (full.parsed, full.sha256) if full.parsed else _load_full(archive_root, full.id)
-    return case_page(CaseSummary(full, case_summary.cells), GENERATED_MARK), sha256
+    return case_page(CaseSummary(full, case_summary.cells)), sha256
 
 
 def _load_full(archive_root: Path, case_id: str) -> tuple[Case, str]:
@@ -252,40 +268,3 @@ def _load_full(archive_root: Path, case_id: str) -> tuple[Case, str]:
     except OSError:
         return load_case(path), ""  # raises the bundle's own error
     return parse_bundle_bytes(raw, path), hashlib.sha256(raw).hexdigest()
-
-
-def _write_replace(path: str, data: bytes) -> None:
-    """Atomic (temp file + rename) but not fsynced: a report and a cache can be regenerated,
-    and 10,000 fsyncs would cost more than rendering. The temp name is the writer's pid:
-    unique among concurrent writers, and cheaper than mkstemp's random names."""
-    folder, _, name = path.rpartition("/")
-    tmp = f"{folder}/.{name}.{os.getpid()}.tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # the umask applies
-        try:
-            view = memoryview(data)
-            while view:  # os.write may write less than asked
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_report_files(files: dict[str, str], out: Path) -> list[Path]:
-    """Write rendered files under `out`, each atomically; paths may not leave it."""
-    written = []
-    made: set[str] = set()
-    for relative, text in sorted(files.items()):
-        parts = relative.split("/")
-        if relative.startswith("/") or ".." in parts or "" in parts:
-            raise CasekitError(f"report file {relative!r} would leave {out}")
-        folder = "/".join([os.fspath(out), *parts[:-1]])
-        if folder not in made:
-            os.makedirs(folder, exist_ok=True)
-            made.add(folder)
-        _write_replace(f"{folder}/{parts[-1]}", text.encode("utf-8"))
-        written.append(out / relative)
-    return written
