@@ -314,3 +314,130 @@ def test_docker_default_follows_the_containers_cpu_limit(tmp_path: Path) -> None
     assert marks["1"] == {"serial"}  # --cpus=1: the cgroup quota leaves one core, one run at a time
     expected = "parallel:2" if (os.cpu_count() or 1) >= 2 else "serial"
     assert marks["2"] == {expected}
+
+
+# ------------------------------------------------------------ eager runs while Dynamo loads
+
+
+def run_batch_kept(jobs: list[ProbeJob], parallel: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, dict[str, Any]]:
+    """The batch and the probe's env.json record (the batch folder is kept, then removed here)."""
+    import json
+    import shutil
+
+    monkeypatch.setenv("CASEKIT_KEEP_BATCH", "1")
+    lines: list[str] = []
+    runner = make_runner(TargetSpec(runner="python"))
+    runner.scheduling = ProbeScheduling(parallel_runs=parallel)
+    batch = runner.run_probe(jobs, lines.append)
+    kept = Path(next(line for line in lines if line.startswith("batch kept at ")).split()[3])
+    try:
+        return batch, json.loads((kept / "out" / "env.json").read_text())
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
+
+
+ENTRY = """
+import torch{extra}
+@torch.compile(backend="eager")
+def f(x):
+    return (x * {i}).sin()
+print("job {i}", f(torch.ones(3)).sum().item())
+"""
+
+
+@pytest.mark.slow
+def test_eager_runs_made_while_dynamo_loads_give_the_results_of_one_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # one script imports Dynamo itself: in the early worker it pays that import, and must still agree
+    jobs = [
+        ProbeJob(
+            id=f"e{i}",
+            script=write(tmp_path, f"e{i}.py", ENTRY.format(i=i, extra="\nimport torch._dynamo" if i == 1 else "")),
+            timeout=120,
+        )
+        for i in range(8)
+    ]
+    serial, serial_record = run_batch_kept(jobs, 1, monkeypatch)
+    parallel, parallel_record = run_batch_kept(jobs, 2, monkeypatch)
+    assert serial_record["eager_runs_ahead"] == 0  # one at a time there is no idle core to use
+    assert parallel_record["eager_runs_ahead"] >= 1, parallel_record
+    assert serial.failed == parallel.failed == {}
+
+    def seen(batch: Any) -> dict[str, Any]:
+        return {
+            job: {
+                mode: (run["status"], run["stdout_tail"], [c["comparison"] for c in run["calls"]])
+                for mode, run in raw["runs"].items()
+            }
+            for job, raw in batch.results.items()
+        }
+
+    assert seen(parallel) == seen(serial)
+    for raw in parallel.results.values():  # the compiled run still compared against its own eager run
+        calls = raw["runs"]["compiled"]["calls"]
+        assert calls and all(call["comparison"]["allclose"] for call in calls), raw
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trouble", ["kills its worker", "hangs"])
+def test_trouble_in_an_early_eager_run_costs_only_its_own_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trouble: str
+) -> None:
+    bad = (
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+        if trouble == "kills its worker"
+        else "import time\ntime.sleep(600)\n"
+    )
+    token = uuid.uuid4().hex
+    monkeypatch.setenv("CASEKIT_TEST_TOKEN", token)  # inherited by every process of the batch: found on the host after
+    jobs = [ProbeJob(id="bad", script=write(tmp_path, "bad.py", bad), timeout=8)]
+    jobs += [
+        ProbeJob(id=f"ok{i}", script=write(tmp_path, f"ok{i}.py", ENTRY.format(i=i, extra="")), timeout=120)
+        for i in range(3)
+    ]
+    batch, record = run_batch_kept(jobs, 2, monkeypatch)
+    for i in range(3):
+        runs = batch.results[f"ok{i}"]["runs"]
+        assert runs["eager"]["status"] == runs["compiled"]["status"] == "ok", runs
+        assert f"job {i}" in runs["compiled"]["stdout_tail"]
+    if trouble == "hangs":  # made again in the pool, where its timeout is declared
+        assert batch.results["bad"]["runs"]["eager"]["status"] == "timeout"
+    else:  # the early worker died with it; in the pool it kills its job's worker: that job alone fails
+        assert "bad" in batch.failed and "killed by signal 9" in batch.failed["bad"], batch.failed
+    assert wait_unmarked(token, within=5) == []
+
+
+# ------------------------------------------------------------ fast forks
+
+
+def test_the_fast_fork_tunable_is_added_and_a_users_own_setting_wins() -> None:
+    from casekit.runners.process import FAST_FORK_TUNABLE, with_fast_fork
+
+    assert with_fast_fork(None) == with_fast_fork("") == FAST_FORK_TUNABLE
+    assert with_fast_fork("glibc.malloc.arena_max=2") == f"glibc.malloc.arena_max=2:{FAST_FORK_TUNABLE}"
+    assert with_fast_fork("glibc.malloc.hugetlb=0:glibc.malloc.arena_max=2") == (
+        "glibc.malloc.hugetlb=0:glibc.malloc.arena_max=2"
+    )
+
+
+HUGE_PAGES = """
+import os
+print("tunables", os.environ.get("GLIBC_TUNABLES"))
+for line in open("/proc/self/smaps_rollup"):
+    if line.startswith("AnonHugePages:"):
+        print("anon huge kB", line.split()[1])
+"""
+
+
+@pytest.mark.slow
+def test_runs_are_forked_from_a_heap_on_huge_pages(tmp_path: Path) -> None:
+    """What makes a run's fork cheap: the probe's heap on transparent huge pages (where the host has them)."""
+    job = ProbeJob(id="huge", script=write(tmp_path, "huge.py", HUGE_PAGES), modes=("eager",), timeout=120)
+    run = run_batch([job], parallel=1).results["huge"]["runs"]["eager"]
+    assert run["status"] == "ok"
+    assert "tunables glibc.malloc.hugetlb=1" in run["stdout_tail"]
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if thp.exists() and "[never]" not in thp.read_text():
+        huge_kb = int(run["stdout_tail"].split("anon huge kB ")[1].split()[0])
+        assert huge_kb > 10_000, run["stdout_tail"]  # torch's heap: ~100 MB of it here

@@ -34,7 +34,7 @@ from casekit.errors import DockerUnavailable, RunnerError
 from casekit.runners.batch import lay_out_batch, read_batch
 from casekit.runners.docker import images
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
-from casekit.runners.process import overall_timeout
+from casekit.runners.process import FAST_FORK_TUNABLE, overall_timeout
 
 if TYPE_CHECKING:
     import docker
@@ -191,6 +191,7 @@ class DockerRunner(Runner):
                 "XDG_CACHE_HOME": "/tmp/.cache",
                 "PYTHONDONTWRITEBYTECODE": "1",
                 "PYTHONUNBUFFERED": "1",
+                "GLIBC_TUNABLES": FAST_FORK_TUNABLE,
             },
             "mounts": mounts,
             "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={options['tmpfs']},mode=1777"},
