@@ -13,7 +13,8 @@ under distinct ids, same scripts), each measured in this one run:
   the probe in the --jobs 1 pass (what running every script one by one cannot beat).
 - parallel floor: one torch import + that sum / cores.
 
-Every mode must give the same verdicts (exit status 1 otherwise). The CPU
+`--jobs 1` and the default run in alternating pairs (--repeats, default 3) and
+each reports its median. Every mode must give the same verdicts (exit status 1 otherwise). The CPU
 seconds each mode used (all its processes, sampled from /proc; and the runs'
 own CPU as the probe measured it) and the load average around it are printed
 too: on a shared machine, wall times alone mislead. --json FILE keeps the figures.
@@ -184,16 +185,27 @@ def copied_archive(cases: list[Case], copies: int, folder: Path) -> list[Case]:
     return archive.load_all()
 
 
-def bench_archive(spec: TargetSpec, cases: list[Case], one_import: float, cores: int, naive: bool) -> dict[str, Any]:
-    """Every mode on one archive; the figures, printed and returned."""
+def median_run(runs: list[Measured]) -> Measured:
+    return sorted(runs, key=lambda m: m.seconds)[len(runs) // 2]
+
+
+def bench_archive(
+    spec: TargetSpec, cases: list[Case], one_import: float, cores: int, naive: bool, repeats: int = 1
+) -> dict[str, Any]:
+    """Every mode on one archive; the figures, printed and returned.
+
+    `--jobs 1` and the default run in alternating pairs, `repeats` times, and each mode's
+    median run is reported: a shared machine drifts, and a pair taken side by side drifts together."""
     modes: dict[str, Measured] = {}
     if naive:
         modes["naive"] = measure(spec, cases, lambda s: OneProcessPerScript(make_runner(s)), None)
-    modes["jobs_1"] = measure(spec, cases, make_runner, 1)
-    modes["jobs_default"] = measure(spec, cases, make_runner, None)
+    pairs = [(measure(spec, cases, make_runner, 1), measure(spec, cases, make_runner, None)) for _ in range(repeats)]
+    modes["jobs_1"] = median_run([one for one, _ in pairs])
+    modes["jobs_default"] = median_run([default for _, default in pairs])
     runs_s = modes["jobs_1"].sum_of_runs_s  # measured one at a time: no contention inside the probe
     serial_floor, parallel_floor = one_import + runs_s, one_import + runs_s / cores
-    verdicts = {m.verdicts == modes["jobs_1"].verdicts for m in modes.values()}
+    every_run = list(modes.values()) + [m for pair in pairs for m in pair]
+    verdicts = {m.verdicts == modes["jobs_1"].verdicts for m in every_run}
     figures: dict[str, Any] = {
         "cases": len(cases),
         "scripts": sum(1 + (case.post is not None) for case in cases),
@@ -215,6 +227,16 @@ def bench_archive(spec: TargetSpec, cases: list[Case], one_import: float, cores:
         print(
             f"  {name:<13} {m.seconds:7.1f} s wall  {m.cpu_s:6.1f} s CPU (runs: {m.sum_of_runs_s:5.1f} s wall, "
             f"{m.run_cpu_s:5.1f} s CPU)  load {m.load[0]:.1f} -> {m.load[1]:.1f}"
+        )
+    if repeats > 1:
+        figures["pairs"] = [[round(one.seconds, 2), round(default.seconds, 2)] for one, default in pairs]
+        print(
+            f"  {repeats} pairs (--jobs 1, default): "
+            + ", ".join(
+                f"{one.seconds:.1f}/{default.seconds:.1f} s = {one.seconds / default.seconds:.2f}x"
+                for one, default in pairs
+            )
+            + "; medians above"
         )
     print(f"  serial floor  {serial_floor:7.1f} s  (1 import {one_import:.1f} s + runs {runs_s:.1f} s)")
     print(f"  parallel floor{parallel_floor:7.1f} s  (1 import + runs / {cores} cores)")
@@ -238,6 +260,7 @@ def main() -> int:
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--copies", type=int, default=4, help="the larger archive: the cases copied this many times")
     parser.add_argument("--naive-large", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--repeats", type=int, default=3, help="alternating --jobs 1 / default pairs; medians reported")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     cases = Archive(Path(args.archive)).load_all()
@@ -247,10 +270,10 @@ def main() -> int:
     print(f"python {args.python}; {cores} core(s) available; one torch import {one_import:.1f} s")
     print(f"load average now: {' '.join(f'{x:.1f}' for x in os.getloadavg())} (a shared machine inflates wall times)")
     figures: dict[str, Any] = {"cores": cores, "one_import_s": round(one_import, 2)}
-    figures["starter"] = bench_archive(spec, cases, one_import, cores, naive=True)
+    figures["starter"] = bench_archive(spec, cases, one_import, cores, naive=True, repeats=args.repeats)
     with tempfile.TemporaryDirectory(prefix="casekit-bench-") as folder:
         large = copied_archive(cases, args.copies, Path(folder))
-        figures["large"] = bench_archive(spec, large, one_import, cores, naive=args.naive_large)
+        figures["large"] = bench_archive(spec, large, one_import, cores, naive=args.naive_large, repeats=args.repeats)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
     return 0 if figures["starter"]["same_verdicts"] and figures["large"]["same_verdicts"] else 1
