@@ -1436,13 +1436,58 @@ def close_pipe_fds(keep=()):
     _PIPE_FDS[:] = [fd for fd in _PIPE_FDS if fd in keep]
 
 
+def fork_worker(body):
+    """Fork a worker that runs `body(inbox, outbox)` (the read end of a pipe from the probe, the write
+    end of one to it), then kills whatever it left behind and exits. Returns (pid, the probe's end
+    to write to it, the probe's end to read from it).
+
+    A worker is a child subreaper: a run's double-fork daemon is reparented to it, and
+    is killed when that run ends; and it dies with the probe (PR_SET_PDEATHSIG).
+    """
+    inbox, to_worker = os.pipe()
+    from_worker, outbox = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid != 0:
+        os.close(inbox)
+        os.close(outbox)
+        _PIPE_FDS.extend([to_worker, from_worker])
+        return pid, to_worker, from_worker
+    code = 0
+    try:
+        close_pipe_fds(keep=(inbox, outbox))
+        os.close(to_worker)
+        os.close(from_worker)
+        _PIPE_FDS[:] = [inbox, outbox]
+        try:
+            _ctypes, libc = _libc()
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the probe killed: its workers go too
+        except (OSError, AttributeError):
+            pass
+        body(inbox, outbox)
+    except BaseException:
+        code = 70
+        try:
+            traceback.print_exc()
+        except BaseException:
+            pass
+    finally:
+        try:
+            kill_descendants()
+        finally:
+            os._exit(code)
+    return pid, to_worker, from_worker  # not reached
+
+
 class WorkerPool:
     """Up to `parallel` workers, forked once from the warm probe, each running one job at a time.
 
-    A worker is a child subreaper: a run's double-fork daemon is reparented to the
-    worker that ran it and is killed when that run ends, never touching the jobs
-    running beside it. Workers are kept from job to job (forking and tearing down a
-    process that holds torch costs ~17 ms, once per worker rather than once per job).
+    A run's double-fork daemon is reparented to the worker that ran it (see fork_worker)
+    and is killed when that run ends, never touching the jobs running beside it.
+    Workers are kept from job to job: forking and tearing down a process that holds
+    torch costs 7-17 ms, paid once per worker rather than once per job.
     A worker that dies (a script killed it) or overruns loses only the job it held: a
     record of why is written for it, and a new worker takes the jobs still waiting.
     """
@@ -1481,50 +1526,18 @@ class WorkerPool:
                     _wait_quietly(worker[0])
 
     def _start(self):
-        task_read, task_write = os.pipe()
-        done_read, done_write = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            close_pipe_fds(keep=(task_read, done_write))
-            os.close(task_write)
-            os.close(done_read)
-            _PIPE_FDS[:] = [task_read, done_write]
-            self._serve(task_read, done_write)  # never returns
-        os.close(task_read)
-        os.close(done_write)
-        _PIPE_FDS.extend([task_write, done_read])
-        return [pid, task_write, done_read, None, None]
+        pid, tasks, done = fork_worker(self._serve)
+        return [pid, tasks, done, None, None]
 
     def _serve(self, tasks, done):
         """The worker: a job index per line until the probe closes the pipe."""
-        code = 0
-        try:
-            try:
-                _ctypes, libc = _libc()
-                libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-                libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the probe killed: its workers go too
-            except (OSError, AttributeError):
-                pass
-            for line in _lines(tasks):
-                job = self.jobs[int(line)]
-                result = run_job(self.torch, job, self.runs_dir, self.isolation, self.eager_ahead.get(job["id"]))
-                result["timing_load"] = f"parallel:{self.parallel}"
-                write_json_atomic(result_path(self.out_dir, job), result)
-                kill_descendants()
-                os.write(done, line + b"\n")
-        except BaseException:
-            code = 70
-            try:
-                traceback.print_exc()
-            except BaseException:
-                pass
-        finally:
-            try:
-                kill_descendants()
-            finally:
-                os._exit(code)
+        for line in _lines(tasks):
+            job = self.jobs[int(line)]
+            result = run_job(self.torch, job, self.runs_dir, self.isolation, self.eager_ahead.get(job["id"]))
+            result["timing_load"] = f"parallel:{self.parallel}"
+            write_json_atomic(result_path(self.out_dir, job), result)
+            kill_descendants()
+            os.write(done, line + b"\n")
 
     def _wait(self):
         """Until a worker reports (or dies), or the nearest deadline; then deal with what happened."""
@@ -1610,51 +1623,20 @@ class EagerAhead:
         self.pid = None
 
     def start(self, torch):
-        stop_read, self.stop = os.pipe()
-        self.done, done_write = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self.pid = os.fork()
-        if self.pid == 0:
-            close_pipe_fds(keep=(stop_read, done_write))
-            os.close(self.stop)
-            os.close(self.done)
-            _PIPE_FDS[:] = [stop_read, done_write]
-            self._serve(torch, stop_read, done_write)  # never returns
-        os.close(stop_read)
-        os.close(done_write)
-        _PIPE_FDS.extend([self.stop, self.done])
+        self.pid, self.stop, self.done = fork_worker(lambda stop, done: self._serve(torch, stop, done))
 
     def _serve(self, torch, stop, done):
-        try:
-            try:
-                _ctypes, libc = _libc()
-                libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-                libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            except (OSError, AttributeError):
-                pass
-            told = select.poll()
-            told.register(stop, select.POLLIN | select.POLLHUP)
-            for index, job in enumerate(self.jobs):
-                if told.poll(0):  # the warm-up is done: the pool takes it from here
-                    break
-                if "eager" not in job_modes(job):
-                    continue
-                observation = run_one(
-                    torch, job, "eager", self.runs_dir, float(job.get("timeout", 300)), self.isolation
-                )
-                write_json_atomic(os.path.join(self.runs_dir, "{}.{}".format(job["id"], EAGER_AHEAD)), observation)
-                os.write(done, b"%d\n" % index)
-        except BaseException:
-            try:
-                traceback.print_exc()
-            except BaseException:
-                pass
-        finally:
-            try:
-                kill_descendants()
-            finally:
-                os._exit(0)
+        told = select.poll()
+        told.register(stop, select.POLLIN | select.POLLHUP)
+        for index, job in enumerate(self.jobs):
+            if told.poll(0):  # the warm-up is done: the pool takes it from here
+                return
+            if "eager" not in job_modes(job):
+                continue
+            timeout = float(job.get("timeout", 300))
+            observation = run_one(torch, job, "eager", self.runs_dir, timeout, self.isolation)
+            write_json_atomic(os.path.join(self.runs_dir, "{}.{}".format(job["id"], EAGER_AHEAD)), observation)
+            os.write(done, b"%d\n" % index)
 
     def finish(self):
         """Stop the worker; job id -> the eager runs it made."""
@@ -1662,8 +1644,10 @@ class EagerAhead:
             return {}
         os.close(self.stop)
         wait_for_exit([self.pid], time.monotonic() + self.GRACE_S)
-        _kill_tree(self.pid)
-        _wait_quietly(self.pid)
+        # The worker and everything below it, orphans included (a worker that died left its run's
+        # processes to the probe). Nothing else runs yet: the workers are forked after this.
+        kill_descendants()
+        _reap()  # the worker, if it ended by itself (kill_descendants leaves zombies alone)
         finished = [int(line) for line in _lines(self.done) if line.isdigit()]
         os.close(self.done)
         _PIPE_FDS[:] = [fd for fd in _PIPE_FDS if fd not in (self.stop, self.done)]

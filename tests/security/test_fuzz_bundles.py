@@ -88,8 +88,11 @@ def mutants(draw: st.DrawFn) -> str:
         if action == "add-unknown" and isinstance(data, dict):
             data[draw(st.text(min_size=1, max_size=8))] = draw(value)
         elif action == "script":  # edit a script's name or source and keep its hash right: the deep checks run
-            which = draw(st.sampled_from([w for w in ("pre", "post") if w in data.get("scripts", {})] or ["pre"]))
-            script = data.setdefault("scripts", {}).setdefault(which, {})
+            scripts = data.get("scripts")
+            if not isinstance(scripts, dict):  # an earlier mutation made it something else: make it a table again
+                scripts = data["scripts"] = {}
+            which = draw(st.sampled_from([w for w in ("pre", "post") if w in scripts] or ["pre"]))
+            script = scripts.setdefault(which, {})
             if isinstance(script, dict):
                 script[draw(st.sampled_from(["name", "source"]))] = draw(hostile_text)
                 if isinstance(script.get("source"), str):
