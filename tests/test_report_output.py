@@ -78,7 +78,9 @@ def test_changed_added_and_deleted_cases_rewrite_only_their_pages(archive: Archi
     assert pages_of(out) == expected_pages(archive, out)
 
 
-@pytest.mark.parametrize("damage", ["edited", "deleted", "replaced by a link", "listing garbage", "listing foreign"])
+@pytest.mark.parametrize(
+    "damage", ["edited", "deleted", "replaced by a link", "listing garbage", "listing foreign", "listing a fifo"]
+)
 def test_a_page_or_listing_changed_by_hand_is_written_again(archive: Archive, tmp_path: Path, damage: str) -> None:
     out = tmp_path / "report"
     report(archive, out)
@@ -95,6 +97,9 @@ def test_a_page_or_listing_changed_by_hand_is_written_again(archive: Archive, tm
         page.symlink_to(elsewhere)
     elif damage == "listing garbage":
         listing.write_bytes(b"\x00{not json")
+    elif damage == "listing a fifo":  # opening it to read must not hang the report
+        listing.unlink()
+        os.mkfifo(listing)
     else:  # a listing naming files outside the folder, and a link for the listing itself
         listing.unlink()
         foreign = tmp_path / "foreign.json"

@@ -29,22 +29,17 @@ def write_replace(path: str, data: bytes) -> None:
     folder, _, name = path.rpartition("/")
     tmp = f"{folder}/.{name}.{os.getpid()}.tmp"
     try:
-        _write_new(tmp, data, exclusive=False)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # the umask applies
+        try:
+            view = memoryview(data)
+            while view:  # os.write may write less than asked
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def _write_new(path: str, data: bytes, exclusive: bool) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
-    fd = os.open(path, flags, 0o666)  # the umask applies
-    try:
-        view = memoryview(data)
-        while view:  # os.write may write less than asked
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
 
 
 def write_files(files: dict[str, str], out: Path) -> list[Path]:
@@ -128,7 +123,10 @@ class PageWritten:
 def _read_listing(path: str) -> dict[str, list[Any]]:
     """The pages a previous report wrote here; nothing when the list is missing, damaged or foreign."""
     try:
+        # not through a link, and not a FIFO or a device (opened without blocking, then checked)
         with open(path, "rb", opener=_no_follow) as handle:
+            if not S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return {}
             data = json.loads(handle.read(MAX_LISTING_BYTES + 1))
     except (OSError, ValueError):
         return {}
@@ -146,4 +144,4 @@ def _read_listing(path: str) -> dict[str, list[Any]]:
 
 
 def _no_follow(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW)
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
