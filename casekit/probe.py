@@ -49,7 +49,7 @@ RUN_RESULT, RUN_STDOUT, RUN_STDERR, EAGER_OUTPUTS = (
 MAX_RUN_RESULT_BYTES = 64 * 1024 * 1024
 WAIT_FALLBACK_S = 0.005  # how long to sleep between checks where a child's exit cannot be waited for
 RUN_MODES = ("eager", "compiled", "fullgraph", "rollback")  # rollback: compiled with fullgraph=False forced
-EAGER_AHEAD = "eager-run.json"  # an eager run made while the probe warmed up (runs_dir/<job>.eager-run.json)
+EAGER_AHEAD = "eager-run.json"  # an eager run made while Dynamo loaded (runs_dir/<job>.eager-run.json)
 
 
 # --------------------------------------------------------------------------- io
@@ -1049,8 +1049,8 @@ def wait_for_exit(pids, until):
 
     Wakes the moment a child exits (a pidfd per child, Linux 5.3+ and Python 3.9+),
     so a 50 ms run is not rounded up to the next tick of a polling loop; where pidfds
-    are missing (older kernels, some seccomp profiles) it sleeps a short, growing
-    while instead. The caller reaps with waitpid: this only waits.
+    are missing (older kernels, some seccomp profiles) it sleeps WAIT_FALLBACK_S
+    instead. The caller reaps with waitpid: this only waits.
     """
     fds = []
     try:
@@ -1523,6 +1523,8 @@ class WorkerPool:
             for worker in self.idle + list(self.busy.values()):
                 if worker[0] not in self.ended:
                     wait_for_exit([worker[0]], time.monotonic() + 2.0)
+                    if _still_running(worker[0]):  # busy when something went wrong here: stop it
+                        _kill_tree(worker[0])
                     _wait_quietly(worker[0])
 
     def _start(self):
@@ -1680,6 +1682,14 @@ def _read_reply(fd):
         return int(data.split(b"\n", 1)[0]) if data else None
     except (OSError, ValueError):
         return None
+
+
+def _still_running(pid):
+    """True while the child `pid` has not ended (it is reaped here if it has)."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == 0
+    except ChildProcessError:
+        return False
 
 
 def _wait_quietly(pid):
