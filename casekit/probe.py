@@ -1034,14 +1034,17 @@ def kill_descendants(rounds=50):
         time.sleep(0.005)
 
 
-def _reap():
+def _reap(statuses=None):
+    """Reap every ended child; `statuses` (pid -> wait status) keeps how each ended."""
     while True:
         try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        if statuses is not None:
+            statuses[pid] = status
 
 
 def wait_for_exit(pids, until):
@@ -1564,14 +1567,7 @@ class WorkerPool:
 
     def _reap(self):
         """Reap every ended child: workers (their status kept) and orphans reparented to the probe."""
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            self.ended[pid] = status
+        _reap(self.ended)
 
     def _end_of(self, pid):
         """How a worker ended (waiting for it: its pipe can end a moment before it does)."""
