@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,27 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "scripts"
 FIXTURES = ROOT / "tests" / "fixtures"
 STARTER = ROOT / "examples" / "starter"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt in the main thread, as in a terminal.
+
+    pytest started as a background job of a script inherits SIGINT ignored, and Python keeps
+    it ignored: a test of what Ctrl-C does must not depend on how the test run was started."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def as_from_a_terminal() -> None:
+    """preexec_fn: the child starts with the stop signals at their defaults, as a terminal starts it
+    (not ignored, as a background job of a script or nohup would leave them)."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def run_casekit(

@@ -268,6 +268,7 @@ def test_wall_clock_limit_kills_and_removes_the_container(engine: Any, replay_im
     assert containers_of_run(engine, runner.last_run_id) == []
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_ctrl_c_removes_the_container(engine: Any, replay_image: Any, tmp_path: Path) -> None:
     script = write_script(tmp_path, "sleeper.py", SLEEPER)
     runner = DockerRunner(torch_spec(), client=engine)

@@ -196,6 +196,7 @@ def test_overall_timeout_kills_the_probe_and_reports_unfinished_jobs(tmp_path: P
     assert not any(path.exists() for path in batch_dirs)
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_ctrl_c_kills_the_probe_and_the_running_script(
     tmp_path: Path, batch_dirs: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -278,7 +278,10 @@ STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 def install_stop_handlers() -> None:
     """SIGINT/SIGTERM/SIGHUP: every target's wait loop stops (killing its probe, removing its folder),
-    and the main thread unwinds with `Stopped`, so bundles are left untouched or complete."""
+    and the main thread unwinds with `Stopped`, so bundles are left untouched or complete.
+
+    A signal that whoever started casekit set to be ignored stays ignored: `nohup casekit replay`
+    must outlive the terminal, and a script's background job must not stop on the script's Ctrl-C."""
 
     def stop(signum: int, _frame: object) -> None:
         if STOPPING.is_set():  # already stopping: a second signal must not cut the cleanup short
@@ -288,8 +291,9 @@ def install_stop_handlers() -> None:
         raise Stopped(signum)
 
     for name in STOP_SIGNALS:
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), stop)
+        signum = getattr(signal, name, None)
+        if signum is not None and signal.getsignal(signum) != signal.SIG_IGN:
+            signal.signal(signum, stop)
 
 
 def sweep_stale_batches(root: Path | None = None) -> list[Path]:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,9 @@ from casekit.archive import Archive
 from casekit.bundle import load_case
 from casekit.runners.process import sweep_stale_batches
 
-from ..conftest import ROOT
+from ..conftest import ROOT, as_from_a_terminal
 from .conftest import requires_sandbox
-from .procs import wait_unmarked
+from .procs import marked_processes, wait_unmarked
 
 TRIALS = int(os.environ.get("CASEKIT_SIGNAL_TRIALS", "10"))
 SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL]
@@ -34,7 +35,9 @@ SECOND_PYTHON = str(Path(sys.executable).with_name(f"python{sys.version_info.maj
 pytestmark = requires_sandbox
 
 
-def start_casekit(archive: Path, tmpdir: Path, token: str, command: str) -> subprocess.Popen[str]:
+def start_casekit(
+    archive: Path, tmpdir: Path, token: str, command: str, signals_at_start: Callable[[], None] = as_from_a_terminal
+) -> subprocess.Popen[str]:
     env = {**os.environ, "TMPDIR": str(tmpdir), "CASEKIT_TEST_TOKEN": token, "PYTHONPATH": str(ROOT)}
     if command == "capture":
         args = ["capture", str(ROOT / "examples" / CAPTURED), "--id", "captured", "--archive", str(archive)]
@@ -46,7 +49,40 @@ def start_casekit(archive: Path, tmpdir: Path, token: str, command: str) -> subp
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=signals_at_start,
     )
+
+
+def as_under_nohup() -> None:
+    as_from_a_terminal()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+def test_a_hang_up_ignored_at_start_stays_ignored(tmp_path: Path) -> None:
+    """`nohup casekit replay ... &`: the terminal closing does not stop the replay; it finishes whole."""
+    archive, tmpdir = tmp_path / "cases", tmp_path / "tmp"
+    archive.mkdir()
+    tmpdir.mkdir()
+    shutil.copy(ROOT / "cases" / "item-branch.toml", archive)
+    token = f"casekit-nohup-{uuid.uuid4().hex}"
+    process = start_casekit(archive, tmpdir, token, "replay", signals_at_start=as_under_nohup)
+    deadline = time.monotonic() + 120
+    while not any(b"probe.py" in _cmdline(pid) for pid in marked_processes(token)):  # a probe runs
+        assert process.poll() is None and time.monotonic() < deadline, "no probe started"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGHUP)
+    stdout, stderr = process.communicate(timeout=300)
+    assert "stopped by" not in stderr
+    assert process.returncode in (0, 1), stderr  # the verdicts' exit status: the replay ran to its end
+    assert "item-branch" in stdout  # its verdict line
+    assert list(tmpdir.iterdir()) == []
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def bundles_whole(archive: Path, originals: dict[str, str]) -> None:
