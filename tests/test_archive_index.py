@@ -221,15 +221,19 @@ def test_a_file_whose_id_differs_from_its_name_is_an_error(archive: Archive) -> 
         archive.summaries()
 
 
-def test_many_stale_bundles_are_parsed_by_workers_with_the_same_result(tmp_path: Path) -> None:
-    root = tmp_path / "big"
+def big_archive(root: Path) -> Archive:
+    """More bundles than the index parses alone: the fixture cases copied under new ids."""
     root.mkdir()
     templates = Archive(FIXTURES / "archive").load_all()
     for number in range(archive_index.PARALLEL_FROM + 12):
         case = copy.deepcopy(templates[number % len(templates)])
         case.id = f"{case.id}-{number:03d}"
         save_case(case, root / f"{case.id}.toml")
-    store = Archive(root)
+    return Archive(root)
+
+
+def test_many_stale_bundles_are_parsed_by_workers_with_the_same_result(tmp_path: Path) -> None:
+    store = big_archive(tmp_path / "big")
     started = time.perf_counter()
     digests = store.summaries()
     assert time.perf_counter() - started < 60  # a loose bound: about 60 parses
@@ -402,17 +406,10 @@ def test_a_warm_index_of_hundreds_of_bundles_is_quick(tmp_path: Path) -> None:
 
 
 def test_a_big_report_written_by_workers_equals_the_full_render(tmp_path: Path) -> None:
-    root = tmp_path / "big"
-    root.mkdir()
-    templates = Archive(FIXTURES / "archive").load_all()
-    for number in range(archive_index.PARALLEL_FROM + 12):
-        case = copy.deepcopy(templates[number % len(templates)])
-        case.id = f"{case.id}-{number:03d}"
-        save_case(case, root / f"{case.id}.toml")
-    store = Archive(root)
+    store = big_archive(tmp_path / "big")
     expected = get_format("html").render(summarize(store.load_all(), now=NOW))
     for run in ("cold", "warm"):
         out = tmp_path / run
-        count = write_html_report(summarize(store.summaries(keep_cases=True), now=NOW), root, out)
+        count = write_html_report(summarize(store.summaries(keep_cases=True), now=NOW), store.root, out)
         written = {str(p.relative_to(out)): p.read_text() for p in out.rglob("*.html")}
         assert count == len(written) and written == expected, run

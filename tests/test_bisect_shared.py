@@ -191,7 +191,9 @@ def test_build_ahead_keeps_disk_free_and_survives_failures() -> None:
     assert full.stats.skipped_for_disk == ["a"] and failing.stats.failed == ["x"]
 
 
-def test_shared_bisection_builds_the_next_candidates_ahead(tmp_path: Path) -> None:
+def preparing_seams() -> tuple[list[str], PerCaseReplay, ReleaseSeams]:
+    """Seams whose runners record each release they prepare, and whose runs take a while:
+    (releases prepared, in order; the replay; the seams)."""
     prepared: list[str] = []
 
     class Preparing:
@@ -207,10 +209,15 @@ def test_shared_bisection_builds_the_next_candidates_ahead(tmp_path: Path) -> No
         time.sleep(0.3)  # a release's run: time for the builder to start the next one
         return fake(*args)
 
+    return prepared, fake, ReleaseSeams(run_target=slow_replay, make_runner=Preparing)  # type: ignore[arg-type]
+
+
+def test_shared_bisection_builds_the_next_candidates_ahead(tmp_path: Path) -> None:
+    prepared, fake, seams = preparing_seams()
     shared = bisect_releases_many(
         [case_named(n) for n in HISTORIES],
         config(tmp_path, runner="venv"),
-        ReleaseSeams(run_target=slow_replay, make_runner=Preparing),  # type: ignore[arg-type]
+        seams,
         Ahead(limit=2, min_free_gib=0, ends_together=False),
     )
     evaluated = {version for version, _ in fake.calls}
@@ -286,23 +293,8 @@ def test_the_bad_end_is_probed_beside_the_good_end(tmp_path: Path) -> None:
 def test_a_single_bisection_builds_both_halves_of_the_next_split_ahead(tmp_path: Path) -> None:
     from casekit.bisect.ahead import Ahead as AheadOptions
 
-    prepared: list[str] = []
-
-    class Preparing:
-        def __init__(self, spec: TargetSpec) -> None:
-            self.spec = spec
-
-        def prepare(self, progress: ProgressFn) -> None:
-            prepared.append(self.spec.torch or "?")
-
-    fake = PerCaseReplay(HISTORIES)
-
-    def slow_replay(*args):  # type: ignore[no-untyped-def]
-        time.sleep(0.3)
-        return fake(*args)
-
+    prepared, fake, seams = preparing_seams()
     case = case_named("late")
-    seams = ReleaseSeams(run_target=slow_replay, make_runner=Preparing)  # type: ignore[arg-type]
     report = bisect_releases(case, config(tmp_path, None, ahead=AheadOptions(limit=2, min_free_gib=0)), seams)
     alone = bisect_releases(case, config(tmp_path, None), ReleaseSeams(run_target=fake, make_runner=no_runner))
     assert report.first_bad == alone.first_bad == "2.8.0"
