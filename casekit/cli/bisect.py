@@ -6,8 +6,9 @@ CasekitError, which the CLI's entry point turns into one line.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -84,14 +85,9 @@ CacheFile = Annotated[
 def _finish(report: BisectReport, json_out: Path | None, html_out: Path | None = None) -> None:
     from casekit.bisect.report import bisect_exit_code, render_text, report_to_json, write_report
 
-    to_stderr = json_out == STDOUT  # `--json -`: stdout holds the JSON alone
-    typer.echo("", err=to_stderr)
-    typer.echo(render_text(report), err=to_stderr)
-    if json_out == STDOUT:
-        emit_json(report_to_json(report), STDOUT)
-    elif json_out:
-        write_report(report, json_out)
-        typer.echo(f"wrote {json_out}")
+    _print_and_write(
+        render_text(report), lambda: report_to_json(report), lambda path: write_report(report, path), json_out
+    )
     if html_out:
         from casekit.bundle import write_atomic as write_text_atomic
         from casekit.report.pictures import render_bisect_html
@@ -99,6 +95,20 @@ def _finish(report: BisectReport, json_out: Path | None, html_out: Path | None =
         write_text_atomic(html_out, render_bisect_html(report_to_json(report)))
         typer.echo(f"wrote {html_out}")
     raise typer.Exit(bisect_exit_code(report))
+
+
+def _print_and_write(
+    text: str, document: Callable[[], dict[str, Any]], write: Callable[[Path], None], json_out: Path | None
+) -> None:
+    """The text report, and the JSON document to `--json` (`-`: stdout holds the JSON alone, the text goes to stderr)."""
+    to_stderr = json_out == STDOUT
+    typer.echo("", err=to_stderr)
+    typer.echo(text, err=to_stderr)
+    if json_out == STDOUT:
+        emit_json(document(), STDOUT)
+    elif json_out:
+        write(json_out)
+        typer.echo(f"wrote {json_out}")
 
 
 def _interrupted(cache_path: Path | None) -> typer.Exit:
@@ -257,14 +267,12 @@ def _bisect_many(
             shared = bisect_releases_many(cases, config, ReleaseSeams(progress=progress), Ahead(limit=ahead))
     except KeyboardInterrupt:
         raise _interrupted(config.cache.path) from None
-    to_stderr = json_out == STDOUT  # `--json -`: stdout holds the JSON alone
-    typer.echo("", err=to_stderr)
-    typer.echo(render_shared_text(shared), err=to_stderr)
-    if json_out == STDOUT:
-        emit_json(multi_report_to_json(shared), STDOUT)
-    elif json_out:
-        write_multi_report(shared, json_out)
-        typer.echo(f"wrote {json_out}")
+    _print_and_write(
+        render_shared_text(shared),
+        lambda: multi_report_to_json(shared),
+        lambda path: write_multi_report(shared, path),
+        json_out,
+    )
     raise typer.Exit(shared_exit_code(shared))
 
 
