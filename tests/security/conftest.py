@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from casekit.runners.sandbox import unavailable_reason
+from casekit.runners.sandbox import locate_bwrap, unavailable_reason
 
 SCRIPTS = Path(__file__).parent / "scripts"
 # The sandbox attacks skip only where the host cannot sandbox and CI did not promise it could.
 requires_sandbox = pytest.mark.skipif(
-    unavailable_reason("bwrap", sys.executable) is not None and not os.environ.get("CASEKIT_REQUIRE_SANDBOX"),
+    unavailable_reason(locate_bwrap(), sys.executable) is not None and not os.environ.get("CASEKIT_REQUIRE_SANDBOX"),
     reason="this host cannot sandbox (no bwrap or no user namespaces)",
 )
 

@@ -165,7 +165,7 @@ def test_a_host_without_bwrap_refuses_in_one_line_and_the_opt_out_is_recorded(tm
     shutil.copy(ROOT / "cases" / "item-branch.toml", archive)
     empty_path = tmp_path / "bin"  # no bwrap (and no prlimit) on this PATH
     empty_path.mkdir()
-    env = {"PATH": str(empty_path)}
+    env = {"PATH": str(empty_path), "CASEKIT_BWRAP": "system"}  # not the bwrap bundled with casekit
     refused = run_casekit("replay", "--archive", str(archive), "--no-record", env=env, timeout=300)
     assert refused.returncode == 2, refused.stderr
     last = refused.stderr.strip().splitlines()[-1]
