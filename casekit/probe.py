@@ -804,9 +804,10 @@ def run_script_in_child(torch, job, mode, run_dir, isolation):
     os.dup2(devnull, 0)
 
     written: list[bool] = []
+    run_pid = os.getpid()  # the script's own process: a child it forks never writes the run's result
 
     def finish(status, exit_code=None):
-        if written:
+        if written or os.getpid() != run_pid:
             return
         written.append(True)
         data = observation.data
@@ -1117,7 +1118,9 @@ def _descendant_pids(root):
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 
 
@@ -1127,10 +1130,13 @@ def _libc():
     return ctypes, ctypes.CDLL(None, use_errno=True)
 
 
-def _enter_user_namespace(ctypes, libc):
+def _enter_user_namespace(ctypes, libc, extra_flags=0):
     uid, gid = os.geteuid(), os.getegid()
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | extra_flags) != 0:
         raise OSError(ctypes.get_errno(), "unshare: " + os.strerror(ctypes.get_errno()))
+    # Gaining the namespace's capabilities made this process non-dumpable, so /proc/self/*_map belong to
+    # root outside and an unprivileged uid could not write them; the run is alone in its namespaces.
+    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
     for name, text in (
         ("setgroups", "deny"),
         ("uid_map", f"{uid} {uid} 1"),
@@ -1148,7 +1154,8 @@ def _mount(ctypes, libc, source, target, fstype, flags, data=None):
 
 
 def isolate_run(isolation, run_dir):
-    """Give this run a private view: the batch read-only, other jobs and the results hidden, run_dir writable.
+    """Give this run a private view: the batch read-only, other jobs and the results hidden, run_dir writable,
+    a /tmp and /dev/shm of its own; then its own PID namespace (see become_pid_one).
 
     Done in a user namespace of its own, then a second one is entered: the mounts
     made in the first become locked there, so the script cannot undo them.
@@ -1156,14 +1163,103 @@ def isolate_run(isolation, run_dir):
     ctypes, libc = _libc()
     _enter_user_namespace(ctypes, libc)
     _mount(ctypes, libc, None, "/", None, MS_REC | MS_PRIVATE)
+    tmp_size = isolation.get("tmp_size")
+    if tmp_size:  # nothing one run leaves in /tmp, HOME or /dev/shm reaches the next (caches, planted modules)
+        renew_tmp(ctypes, libc, int(tmp_size), isolation.get("keep_in_tmp", []), isolation.get("hold"))
     root = isolation["batch_root"]
     _mount(ctypes, libc, root, root, None, MS_BIND | MS_REC)
     _mount(ctypes, libc, None, root, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for folder in isolation.get("readonly", []):  # mounts of their own below the batch (the runs' tmpfs)
+        _mount(ctypes, libc, folder, folder, None, MS_BIND | MS_REC)
+        _mount(ctypes, libc, None, folder, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     for hidden in isolation.get("hide", []):
         _mount(ctypes, libc, "tmpfs", hidden, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0555")
     _mount(ctypes, libc, run_dir, run_dir, None, MS_BIND)
     _mount(ctypes, libc, None, run_dir, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)  # a bind copies "ro"
-    _enter_user_namespace(ctypes, libc)
+    _enter_user_namespace(ctypes, libc, CLONE_NEWPID if isolation.get("pid_namespace", True) else 0)
+    if isolation.get("pid_namespace", True):
+        become_pid_one()
+
+
+def renew_tmp(ctypes, libc, size, keep, hold):
+    """A fresh /tmp and /dev/shm for this run; the folders in `keep` (an interpreter's env below /tmp)
+    are held outside /tmp meanwhile and bound back at their paths."""
+    options = f"size={size},mode=1777"
+    held = []
+    if keep and hold:
+        _mount(ctypes, libc, "tmpfs", hold, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0700")
+        for index, folder in enumerate(keep):
+            place = os.path.join(hold, str(index))
+            os.mkdir(place)
+            _mount(ctypes, libc, folder, place, None, MS_BIND | MS_REC)
+            held.append((place, folder))
+    for folder in ("/tmp", "/dev/shm"):
+        if os.path.isdir(folder):
+            _mount(ctypes, libc, "tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, options)
+    for place, folder in held:
+        os.makedirs(folder, exist_ok=True)
+        _mount(ctypes, libc, place, folder, None, MS_BIND | MS_REC)
+    if held:
+        if libc.umount2(hold.encode(), MNT_DETACH) != 0:
+            error = ctypes.get_errno()
+            raise OSError(error, f"umount {hold}: {os.strerror(error)}")
+    home = os.environ.get("HOME")
+    if home and home.startswith("/tmp/"):
+        os.makedirs(home, exist_ok=True)
+
+
+def become_pid_one():
+    """Fork into the PID namespace just made; the script goes on as PID 2, below a small init.
+
+    Nothing the script does reaches a process outside its namespace: `kill(-1, SIGKILL)` or
+    `kill(-1, SIGSTOP)` meet only the run's own processes, never the probe or the other runs. The
+    script is not PID 1 itself (signals a PID 1 sends itself are dropped, so a script that kills
+    itself would live on): PID 1 is an init that reaps what the script leaves and, when the script
+    ends, passes its wait status up a pipe and exits, and the kernel kills whatever is left. This
+    process waits for the init and leaves the way the script did (its exit status or its signal)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    status_read, status_write = os.pipe()
+    init = os.fork()
+    if init == 0:
+        os.close(status_read)
+        script = os.fork()
+        if script == 0:
+            os.close(status_write)
+            return
+        _serve_as_init(script, status_write)
+    os.close(status_write)
+    while True:
+        try:
+            os.waitpid(init, 0)
+            break
+        except InterruptedError:
+            continue
+    reported = os.read(status_read, 64)
+    status = int(reported) if reported.strip().isdigit() else None
+    if status is not None and os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        try:
+            signal.signal(signum, signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL and SIGSTOP have no handler to reset
+            pass
+        os.kill(os.getpid(), signum)
+        os._exit(128 + signum)
+    os._exit(os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else 70)
+
+
+def _serve_as_init(script, status_write):
+    """PID 1 of a run: reap every child; when the script ends, report its wait status and leave."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            os._exit(70)
+        if pid == script:
+            os.write(status_write, str(status).encode())
+            os._exit(0)
 
 
 def guard_probe():

@@ -33,7 +33,9 @@ TOKEN = uuid.uuid4().hex
 @pytest.fixture(scope="module")
 def hostile_batch():
     os.environ["CASEKIT_TEST_TOKEN"] = TOKEN
-    runner = make_runner(TargetSpec(runner="python"))
+    runner = make_runner(
+        TargetSpec(runner="python", options=(("env", "CASEKIT_TEST_TOKEN"),))
+    )  # the marker reaches the scripts
     # generous limits (a loaded 2-core machine is slow), a short one only for the script that hangs
     jobs = [ProbeJob(id=name, script=SCRIPTS / f"{name}.py", timeout=8 if name == "hangs" else 120) for name in HOSTILE]
     return runner.run_probe(jobs, lambda message: None)

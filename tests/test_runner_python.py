@@ -24,6 +24,7 @@ from casekit.runners import process
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, TargetSpec
 from casekit.runners.process import overall_timeout, run_probe_subprocess
 from casekit.runners.python import PythonRunner, version_matches
+from casekit.runners.sandbox import Sandbox
 from tests.security.procs import marked_processes, wait_unmarked
 
 pytestmark = pytest.mark.slow
@@ -216,8 +217,9 @@ def test_ctrl_c_kills_the_probe_and_the_running_script(
 
     threading.Thread(target=interrupt_once_the_script_runs, daemon=True).start()
     lines: list[str] = []
+    sandbox = Sandbox.from_options((("env", "CASEKIT_TEST_TOKEN"),))  # the marker reaches the script
     with pytest.raises(KeyboardInterrupt):
-        run_probe_subprocess(sys.executable, [job], lines.append)
+        run_probe_subprocess(sys.executable, [job], lines.append, sandbox=sandbox)
     # the script runs in a session of its own, apart from the probe: both must be gone
     assert wait_unmarked(token) == []
     assert wait_dead(probe_pid(lines))

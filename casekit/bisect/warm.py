@@ -33,9 +33,8 @@ from casekit.runners.process import (
     check_interpreter,
     kill_process_tree,
     overall_timeout,
-    probe_environment,
 )
-from casekit.runners.sandbox import Sandbox, readable_roots
+from casekit.runners.sandbox import Sandbox
 
 POLL_S = 0.02
 
@@ -59,6 +58,8 @@ class WarmProbe:
         self.sandbox.check()
         self.writable = list(writable)
         self.state = Path(tempfile.mkdtemp(prefix="casekit-warm-"))
+        self.stage = self.sandbox.stage_for(self.state)  # the sandbox launcher's, when casekit is root
+        self.places = self.sandbox.place([self.state, *self.writable])  # host folder -> where the probe sees it
         self.process: subprocess.Popen[bytes] | None = None
         self.imports = 0  # how many times torch was imported (1 for a whole healthy bisection)
         self.import_s: float | None = None
@@ -79,17 +80,17 @@ class WarmProbe:
         (self.state / "env.json").unlink(missing_ok=True)
         log = open(self.state / "probe.log", "ab")
         try:
-            argv = [self.python, str(self.state / "probe.py"), "--serve", str(self.state)]
-            command = self.sandbox.wrap(
-                argv, writable=[self.state, *self.writable], readable=readable_roots(self.python)
-            )
-            process = subprocess.Popen(
-                command,
+            process = self.sandbox.popen(
+                self.python,
+                [f"{self.places[str(self.state)]}/probe.py", "--serve", self.places[str(self.state)]],
+                writable=self.places,
                 cwd=self.state,
+                chdir=self.places[str(self.state)],
+                env=self.env,
+                stage=self.stage,
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=probe_environment(self.env),
                 start_new_session=True,  # killable as a group, deaf to our Ctrl-C
             )
         finally:
@@ -118,11 +119,17 @@ class WarmProbe:
         process = self._start(progress)
         self._requests += 1
         batch_dir = self.state / f"request-{self._requests}"
+        root = f"{self.places[str(self.state)]}/{batch_dir.name}"
         try:
-            request = lay_out_batch(batch_dir, jobs, str(batch_dir), isolate=self.sandbox.isolates)
+            lay_out_batch(batch_dir, jobs, root, self.sandbox.run_isolation(self.python), moved=self.places)
+            self.sandbox.hand_over(batch_dir)
+            for workdir in {Path(w) for w in (getattr(job, "workdir", None) for job in jobs) if w}:
+                # made after the probe started (a commit's worktree): the sandbox user's, as the folder it is in
+                within = next((Path(w) for w in self.writable if workdir.is_relative_to(w)), None)
+                self.sandbox.hand_over(workdir, within)
             assert process.stdin is not None
             try:
-                process.stdin.write(f"{request}\n".encode())
+                process.stdin.write(f"{root}/request.json\n".encode())
                 process.stdin.flush()
             except BrokenPipeError:
                 pass  # the probe died: seen below as no done.json
@@ -175,3 +182,4 @@ class WarmProbe:
             kill_process_tree(process)
         if not settings.keep_batch():
             shutil.rmtree(self.state, ignore_errors=True)
+        shutil.rmtree(self.stage, ignore_errors=True)

