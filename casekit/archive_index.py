@@ -28,13 +28,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from casekit.bundle import load_case, parse_case, write_atomic
+from casekit.bundle import MAX_BUNDLE_BYTES, load_case, parse_case, write_atomic
 from casekit.errors import BundleError
+from casekit.fsutil import UnreadableFile, read_regular_bytes, read_regular_file
 from casekit.model import Case, ReplayRecord, ScriptRole, ScriptSource, Severity, SiteClass, SiteVerdict, Verdict
 
 INDEX_DIR = ".casekit"
 INDEX_FILE = "index.json"
 FORMAT = 1
+# About 1 KB an entry: far above a 10,000-case archive, below what would exhaust memory.
+MAX_INDEX_BYTES = 256 * 1024 * 1024
 # An mtime within this much of the moment an entry was checked may hide a same-tick rewrite.
 RACY_NS = 2_000_000_000
 # Below this many bundles to parse, forking workers costs more than it saves.
@@ -200,19 +203,13 @@ def parse_bundle_bytes(raw: bytes, path: Path) -> Case:
     return case
 
 
-def _read(path: Path) -> tuple[bytes, os.stat_result]:
-    with open(path, "rb") as handle:
-        stat = os.fstat(handle.fileno())
-        return handle.read(), stat
-
-
 def _parse_one(path_text: str, keep_case: bool = False) -> tuple[str, Entry | None]:
     """Worker: one bundle -> (id, its entry), or (id, None) when it does not parse (the caller re-raises)."""
     path = Path(path_text)
     try:
-        raw, stat = _read(path)
+        raw, stat = read_regular_file(path, MAX_BUNDLE_BYTES)  # never a link, a FIFO or a device; bounded
         case = parse_bundle_bytes(raw, path)
-    except (OSError, BundleError):
+    except (OSError, UnreadableFile, BundleError):
         return path.stem, None
     digest = digest_of(case, hashlib.sha256(raw).hexdigest())
     if keep_case:
@@ -252,7 +249,8 @@ class ArchiveIndex:
         """Read the index; anything unreadable, corrupt or from other code counts as empty."""
         self.entries = {}
         try:
-            data = json.loads(self.path.read_bytes())
+            # a regular file of bounded size, never through a link, without blocking (a FIFO, /dev/zero)
+            data = json.loads(read_regular_bytes(self.path, MAX_INDEX_BYTES))
             if data.get("format") != code_fingerprint():
                 return
             for case_id, (size, mtime_ns, checked_ns, header, history) in data["entries"].items():
@@ -293,7 +291,8 @@ class ArchiveIndex:
         folder = os.fspath(self.root)
         for case_id in ids:
             try:
-                stat = os.stat(f"{folder}/{case_id}.toml")  # plain strings: 10,000 Path objects cost
+                # plain strings: 10,000 Path objects cost; lstat: a symlinked bundle is parsed (and refused)
+                stat = os.lstat(f"{folder}/{case_id}.toml")
             except OSError:
                 stale.append(case_id)  # vanished under us: parsing names the problem
                 continue
@@ -324,8 +323,8 @@ class ArchiveIndex:
     def _same_bytes(self, case_id: str, entry: Entry) -> bool:
         """A racy entry: re-hash the bundle; the same bytes keep the digest (and stop being racy)."""
         try:
-            raw, stat = _read(self.root / f"{case_id}.toml")
-        except OSError:
+            raw, stat = read_regular_file(self.root / f"{case_id}.toml", MAX_BUNDLE_BYTES)
+        except (OSError, UnreadableFile):
             return False
         if hashlib.sha256(raw).hexdigest() != entry.digest.sha256 or stat.st_size != entry.size:
             return False

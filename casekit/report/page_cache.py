@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from casekit.archive_index import INDEX_DIR, CaseDigest, parallel_workers, parse_bundle_bytes
-from casekit.bundle import load_case
+from casekit.bundle import MAX_BUNDLE_BYTES, load_case
+from casekit.fsutil import UnreadableFile, read_regular_bytes
 from casekit.model import Case
 from casekit.report.output import CasePages, PageWritten, write_files, write_replace
 from casekit.report.summary import ArchiveSummary, CaseSummary
@@ -30,6 +31,8 @@ PAGES_DIR = "pages"
 STYLESHEET_MARK = "\x00casekit-stylesheet\x00"
 STYLESHEET_MARK_BYTES = STYLESHEET_MARK.encode()
 SUFFIX = ".html"
+# A page embeds its bundle's scripts and history, escaped: a few times the largest bundle at most.
+MAX_PAGE_BYTES = 4 * MAX_BUNDLE_BYTES
 
 
 def renderer_fingerprint() -> str:
@@ -94,11 +97,10 @@ class PageCache:
         """The stored page as UTF-8 bytes, or None (no decoding, for copying out)."""
         if key not in self.stored.get(case_id, ()):
             return None
-        try:
-            with open(self._path(case_id, key), "rb") as handle:
-                header, _, body = handle.read().partition(b"\n")
+        try:  # a regular file, bounded, never through a link, never blocking
+            header, _, body = read_regular_bytes(Path(self._path(case_id, key)), MAX_PAGE_BYTES).partition(b"\n")
             length, crc = (int(field) for field in header.split(b" ")[1:3])
-        except (OSError, ValueError):
+        except (OSError, UnreadableFile, ValueError):
             return None
         if len(body) != length or zlib.crc32(body) != crc:
             return None
@@ -264,7 +266,7 @@ def _render_page(job: tuple[Path, CaseSummary]) -> tuple[str, str | None]:
 def _load_full(archive_root: Path, case_id: str) -> tuple[Case, str]:
     path = archive_root / f"{case_id}.toml"
     try:
-        raw = path.read_bytes()
-    except OSError:
+        raw = read_regular_bytes(path, MAX_BUNDLE_BYTES)  # as the loader reads it: no link, FIFO or device
+    except (OSError, UnreadableFile):
         return load_case(path), ""  # raises the bundle's own error
     return parse_bundle_bytes(raw, path), hashlib.sha256(raw).hexdigest()
