@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from casekit.archive_cache import CACHE_DIR
 from casekit.bundle import check_case_id, load_case, save_case
 from casekit.errors import BundleError, CaseIdError, CasekitError, CaseNotFound
 from casekit.fsutil import UnreadableFile, exclusive_lock, read_regular_bytes, write_atomic
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from casekit.archive_index import CaseDigest
 
 LOCK_NAME = ".casekit.lock"
-SCRATCH = (LOCK_NAME, ".casekit/")  # what casekit writes into an archive that is not a bundle
+SCRATCH = (LOCK_NAME, f"{CACHE_DIR}/")  # what casekit writes into an archive that is not a bundle
 MAX_GITIGNORE_BYTES = 1 << 20
 
 
