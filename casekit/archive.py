@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from casekit.archive_cache import CACHE_DIR
 from casekit.bundle import check_case_id, load_case, save_case
 from casekit.errors import BundleError, CaseIdError, CasekitError, CaseNotFound
-from casekit.fsutil import exclusive_lock, write_atomic
+from casekit.fsutil import UnreadableFile, exclusive_lock, read_regular_bytes, write_atomic
 from casekit.model import Case
 from casekit.settings import archive_root
 
@@ -19,7 +20,8 @@ if TYPE_CHECKING:
     from casekit.archive_index import CaseDigest
 
 LOCK_NAME = ".casekit.lock"
-SCRATCH = (LOCK_NAME, ".casekit/")  # what casekit writes into an archive that is not a bundle
+SCRATCH = (LOCK_NAME, f"{CACHE_DIR}/")  # what casekit writes into an archive that is not a bundle
+MAX_GITIGNORE_BYTES = 1 << 20
 
 
 def archive_dir(explicit: str | Path | None = None) -> Path:
@@ -51,7 +53,7 @@ class Archive:
 
     def load(self, case_id: str) -> Case:
         path = self.path_for(case_id)
-        if not path.exists():
+        if not os.path.lexists(path):  # a dangling link is there: an invalid bundle, not a missing one
             raise CaseNotFound(_not_found(case_id, self.root, self.ids()))
         case = load_case(path)
         if case.id != case_id:
@@ -141,12 +143,12 @@ def ignore_scratch(root: Path) -> None:
     """Add casekit's scratch names to `root/.gitignore` (created if absent), keeping what is there."""
     path = root / ".gitignore"
     try:
-        if path.is_symlink() or (path.exists() and not path.is_file()):
-            return  # a link, FIFO or folder is not ours to follow or rewrite: the lock works without it
-        text = path.read_text(encoding="utf-8") if path.exists() else ""
-    except (OSError, UnicodeDecodeError):
-        return  # an unreadable .gitignore is the user's; the lock works without it
-    if len(text) > 1 << 20:
+        text = read_regular_bytes(path, MAX_GITIGNORE_BYTES).decode("utf-8")
+    except FileNotFoundError:
+        text = ""
+    except (OSError, UnreadableFile, UnicodeDecodeError):
+        # a link, FIFO, folder, huge or unreadable file is the user's, not ours to follow or rewrite:
+        # the lock works without it
         return
     missing = [name for name in SCRATCH if name not in text.splitlines()]
     if not missing:

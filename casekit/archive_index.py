@@ -4,13 +4,16 @@ Never the source of truth: the bundles are. The index lives in the archive's own
 `.casekit/` folder (with a `.gitignore` of `*`, so it never shows up in the user's
 repository), next to the bundles it describes: it moves, is copied and is deleted
 with them, and needs no key for "which archive". An archive we cannot write to
-simply goes without (every bundle is parsed, as before).
+simply goes without (every bundle is parsed, as before). The folder comes with a
+shared archive, so it is untrusted (`casekit.archive_cache`): the index is sealed
+with this user's key, and one without a valid seal is not casekit's: it is rebuilt.
 
 Freshness follows git's index: a bundle whose size and mtime_ns match its entry is
 trusted without reading it, unless its mtime is so close to the moment the entry
 was checked that a same-tick rewrite could hide (then it is re-hashed: same bytes,
 same digest). A changed bundle is re-parsed, a new one added, a deleted one dropped.
-A missing, corrupt or older-format index is rebuilt silently. Writes are atomic
+A missing, corrupt, unsealed, oversized or older-format index, or one whose
+fields have the wrong types, is rebuilt silently. Writes are atomic
 (temp file + rename), so concurrent writers never corrupt it; the last one wins.
 """
 
@@ -24,17 +27,25 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from casekit.bundle import load_case, parse_case, write_atomic
+from casekit.archive_cache import TAG_CHARS, Seal, cache_folder
+from casekit.bundle import MAX_BUNDLE_BYTES, load_case, parse_case, write_atomic
 from casekit.errors import BundleError
+from casekit.fsutil import UnreadableFile, read_regular_bytes, read_regular_file
 from casekit.model import Case, ReplayRecord, ScriptRole, ScriptSource, Severity, SiteClass, SiteVerdict, Verdict
 
-INDEX_DIR = ".casekit"
 INDEX_FILE = "index.json"
 FORMAT = 1
+# About 1 KB an entry: far above a 10,000-case archive, below what would exhaust memory.
+MAX_INDEX_BYTES = 256 * 1024 * 1024
+# The file is the JSON document with its seal as the first key: {"tag":"<hex>", then the sealed rest.
+TAG_HEAD = b'{"tag":"'
+SEALED_FROM = len(TAG_HEAD) + TAG_CHARS
+IGNORE_ALL = "# casekit's derived files (index, rendered pages): never commit them\n*\n"
 # An mtime within this much of the moment an entry was checked may hide a same-tick rewrite.
 RACY_NS = 2_000_000_000
 # Below this many bundles to parse, forking workers costs more than it saves.
@@ -101,6 +112,9 @@ def _record_row(record: ReplayRecord) -> list[Any]:
 
 
 def _record_from_row(row: list[Any]) -> ReplayRecord:
+    """A stored row back to a record; TypeError when it is not a row casekit writes (the bundle is parsed again)."""
+    if not _is_row(row):
+        raise TypeError("a stored replay record is not a row of every field, each of its type")
     record = ReplayRecord(*row)
     # every enum back to its type, as the bundle loader gives it (a page cache key is made of these)
     record.verdict = VERDICTS[row[VERDICT_AT]]
@@ -114,6 +128,46 @@ def _record_from_row(row: list[Any]) -> ReplayRecord:
 
 SEVERITY_AT, SITES_AT = RECORD_FIELDS.index("severity"), RECORD_FIELDS.index("sites")
 VERDICT_AT = RECORD_FIELDS.index("verdict")
+
+
+def _texts(*values: Any) -> bool:
+    return all(isinstance(value, str) for value in values)
+
+
+def _table_of(value: Any, *kinds: type) -> bool:
+    """A JSON object whose values are exactly of `kinds` (type(), not isinstance: a bool is not an int)."""
+    return isinstance(value, dict) and all(type(item) in kinds for item in value.values())
+
+
+def _site_row(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 4
+        and _texts(*value)
+        and value[0] in ROLES
+        and value[1] in SITE_CLASSES
+    )
+
+
+# What each stored record field must be (a test checks that every field of ReplayRecord has one).
+ROW_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "at": _texts,
+    "target": _texts,
+    "torch": _texts,
+    "runner": _texts,
+    "verdict": lambda value: isinstance(value, str) and value in VERDICTS,
+    "severity": lambda value: isinstance(value, str) and value in SEVERITIES,
+    "statuses": lambda value: _table_of(value, str),
+    "sites": lambda value: isinstance(value, list) and all(_site_row(site) for site in value),
+    "observed": lambda value: _table_of(value, list),
+    "reasons": lambda value: isinstance(value, list) and _texts(*value),
+    "graphs": lambda value: value is None or _table_of(value, int),
+    "compile_s": lambda value: value is None or _table_of(value, int, float),
+    "timing_load": lambda value: value is None or isinstance(value, str),
+}
+
+
+HEADER_FIELDS = 11  # what _header_json writes, in its order
 
 
 def _header_json(digest: CaseDigest) -> list[Any]:
@@ -136,7 +190,38 @@ def _history_text(digest: CaseDigest) -> str:
     return json.dumps([_record_row(record) for record in digest.replays], separators=(",", ":"))
 
 
+def _is_row(row: Any) -> bool:
+    """Whether a stored replay record has the shape and the types casekit writes."""
+    if not isinstance(row, list) or len(row) != len(RECORD_FIELDS):
+        return False
+    return all(ROW_CHECKS[name](value) for name, value in zip(RECORD_FIELDS, row, strict=True))
+
+
+def _pair(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 2 and _texts(*value)
+
+
+def _is_header(data: Any) -> bool:
+    """Whether a stored digest header has the shape and the types casekit writes."""
+    if not isinstance(data, list) or len(data) != HEADER_FIELDS:
+        return False
+    case_id, title, pre, post, tags, created, backend, last, schema_version, break_counts, sha256 = data
+    return (
+        _texts(case_id, title, created, backend, sha256)
+        and _pair(pre)
+        and (post is None or _pair(post))
+        and (last is None or _pair(last))
+        and isinstance(tags, list)
+        and _texts(*tags)
+        and type(schema_version) is int
+        and _table_of(break_counts, int)
+    )
+
+
 def _digest_from_header(data: list[Any]) -> CaseDigest:
+    """A stored header back to a digest; TypeError when it is not one casekit writes (the index is rebuilt)."""
+    if not _is_header(data):
+        raise TypeError("a stored digest header is not of the shape and types casekit writes")
     case_id, title, pre, post, tags, created, backend, last, schema_version, break_counts, sha256 = data
     return CaseDigest(
         id=case_id,
@@ -200,19 +285,13 @@ def parse_bundle_bytes(raw: bytes, path: Path) -> Case:
     return case
 
 
-def _read(path: Path) -> tuple[bytes, os.stat_result]:
-    with open(path, "rb") as handle:
-        stat = os.fstat(handle.fileno())
-        return handle.read(), stat
-
-
 def _parse_one(path_text: str, keep_case: bool = False) -> tuple[str, Entry | None]:
     """Worker: one bundle -> (id, its entry), or (id, None) when it does not parse (the caller re-raises)."""
     path = Path(path_text)
     try:
-        raw, stat = _read(path)
+        raw, stat = read_regular_file(path, MAX_BUNDLE_BYTES)  # never a link, a FIFO or a device; bounded
         case = parse_bundle_bytes(raw, path)
-    except (OSError, BundleError):
+    except (OSError, UnreadableFile, BundleError):
         return path.stem, None
     digest = digest_of(case, hashlib.sha256(raw).hexdigest())
     if keep_case:
@@ -242,41 +321,59 @@ class ArchiveIndex:
     def __init__(self, root: Path, keep_cases: bool = False) -> None:
         self.root = root
         self.keep_cases = keep_cases  # digests parsed now keep their full case in `.parsed`
-        self.folder = root / INDEX_DIR
-        self.path = self.folder / INDEX_FILE
+        self.seal = Seal.local()  # no key, no index: every bundle is parsed
         self.entries: dict[str, Entry] = {}
         self.errors: dict[str, BundleError] = {}  # bundles that do not parse, by id: reported, not fatal
         self.dirty = False
 
     def load(self) -> None:
-        """Read the index; anything unreadable, corrupt or from other code counts as empty."""
-        self.entries = {}
+        """Read the index; anything unreadable, unsealed, corrupt or from other code counts as empty."""
         try:
-            data = json.loads(self.path.read_bytes())
-            if data.get("format") != code_fingerprint():
-                return
-            for case_id, (size, mtime_ns, checked_ns, header, history) in data["entries"].items():
-                if not (type(size) is type(mtime_ns) is type(checked_ns) is int) or not isinstance(history, str):
-                    raise TypeError("size and times are integers, the history a string")
-                self.entries[case_id] = Entry(size, mtime_ns, checked_ns, _digest_from_header(header), history)
+            self.entries = self._read_entries()
         except Exception:  # noqa: BLE001 -- a derived file: whatever is wrong with it, rebuild
             self.entries = {}
             self.dirty = True
 
+    def _read_entries(self) -> dict[str, Entry]:
+        """The entries of an index this user's casekit sealed, of this code, every field of its type.
+
+        Read only from casekit's own folder (never through a link), as a regular file of bounded
+        size, without blocking; anything else raises (OSError, UnreadableFile, ValueError, TypeError).
+        """
+        folder = cache_folder(self.root, create=False)
+        if folder is None or self.seal is None:
+            raise FileNotFoundError("no index of this user's casekit")
+        raw = read_regular_bytes(folder / INDEX_FILE, MAX_INDEX_BYTES)
+        tag = raw[len(TAG_HEAD) : SEALED_FROM]
+        if not raw.startswith(TAG_HEAD) or not self.seal.verify("index", memoryview(raw)[SEALED_FROM:], tag):
+            raise ValueError("not sealed with this user's key: not casekit's")
+        data = json.loads(raw)
+        if not isinstance(data, dict) or data.get("format") != code_fingerprint():
+            raise ValueError("written by other code")
+        entries = {}
+        for case_id, (size, mtime_ns, checked_ns, header, history) in data["entries"].items():
+            if not (type(size) is type(mtime_ns) is type(checked_ns) is int) or not isinstance(history, str):
+                raise TypeError("size and times are integers, the history a string")
+            entries[case_id] = Entry(size, mtime_ns, checked_ns, _digest_from_header(header), history)
+            if entries[case_id].digest.id != case_id:
+                raise ValueError("an entry filed under another id")
+        return entries
+
     def save(self) -> None:
-        """Write the index atomically; an archive we cannot write to goes without one."""
-        if not self.dirty:
+        """Write the index atomically, sealed; an archive we cannot write to (or no key) goes without one."""
+        if not self.dirty or self.seal is None:
             return
         document = {
             "format": code_fingerprint(),
             "entries": {case_id: _entry_json(entry) for case_id, entry in sorted(self.entries.items())},
         }
+        sealed = b'",' + json.dumps(document, separators=(",", ":")).encode()[1:]  # all that follows the tag
+        folder = cache_folder(self.root, create=True)
+        if folder is None:
+            return
         try:
-            self.folder.mkdir(exist_ok=True)
-            ignore = self.folder / ".gitignore"
-            if not ignore.exists():
-                write_atomic(ignore, "# casekit's derived files (index, rendered pages): never commit them\n*\n")
-            write_atomic(self.path, json.dumps(document, separators=(",", ":")))
+            _ignore_everything(folder)
+            write_atomic(folder / INDEX_FILE, TAG_HEAD + self.seal.tag("index", sealed) + sealed)
             self.dirty = False
         except OSError:
             pass
@@ -293,7 +390,8 @@ class ArchiveIndex:
         folder = os.fspath(self.root)
         for case_id in ids:
             try:
-                stat = os.stat(f"{folder}/{case_id}.toml")  # plain strings: 10,000 Path objects cost
+                # plain strings: 10,000 Path objects cost; lstat: a symlinked bundle is parsed (and refused)
+                stat = os.lstat(f"{folder}/{case_id}.toml")
             except OSError:
                 stale.append(case_id)  # vanished under us: parsing names the problem
                 continue
@@ -324,8 +422,8 @@ class ArchiveIndex:
     def _same_bytes(self, case_id: str, entry: Entry) -> bool:
         """A racy entry: re-hash the bundle; the same bytes keep the digest (and stop being racy)."""
         try:
-            raw, stat = _read(self.root / f"{case_id}.toml")
-        except OSError:
+            raw, stat = read_regular_file(self.root / f"{case_id}.toml", MAX_BUNDLE_BYTES)
+        except (OSError, UnreadableFile):
             return False
         if hashlib.sha256(raw).hexdigest() != entry.digest.sha256 or stat.st_size != entry.size:
             return False
@@ -358,6 +456,20 @@ class ArchiveIndex:
                 self.entries[case_id] = entry
         for case_id in failed:  # the real error of each, naming the file and the field
             self.errors[case_id] = _bundle_error(self.root / f"{case_id}.toml", case_id)
+
+
+def _ignore_everything(folder: Path) -> None:
+    """`folder/.gitignore` of `*`, unless it already is exactly that (whatever else stands there is replaced)."""
+    path = folder / ".gitignore"
+    try:
+        if read_regular_bytes(path, len(IGNORE_ALL)) == IGNORE_ALL.encode():
+            return
+    except (FileNotFoundError, UnreadableFile):
+        pass
+    try:
+        write_atomic(path, IGNORE_ALL)  # a rename: a link in its place is replaced, never written through
+    except OSError:
+        pass  # a folder planted in its place: the index is still casekit's (sealed), kept without it
 
 
 def _bundle_error(path: Path, case_id: str) -> BundleError:

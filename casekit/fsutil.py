@@ -96,6 +96,11 @@ def read_regular_bytes(path: Path, limit: int, follow_symlinks: bool = False) ->
     on a FIFO (O_NONBLOCK, then fstat refuses it), never reads more than `limit` + 1 bytes.
     FileNotFoundError when absent; UnreadableFile(reason) for everything else.
     """
+    return read_regular_file(path, limit, follow_symlinks)[0]
+
+
+def read_regular_file(path: Path, limit: int, follow_symlinks: bool = False) -> tuple[bytes, os.stat_result]:
+    """`read_regular_bytes`, and the fstat of the very file read (its size and mtime go with these bytes)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
     try:
         fd = os.open(path, flags)
@@ -106,10 +111,10 @@ def read_regular_bytes(path: Path, limit: int, follow_symlinks: bool = False) ->
             raise UnreadableFile("is a symbolic link (casekit reads only regular files)") from None
         raise UnreadableFile(f"cannot be read: {failure.strerror or failure}") from None
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
+        status = os.fstat(fd)
+        if stat.S_ISDIR(status.st_mode):
             raise UnreadableFile("is a folder, not a file")
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(status.st_mode):
             raise UnreadableFile("is not a regular file (a device or FIFO?)")
         chunks, size = [], 0
         while size <= limit:
@@ -124,7 +129,7 @@ def read_regular_bytes(path: Path, limit: int, follow_symlinks: bool = False) ->
         os.close(fd)
     if size > limit:
         raise UnreadableFile(f"is over the {limit} byte limit")
-    return b"".join(chunks)
+    return b"".join(chunks), status
 
 
 def _lock_problem(lock: Path, error: OSError) -> str:

@@ -4,7 +4,8 @@ Read at call time, never cached at import, so a test (or a long-lived
 process) that changes a variable sees the change.
 
     CASEKIT_ARCHIVE     archive folder (default ./cases)
-    CASEKIT_CACHE       cache root: managed envs, uv's cache, the bisect cache (default ~/.cache/casekit)
+    CASEKIT_CACHE       cache root: managed envs, uv's cache, the bisect cache, the key that seals
+                        an archive's derived files (default ~/.cache/casekit)
     CASEKIT_INSTALLER   "uv" or "pip": force the venv runner's installer
     CASEKIT_CA_BUNDLE   CA bundle pip must trust in builds (then PIP_CERT, REQUESTS_CA_BUNDLE, SSL_CERT_FILE)
     CASEKIT_KEEP_BATCH  "1": keep batch folders (scripts, probe output) for debugging
@@ -57,6 +58,12 @@ def envs_root(root: Path | None = None) -> Path:
 def bisect_cache_path(root: Path | None = None) -> Path:
     """<cache>/bisect-cache.json, beside the managed envs."""
     return (root or cache_root()) / "bisect-cache.json"
+
+
+def archive_cache_key_path(root: Path | None = None) -> Path:
+    """<cache>/archive-cache.<uid>.key: this user's secret, never inside an archive (a shared cache holds one per user)."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return (root or cache_root()) / f"archive-cache.{uid}.key"
 
 
 def forced_installer() -> str | None:

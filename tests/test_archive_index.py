@@ -23,7 +23,8 @@ import pytest
 
 from casekit import archive_index
 from casekit.archive import Archive
-from casekit.archive_index import INDEX_DIR, INDEX_FILE, CaseDigest, digest_of
+from casekit.archive_cache import CACHE_DIR
+from casekit.archive_index import INDEX_FILE, CaseDigest, digest_of
 from casekit.bundle import save_case
 from casekit.errors import BundleError, CaseNotFound
 from casekit.model import ReplayRecord, Severity, SiteClass, SiteVerdict
@@ -41,7 +42,7 @@ NOW = dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 @pytest.fixture
 def archive(tmp_path: Path) -> Archive:
     root = tmp_path / "cases"
-    shutil.copytree(FIXTURES / "archive", root, ignore=shutil.ignore_patterns(INDEX_DIR))
+    shutil.copytree(FIXTURES / "archive", root, ignore=shutil.ignore_patterns(CACHE_DIR))
     return Archive(root)
 
 
@@ -65,7 +66,7 @@ def assert_index_agrees(store: Archive) -> None:
 
 
 def index_path(store: Archive) -> Path:
-    return store.root / INDEX_DIR / INDEX_FILE
+    return store.root / CACHE_DIR / INDEX_FILE
 
 
 def age(path: Path, seconds: float = 3600) -> None:
@@ -92,7 +93,7 @@ def test_a_missing_index_is_built_and_says_what_the_bundles_say(archive: Archive
     assert not index_path(archive).exists()
     assert_index_agrees(archive)
     assert index_path(archive).exists()
-    assert (archive.root / INDEX_DIR / ".gitignore").read_text().splitlines()[-1] == "*"
+    assert (archive.root / CACHE_DIR / ".gitignore").read_text().splitlines()[-1] == "*"
     assert_index_agrees(archive)  # and read back from the index
 
 
@@ -191,13 +192,15 @@ def test_a_corrupt_index_is_silently_rebuilt(archive: Archive, damage: bytes | s
     assert_index_agrees(archive)
 
 
-def test_an_index_from_other_code_is_rebuilt(archive: Archive, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_index_from_other_code_or_other_hands_is_rebuilt(archive: Archive, monkeypatch: pytest.MonkeyPatch) -> None:
     archive.summaries()
     document = json.loads(index_path(archive).read_text())
     for entry in document["entries"].values():
         entry[3][1] = "written by another casekit"  # the title
     index_path(archive).write_text(json.dumps(document))
-    assert archive.summaries()[0].title == "written by another casekit"  # same code: trusted (it is derived)
+    assert_index_agrees(
+        archive
+    )  # not sealed with this user's key: not casekit's (tests/security/test_archive_cache.py)
     monkeypatch.setattr(archive_index, "FORMAT", archive_index.FORMAT + 1)  # the reading code changed
     assert_index_agrees(archive)
 
@@ -244,7 +247,7 @@ def test_the_index_stays_out_of_the_users_repository(archive: Archive) -> None:
     subprocess.run(["git", "init", "-q", str(archive.root)], check=True)
     archive.summaries()
     render_html(summarize(archive.summaries(keep_cases=True), now=NOW), archive.root)
-    assert (archive.root / INDEX_DIR / PAGES_DIR).is_dir()
+    assert (archive.root / CACHE_DIR / PAGES_DIR).is_dir()
     status = subprocess.run(
         ["git", "status", "--porcelain", "--untracked-files=all"],
         cwd=archive.root,
@@ -280,7 +283,7 @@ def test_concurrent_writers_never_corrupt_the_index(archive: Archive) -> None:
         worker.join(120)
         assert worker.exitcode == 0
     json.loads(index_path(archive).read_text())  # whole: the last writer's
-    assert not list((archive.root / INDEX_DIR).glob("*.tmp"))
+    assert not list((archive.root / CACHE_DIR).glob("*.tmp"))
     digests = {d.id: d for d in archive.summaries()}
     for case_id in ids:
         assert digests[case_id].title.startswith(f"{case_id} rewritten 14")
@@ -321,7 +324,7 @@ def test_reports_from_the_index_equal_reports_from_full_parses(archive: Archive,
             expected = get_format("html").render(full)
             assert render_html(indexed, archive.root) == expected  # cached pages where unchanged
             assert render_html(indexed, archive.root) == expected  # all from the cache
-    pages = list((archive.root / INDEX_DIR / PAGES_DIR).iterdir())
+    pages = list((archive.root / CACHE_DIR / PAGES_DIR).iterdir())
     assert len(pages) <= 2 * len(archive.ids())  # older pages of a case are dropped
     assert {p.name.split(".")[0] for p in pages} <= set(archive.ids())
 
@@ -330,7 +333,7 @@ def test_reports_from_the_index_equal_reports_from_full_parses(archive: Archive,
 def test_a_corrupt_cached_page_is_rendered_again(archive: Archive, damage: str) -> None:
     summary = summarize(archive.summaries(), now=NOW)
     expected = render_html(summary, archive.root)
-    for page in (archive.root / INDEX_DIR / PAGES_DIR).iterdir():
+    for page in (archive.root / CACHE_DIR / PAGES_DIR).iterdir():
         stored = page.read_bytes()
         middle = len(stored) // 2
         page.write_bytes(
@@ -380,7 +383,7 @@ def test_the_list_and_report_commands_say_what_the_bundles_say(archive: Archive,
         written = {str(p.relative_to(out)): p.read_text() for p in out.rglob("*.html")}
         stamp = written["index.html"].split("generated by casekit on ")[1].split(" &middot;")[0]
         assert written == {k: v.replace(NOW.isoformat(), stamp) for k, v in expected.items()}
-        pages = archive.root / INDEX_DIR / PAGES_DIR
+        pages = archive.root / CACHE_DIR / PAGES_DIR
         stored_pages.append({p.name: p.stat().st_ino for p in pages.iterdir()})
     # the second report rendered nothing: every stored page is the very file the first one wrote
     assert stored_pages[0] == stored_pages[1] and len(stored_pages[0]) == len(archive.ids())

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from casekit.archive import Archive
-from casekit.archive_index import INDEX_DIR
+from casekit.archive_cache import CACHE_DIR
 from casekit.report.formats import get_format
 from casekit.report.output import LISTING
 from casekit.report.summary import summarize
@@ -26,7 +26,7 @@ from tests.test_archive_index import FIXTURES, NOW, mutate, replayed
 @pytest.fixture
 def archive(tmp_path: Path) -> Archive:
     root = tmp_path / "cases"
-    shutil.copytree(FIXTURES / "archive", root, ignore=shutil.ignore_patterns(INDEX_DIR))
+    shutil.copytree(FIXTURES / "archive", root, ignore=shutil.ignore_patterns(CACHE_DIR))
     return Archive(root)
 
 

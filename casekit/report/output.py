@@ -6,6 +6,7 @@ Every file is still whole or absent: a reader never sees half a page.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 
 from casekit.bundle import CASE_ID
 from casekit.errors import CasekitError
+from casekit.fsutil import UnreadableFile, read_regular_bytes
 
 CASES = "cases"
 # The case pages a report wrote (so the next one rewrites only what changed, and deletes only its own).
@@ -25,11 +27,14 @@ MAX_LISTING_BYTES = 64 << 20
 
 def write_replace(path: str, data: bytes) -> None:
     """Atomic (temp file + rename), not fsynced. The temp name is the writer's pid: unique among
-    concurrent writers, and cheaper than mkstemp's random names."""
+    concurrent writers, and cheaper than mkstemp's random names. Being guessable, it is made
+    afresh (O_EXCL, after removing whatever has the name): a link planted under it is never written through."""
     folder, _, name = path.rpartition("/")
     tmp = f"{folder}/.{name}.{os.getpid()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # the umask applies
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # a leftover of a killed writer with this pid, or a planted link: the name, not its target
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)  # the umask applies
         try:
             view = memoryview(data)
             while view:  # os.write may write less than asked
@@ -122,13 +127,9 @@ class PageWritten:
 
 def _read_listing(path: str) -> dict[str, list[Any]]:
     """The pages a previous report wrote here; nothing when the list is missing, damaged or foreign."""
-    try:
-        # not through a link, and not a FIFO or a device (opened without blocking, then checked)
-        with open(path, "rb", opener=_no_follow) as handle:
-            if not S_ISREG(os.fstat(handle.fileno()).st_mode):
-                return {}
-            data = json.loads(handle.read(MAX_LISTING_BYTES + 1))
-    except (OSError, ValueError):
+    try:  # not through a link, not a FIFO or a device, bounded
+        data = json.loads(read_regular_bytes(Path(path), MAX_LISTING_BYTES))
+    except (OSError, UnreadableFile, ValueError):
         return {}
     if not isinstance(data, dict) or data.get("format") != LISTING_FORMAT or not isinstance(data.get("pages"), dict):
         return {}
@@ -141,7 +142,3 @@ def _read_listing(path: str) -> dict[str, list[Any]]:
         and isinstance(entry[0], str)
         and all(isinstance(number, int) for number in entry[1:])
     }
-
-
-def _no_follow(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)

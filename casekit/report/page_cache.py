@@ -4,7 +4,9 @@ A case page needs the whole case (scripts, observations, history), so rendering
 10,000 of them means parsing 10,000 bundles. The page depends only on the bundle's
 bytes, the case's latest cells and the renderer's code (it carries no time stamp),
 so it is kept in the archive's `.casekit/pages/` keyed by a hash of exactly those.
-Like the index, it is derived: a lost or corrupt page is rendered again.
+Like the index, it is derived: a lost or corrupt page is rendered again. The key is
+made of public data, so anyone who can write to a shared archive could plant a page
+under it: a stored page is used only with this user's seal (`casekit.archive_cache`).
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from casekit.archive_index import INDEX_DIR, CaseDigest, parallel_workers, parse_bundle_bytes
-from casekit.bundle import load_case
+from casekit.archive_cache import CACHE_DIR, Seal, cache_folder
+from casekit.archive_index import CaseDigest, parallel_workers, parse_bundle_bytes
+from casekit.bundle import MAX_BUNDLE_BYTES, load_case
+from casekit.fsutil import UnreadableFile, read_regular_bytes
 from casekit.model import Case
 from casekit.report.output import CasePages, PageWritten, write_files, write_replace
 from casekit.report.summary import ArchiveSummary, CaseSummary
@@ -30,6 +33,8 @@ PAGES_DIR = "pages"
 STYLESHEET_MARK = "\x00casekit-stylesheet\x00"
 STYLESHEET_MARK_BYTES = STYLESHEET_MARK.encode()
 SUFFIX = ".html"
+# A page embeds its bundle's scripts and history, escaped: a few times the largest bundle at most.
+MAX_PAGE_BYTES = 4 * MAX_BUNDLE_BYTES
 
 
 def renderer_fingerprint() -> str:
@@ -56,21 +61,25 @@ def page_key(fingerprint: str, summary: CaseSummary) -> str | None:
 class PageCache:
     """Rendered case pages of one archive, one file per case and key.
 
-    A stored page is a header line (its length and CRC-32, so a damaged file is
-    a miss, not a wrong page) and the page with the stylesheet's mark in place. Not compressed:
-    decompressing 10,000 pages costs more than reading them.
+    A stored page is a header line (its length and its seal, an HMAC with this user's key
+    over the case, the key and the page, so a damaged or planted file is a miss, not a wrong
+    page) and the page with the stylesheet's mark in place. Not compressed: decompressing
+    10,000 pages costs more than reading them. Without a key (or a real folder) nothing is
+    stored or read: every page is rendered.
     """
 
     def __init__(self, archive_root: Path) -> None:
         from casekit.report.html import stylesheet
 
-        self.folder = archive_root / INDEX_DIR / PAGES_DIR
-        self.prefix = os.fspath(self.folder)
+        self.archive_root = archive_root
+        self.seal = Seal.local()
+        self.prefix = os.fspath(archive_root / CACHE_DIR / PAGES_DIR)
+        folder = cache_folder(archive_root, PAGES_DIR, create=False)  # None where a link or a file stands
         self.fingerprint = renderer_fingerprint()
         self.stylesheet = stylesheet()
         self.stylesheet_bytes = self.stylesheet.encode("utf-8")
         try:
-            names = os.listdir(self.folder)
+            names = os.listdir(folder) if folder and self.seal else []
         except OSError:
             names = []
         self.stored: dict[str, set[str]] = {}  # case id -> keys on disk
@@ -92,26 +101,27 @@ class PageCache:
 
     def get_bytes(self, case_id: str, key: str) -> bytes | None:
         """The stored page as UTF-8 bytes, or None (no decoding, for copying out)."""
-        if key not in self.stored.get(case_id, ()):
+        if key not in self.stored.get(case_id, ()) or self.seal is None:
             return None
-        try:
-            with open(self._path(case_id, key), "rb") as handle:
-                header, _, body = handle.read().partition(b"\n")
-            length, crc = (int(field) for field in header.split(b" ")[1:3])
-        except (OSError, ValueError):
+        try:  # a regular file, bounded, never through a link, never blocking
+            header, _, body = read_regular_bytes(Path(self._path(case_id, key)), MAX_PAGE_BYTES).partition(b"\n")
+            _, length, tag = header.split(b" ")
+        except (OSError, UnreadableFile, ValueError):
             return None
-        if len(body) != length or zlib.crc32(body) != crc:
-            return None
+        if length != b"%d" % len(body) or not self.seal.verify(_purpose(case_id, key), body, tag):
+            return None  # damaged, or not written by this user's casekit (planted): rendered again
         return body.replace(STYLESHEET_MARK_BYTES, self.stylesheet_bytes, 1)
 
     def put(self, case_id: str, key: str, page: str) -> None:
         """Store a page (best effort: a cache we cannot write is no cache); drop the case's older pages."""
-        if page.count(self.stylesheet) != 1 or STYLESHEET_MARK in page:
+        if page.count(self.stylesheet) != 1 or STYLESHEET_MARK in page or self.seal is None:
             return
         body = page.replace(self.stylesheet, STYLESHEET_MARK).encode("utf-8")
+        tag = self.seal.tag(_purpose(case_id, key), body)
+        if cache_folder(self.archive_root, PAGES_DIR, create=True) is None:  # a link in its place is replaced
+            return
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            write_replace(self._path(case_id, key), b"casekit-page %d %d\n" % (len(body), zlib.crc32(body)) + body)
+            write_replace(self._path(case_id, key), b"casekit-page %d %s\n" % (len(body), tag) + body)
         except OSError:
             return
         for old in self.stored.get(case_id, set()) - {key}:
@@ -123,6 +133,11 @@ class PageCache:
         for case_id in [c for c in self.stored if c not in keep]:
             for key in self.stored.pop(case_id):
                 Path(self._path(case_id, key)).unlink(missing_ok=True)
+
+
+def _purpose(case_id: str, key: str) -> str:
+    """What a page's seal names: its case and key (a sealed page moved to another name is no hit)."""
+    return f"page {case_id}.{key}"
 
 
 def render_html(summary: ArchiveSummary, archive_root: Path) -> dict[str, str]:
@@ -264,7 +279,7 @@ def _render_page(job: tuple[Path, CaseSummary]) -> tuple[str, str | None]:
 def _load_full(archive_root: Path, case_id: str) -> tuple[Case, str]:
     path = archive_root / f"{case_id}.toml"
     try:
-        raw = path.read_bytes()
-    except OSError:
+        raw = read_regular_bytes(path, MAX_BUNDLE_BYTES)  # as the loader reads it: no link, FIFO or device
+    except (OSError, UnreadableFile):
         return load_case(path), ""  # raises the bundle's own error
     return parse_bundle_bytes(raw, path), hashlib.sha256(raw).hexdigest()
