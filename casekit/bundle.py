@@ -133,6 +133,8 @@ def parse_case(text: str, path: Path | str = "<bundle>") -> Case:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise BundleError(path, None, f"not valid TOML: {error}") from None
+    except RecursionError:  # tomllib recurses per level of arrays and inline tables
+        raise BundleError(path, None, "not valid TOML: nested too deeply") from None
     version = data.get("schema_version")
     if version is None:
         raise BundleError(path, "schema_version", "missing (is this a casekit bundle?)")
@@ -170,8 +172,9 @@ def parse_case(text: str, path: Path | str = "<bundle>") -> Case:
 def _check_included_files(case: Case, path: Path | str) -> None:
     from casekit.includes import IncludeError, check_includes  # includes imports this module
 
+    names = [script.name for which in ("pre", "post") if (script := case.script(which))]
     try:
-        check_includes(case.includes)
+        check_includes(case.includes, names)
     except IncludeError as error:
         raise BundleError(path, "includes", str(error)) from None
 
