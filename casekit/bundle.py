@@ -22,7 +22,7 @@ from typing import Any
 
 import tomli_w
 
-from casekit.errors import BundleError, CaseIdError, ScriptNameError
+from casekit.errors import BundleError, BundleWriteError, CaseIdError, ScriptNameError
 from casekit.fsutil import UnreadableFile, read_regular_bytes, write_atomic
 from casekit.model import Case, to_plain
 
@@ -103,7 +103,11 @@ def content_hash(case: Case) -> str:
 
 
 def save_case(case: Case, path: Path) -> None:
-    write_atomic(path, case_to_toml(case))
+    """Write atomically; a failed write (disk full, read-only folder) leaves the file as it was."""
+    try:
+        write_atomic(path, case_to_toml(case))
+    except OSError as error:
+        raise BundleWriteError(f"cannot write {path}: {error.strerror or error} (the file is as it was)") from None
 
 
 def load_case(path: Path) -> Case:
