@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from casekit.archive_cache import CACHE_DIR
 from casekit.bundle import check_case_id, load_case, save_case
-from casekit.errors import BundleError, CaseIdError, CasekitError, CaseNotFound
+from casekit.errors import BundleError, BundleWriteError, CaseIdError, CasekitError, CaseNotFound
 from casekit.fsutil import UnreadableFile, exclusive_lock, read_regular_bytes, write_atomic
 from casekit.model import Case
 from casekit.settings import archive_root
@@ -120,10 +120,17 @@ class Archive:
         return summaries(self.root, ids, whole_archive=not selected, keep_cases=keep_cases, history=history)
 
     def save(self, case: Case) -> Path:
+        """Write one bundle atomically; BundleWriteError (the bundle as it was) when the disk refuses."""
         path = self.path_for(case.id)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self._make_root()
         save_case(case, path)
         return path
+
+    def _make_root(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise BundleWriteError(f"cannot create the archive folder {self.root}: {error.strerror or error}") from None
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -133,7 +140,7 @@ class Archive:
         file system to serialize writers that share it); the archive's `.gitignore`
         keeps it, and casekit's other scratch files, out of the user's commits.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
+        self._make_root()
         ignore_scratch(self.root)
         with exclusive_lock(self.root / LOCK_NAME, what="the archive"):
             yield
@@ -155,7 +162,10 @@ def ignore_scratch(root: Path) -> None:
         return
     head = "" if not text or text.endswith("\n") else "\n"
     comment = "" if text else "# written by casekit: its lock and scratch files are not case bundles\n"
-    write_atomic(path, text + head + comment + "".join(f"{name}\n" for name in missing))
+    try:
+        write_atomic(path, text + head + comment + "".join(f"{name}\n" for name in missing))
+    except OSError:
+        pass  # a full or read-only disk: the lock works without it, and the write that matters says why
 
 
 def _not_found(case_id: str, root: Path, known: list[str]) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 import tomli_w
 
-from casekit.errors import BundleError, CaseIdError, ScriptNameError
+from casekit.errors import BundleError, BundleWriteError, CaseIdError, ScriptNameError
 from casekit.fsutil import UnreadableFile, read_regular_bytes, write_atomic
 from casekit.model import Case, to_plain
 
@@ -103,7 +103,11 @@ def content_hash(case: Case) -> str:
 
 
 def save_case(case: Case, path: Path) -> None:
-    write_atomic(path, case_to_toml(case))
+    """Write atomically; a failed write (disk full, read-only folder) leaves the file as it was."""
+    try:
+        write_atomic(path, case_to_toml(case))
+    except OSError as error:
+        raise BundleWriteError(f"cannot write {path}: {error.strerror or error} (the file is as it was)") from None
 
 
 def load_case(path: Path) -> Case:
@@ -133,6 +137,8 @@ def parse_case(text: str, path: Path | str = "<bundle>") -> Case:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise BundleError(path, None, f"not valid TOML: {error}") from None
+    except RecursionError:  # tomllib recurses per level of arrays and inline tables
+        raise BundleError(path, None, "not valid TOML: nested too deeply") from None
     version = data.get("schema_version")
     if version is None:
         raise BundleError(path, "schema_version", "missing (is this a casekit bundle?)")
@@ -170,8 +176,9 @@ def parse_case(text: str, path: Path | str = "<bundle>") -> Case:
 def _check_included_files(case: Case, path: Path | str) -> None:
     from casekit.includes import IncludeError, check_includes  # includes imports this module
 
+    names = [script.name for which in ("pre", "post") if (script := case.script(which))]
     try:
-        check_includes(case.includes)
+        check_includes(case.includes, names)
     except IncludeError as error:
         raise BundleError(path, "includes", str(error)) from None
 

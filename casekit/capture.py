@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from casekit.archive import Archive
-from casekit.bundle import check_case_id, check_script_name, sha256_text, slugify
+from casekit.bundle import MAX_SCRIPT_CHARS, check_case_id, check_script_name, sha256_text, slugify
 from casekit.errors import CasekitError, ScriptError, ScriptNameError
 from casekit.importer import DRAFT_TAG
 from casekit.includes import collect_includes, missing_includes
@@ -217,6 +217,8 @@ def read_script(path: Path) -> ScriptSource:
         raise ScriptError(f"script {path} does not exist")
     if not path.is_file():
         raise ScriptError(f"script {path} is not a file")
+    if path.stat().st_size > 4 * MAX_SCRIPT_CHARS:  # refused from its size, before reading (UTF-8: 4 bytes a character)
+        raise ScriptError(f"script {path} is over {MAX_SCRIPT_CHARS} characters: a repro is small")
     try:
         source = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -315,12 +317,8 @@ def capture_record(
 
 def read_includes(request: CaptureRequest, sources: Mapping[str, ScriptSource | None]) -> tuple[IncludedFile, ...]:
     """The --include files, and a refusal when a script imports or reads a sibling that is not included."""
-    included: list[IncludedFile] = []
-    for script in (request.script, request.fixed):
-        if script is not None:
-            for item in collect_includes(script, request.includes):
-                if item.path not in {i.path for i in included}:
-                    included.append(item)
+    others = [request.fixed] if request.fixed else []  # with --include it sits beside the pre-fix: never included
+    included = collect_includes(request.script, request.includes, others) if request.includes else []
     problems = []
     for which, script in (("pre", request.script), ("post", request.fixed)):
         source = sources.get(which)
@@ -338,12 +336,15 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
     """
     check_timeout(request.timeout)
     waivable = check_waivers(request.waive)
+    # `--id ''` is refused like any bad id, not taken as "the default"
+    case_id = check_case_id(
+        request.case_id if request.case_id is not None else slugify(request.title or request.script.stem)
+    )
     pre = read_script(request.script)
     post = read_script(request.fixed) if request.fixed else None
     if request.fixed and request.fixed.resolve().parent != request.script.resolve().parent and request.includes:
         raise CasekitError("--include needs the pre-fix and the post-fix scripts in the same folder")
     includes = read_includes(request, {"pre": pre, "post": post})
-    case_id = check_case_id(request.case_id or slugify(request.title or request.script.stem))
     if archive.exists(case_id) and not request.force:
         raise CasekitError(f"case {case_id!r} already exists in {archive.root} (choose --id, or --force to replace it)")
     scripts = {"pre": request.script}

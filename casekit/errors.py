@@ -19,6 +19,10 @@ class BundleError(CasekitError):
         self.field = field
 
 
+class BundleWriteError(CasekitError):
+    """A bundle could not be written (disk full, read-only archive); the file on disk is as it was."""
+
+
 class CaseIdError(CasekitError):
     """A case id that is not a plain slug (it could escape the archive)."""
 

@@ -89,17 +89,20 @@ class UnreadableFile(Exception):
     """A file casekit will not read, with the reason as a phrase ("is a symbolic link", ...)."""
 
 
-def read_regular_bytes(path: Path, limit: int, follow_symlinks: bool = False) -> bytes:
+def read_regular_bytes(path: Path, limit: int, follow_symlinks: bool = False, single_link: bool = False) -> bytes:
     """The bytes of a regular file of at most `limit` bytes: the one way casekit reads untrusted files.
 
     Never follows a symlink unless asked (a bundle or a result must not point elsewhere), never blocks
-    on a FIFO (O_NONBLOCK, then fstat refuses it), never reads more than `limit` + 1 bytes.
+    on a FIFO (O_NONBLOCK, then fstat refuses it), never reads more than `limit` + 1 bytes; with
+    `single_link`, refuses a file with more than one name (a hard link can be any file of the disk).
     FileNotFoundError when absent; UnreadableFile(reason) for everything else.
     """
-    return read_regular_file(path, limit, follow_symlinks)[0]
+    return read_regular_file(path, limit, follow_symlinks, single_link)[0]
 
 
-def read_regular_file(path: Path, limit: int, follow_symlinks: bool = False) -> tuple[bytes, os.stat_result]:
+def read_regular_file(
+    path: Path, limit: int, follow_symlinks: bool = False, single_link: bool = False
+) -> tuple[bytes, os.stat_result]:
     """`read_regular_bytes`, and the fstat of the very file read (its size and mtime go with these bytes)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
     try:
@@ -116,6 +119,10 @@ def read_regular_file(path: Path, limit: int, follow_symlinks: bool = False) -> 
             raise UnreadableFile("is a folder, not a file")
         if not stat.S_ISREG(status.st_mode):
             raise UnreadableFile("is not a regular file (a device or FIFO?)")
+        if single_link and status.st_nlink > 1:
+            raise UnreadableFile(f"is a hard link (one of {status.st_nlink} names of one file; casekit follows no link)")
+        if status.st_size > limit:  # refused from its size: a sparse 3 GB file is not read at all
+            raise UnreadableFile(f"is over the {limit} byte limit")
         chunks, size = [], 0
         while size <= limit:
             chunk = os.read(fd, min(1 << 20, limit + 1 - size))

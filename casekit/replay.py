@@ -78,6 +78,8 @@ class TargetRun:
     error: str | None = None
     seconds: float = 0.0
     import_s: float | None = None
+    recorded: list[str] = field(default_factory=list)  # case ids whose bundle got this target's record
+    record_error: str | None = None  # why the others did not (a full disk...): each is as it was
 
 
 @dataclass
@@ -331,14 +333,23 @@ def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
 
 
 def record_history(archive: Archive, run: TargetRun) -> None:
-    """Append this target's results to each bundle: reload under the lock, write atomically."""
+    """Append this target's results to each bundle: reload under the lock, write atomically.
+
+    The first bundle that cannot be recorded (a full disk, a bundle changed meanwhile) stops it:
+    `run.recorded` says which were, `run.record_error` why the rest were not; each is whole.
+    """
     if run.error:
         return  # an environment that never ran says nothing about the cases
-    with archive.locked():
-        for result in run.results:
-            case = archive.load(result.case_id)
-            case.replays.append(replay_record(result, run))
-            archive.save(case)
+    try:
+        with archive.locked():
+            for result in run.results:
+                case = archive.load(result.case_id)
+                case.replays.append(replay_record(result, run))
+                archive.save(case)
+                run.recorded.append(case.id)
+    except CasekitError as error:
+        left = len(run.results) - len(run.recorded)
+        run.record_error = f"{run.label}: {left} of {len(run.results)} bundle(s) not recorded: {error}"
 
 
 def replay(

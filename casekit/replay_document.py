@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the writer reads replay's results; importing replay at run 
 
 SCHEMA_FILE = "replay-1.schema.json"
 MAX_DOCUMENT_BYTES = 256 * 1024 * 1024  # far above a 10,000-case matrix; below what would exhaust memory
+MAX_DEPTH = 64  # casekit writes 8 levels; deeper is forged, and would overflow the validator or json.dumps
 
 
 class ReplayDocumentError(CasekitError):
@@ -252,6 +253,30 @@ def _short(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _too_deep(data: Any) -> tuple[Any, ...] | None:
+    """The path to the first value nested deeper than MAX_DEPTH, or None (a loop, not recursion)."""
+    pending: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
+    while pending:
+        value, where = pending.pop()
+        if len(where) > MAX_DEPTH:
+            return where
+        if isinstance(value, dict):
+            pending += [(child, (*where, key)) for key, child in value.items()]
+        elif isinstance(value, list):
+            pending += [(child, (*where, index)) for index, child in enumerate(value)]
+    return None
+
+
+def _check_sites(document: ReplayDocument, origin: Path | str) -> None:
+    """What the schema cannot say plainly: a site is observed, recorded, or both, never neither."""
+    for i, result in enumerate(document["results"]):
+        for which, script in result["scripts"].items():
+            for j, site in enumerate(script["sites"] if script else []):
+                if site["observed"] is None and site["recorded"] is None:
+                    where = f"results[{i}].scripts.{which}.sites[{j}]"
+                    raise ReplayDocumentError(f"{origin}: field '{where}': neither observed nor recorded")
+
+
 def parse_replay_document(data: Any, origin: Path | str) -> ReplayDocument:
     """Check parsed JSON against the schema; the typed document, or one line naming the field."""
     import jsonschema  # imported on use: only the commands that read documents pay for it
@@ -262,12 +287,16 @@ def parse_replay_document(data: Any, origin: Path | str) -> ReplayDocument:
             f"{origin}: field 'schema': expected {REPLAY_SCHEMA!r}, got {_short(repr(found), 60)} "
             "(is this `casekit replay --json` output?)"
         )
+    deep = _too_deep(data)
+    if deep is not None:
+        raise ReplayDocumentError(f"{origin}: field '{_field(deep[:3])}': nested deeper than {MAX_DEPTH} levels")
     validator = jsonschema.Draft202012Validator(replay_schema())
     error = jsonschema.exceptions.best_match(validator.iter_errors(data))
     if error is not None:
         where = _field(error.absolute_path) or "(document)"
         raise ReplayDocumentError(f"{origin}: field '{where}': {_short(error.message)}")
     document: ReplayDocument = data  # type: ignore[assignment]
+    _check_sites(document, origin)
     return document
 
 

@@ -17,7 +17,13 @@ from casekit.errors import BundleError, CasekitError
 from casekit.model import Case, Severity
 from casekit.outcome import ExitCode, FailOn, exit_code
 from casekit.replay import ReplayOptions, ReplayReport, RunnerFactory, replay
-from casekit.replay_document import Matrix, ReplayDocument, replay_document, write_replay_document
+from casekit.replay_document import (
+    Matrix,
+    ReplayDocument,
+    ReplayDocumentError,
+    replay_document,
+    write_replay_document,
+)
 from casekit.runners.interface import ProgressFn, TargetSpec
 from casekit.runners.registry import RUNNER_NAMES
 from casekit.shard import parse_shard, select_shard
@@ -114,6 +120,8 @@ class ReplayOutcome:
     json_written: Path | None = None
     committed: str | None = None
     recorded: int = 0  # bundles whose history this replay appended to (0 unless --record / --commit)
+    # what could not be written (a bundle's record, the --json): one line each; what was written stays
+    write_failures: list[str] = field(default_factory=list)
     marks: dict[str, str] = field(default_factory=dict)  # case id -> 'sentinel' / 'waived: ...'
 
     @property
@@ -199,18 +207,20 @@ def run_replay(
         for run in report.targets:
             run.results = [r for r in run.results if (r.case_id, run.label) in selection.cells]
     failed = [f"{run.label}: {run.error}" for run in report.targets if run.error]
+    unrecorded = [f"could not record the replay of {run.record_error}" for run in report.targets if run.record_error]
     outcome = ReplayOutcome(
         replay_document(report, request.shard, selection.matrix),
-        exit_code(report.worst(), request.fail_on, problems + len(failed)),
+        exit_code(report.worst(), request.fail_on, problems + len(failed) + len(unrecorded)),
         report=report,
         skipped_drafts=drafts,
         invalid=invalid,
         failed_targets=failed,
-        recorded=len(selection.cases) if request.options.record and len(failed) < len(report.targets) else 0,
+        recorded=len({case_id for run in report.targets for case_id in run.recorded}),
         marks={c.id: c.capture.mark() for c in selection.cases if c.capture and c.capture.mark()},
+        write_failures=unrecorded,
     )
     outcome = _write(request, outcome)
-    if request.commit and request.options.record:
+    if request.commit and request.options.record and not unrecorded:  # a half-recorded history is not committed
         from casekit.gitarchive import commit_paths, replay_message
 
         paths = [archive.path_for(c.id) for c in selection.cases]
@@ -219,6 +229,11 @@ def run_replay(
 
 
 def _write(request: ReplayRequest, outcome: ReplayOutcome) -> ReplayOutcome:
+    """Write the --json; a failure (a full disk) is one more write failure, and the results are still shown."""
     if request.json_out is not None and request.json_out != STDOUT:
-        outcome.json_written = write_replay_document(outcome.document, request.json_out)
+        try:
+            outcome.json_written = write_replay_document(outcome.document, request.json_out)
+        except ReplayDocumentError as error:
+            outcome.write_failures.append(f"--json {error}")
+            outcome.exit_code = ExitCode.PROBLEM
     return outcome

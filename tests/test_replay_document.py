@@ -23,6 +23,7 @@ from casekit.replay_document import (
     replay_schema,
 )
 from casekit.report.summary import cells_from_results
+from casekit.report.text import replay_document_text
 from casekit.shard import merge_reports
 
 from .conftest import FIXTURES, run_casekit
@@ -177,16 +178,30 @@ def test_mutated_documents_are_read_or_refused_never_a_crash(mutations: list[tup
         assert str(error).startswith("fuzz.json: ") and "\n" not in str(error)
         return
     cells_from_results(document, "fuzz.json")  # the report reads it
+    replay_document_text(document, verbose=True)  # and merge prints it
 
 
 def test_a_minimal_document_reads_and_merges(tmp_path: Path) -> None:
-    """A minimal valid document (only the required fields) merges: the schema and merge agree."""
+    """A minimal valid document (only the required fields) merges and renders: the schema and its readers agree.
+
+    A result requires every field casekit has always written for it (its readers index them); a target its label."""
     minimal = {
         "schema": REPLAY_SCHEMA,
         "targets": [{"label": "t"}],
-        "results": [{"case": "a", "target": "t", "verdict": "unchanged", "severity": "info"}],
+        "results": [
+            {
+                "case": "a",
+                "target": "t",
+                "verdict": "changed",
+                "severity": "warn",
+                "reasons": [],
+                "scripts": {},
+                "rollback": None,
+            }
+        ],
     }
     path = tmp_path / "m.json"
     path.write_text(json.dumps(minimal))
     assert merge_reports([path]).data["results"][0]["case"] == "a"
-    assert cells_from_results(read_replay_document(path), "m.json")[0].verdict == "unchanged"
+    assert cells_from_results(read_replay_document(path), "m.json")[0].verdict == "changed"
+    assert "a on t: changed (warn)" in replay_document_text(read_replay_document(path))

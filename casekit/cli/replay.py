@@ -195,6 +195,8 @@ def replay(
         typer.echo(f"casekit: error: {len(outcome.failed_targets)} target(s) could not run: {labels}", err=True)
     if outcome.invalid:
         typer.echo(f"casekit: error: {len(outcome.invalid)} invalid bundle(s) were not replayed", err=True)
+    if outcome.write_failures:  # the results above stand; what could not be written is as it was
+        typer.echo(f"casekit: error: {'; '.join(outcome.write_failures)}", err=True)
     raise typer.Exit(outcome.exit_code)
 
 
