@@ -120,7 +120,9 @@ def read_regular_file(
         if not stat.S_ISREG(status.st_mode):
             raise UnreadableFile("is not a regular file (a device or FIFO?)")
         if single_link and status.st_nlink > 1:
-            raise UnreadableFile(f"is a hard link (one of {status.st_nlink} names of one file; casekit follows no link)")
+            raise UnreadableFile(
+                f"is a hard link (one of {status.st_nlink} names of one file; casekit follows no link)"
+            )
         if status.st_size > limit:  # refused from its size: a sparse 3 GB file is not read at all
             raise UnreadableFile(f"is over the {limit} byte limit")
         chunks, size = [], 0

@@ -42,6 +42,7 @@ from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProbeSchedulin
 from casekit.runners.process import REPLAY_PREFIX
 from casekit.scrub import Scrubber, machine_folders
 from casekit.timeouts import replay_run_timeout
+from casekit.versions import package_pin
 
 
 @dataclass
@@ -109,6 +110,11 @@ def case_pins(cases: list[Case]) -> tuple[tuple[str, ...], list[str]]:
     warnings = []
     for case in sorted(cases, key=lambda c: c.created):
         for dist, version in (case.environment.get("packages") or {}).items():
+            if package_pin(dist, version) is None:
+                warnings.append(
+                    f"{case.id}: recorded package {str(dist)[:60]!r} {str(version)[:40]!r} ignored: not a name==version pin"
+                )
+                continue
             if dist.lower() in ("torch", "numpy", "triton") or dist.lower().startswith("nvidia"):
                 continue
             if dist in pins and pins[dist][0] != version:

@@ -146,3 +146,25 @@ def release_key(text: str) -> tuple[int, ...]:
         return Version(text).release
     except InvalidVersion:
         return (10**6,)
+
+
+# A distribution name as PEP 508 allows it, and a version as PEP 440 writes it (local tags too): nothing
+# else reaches an installer's command line from a bundle (no URL, no marker, no option, no glob).
+_DIST_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
+_VERSION_TEXT = re.compile(r"^[A-Za-z0-9.+!_-]{1,64}$")
+
+
+def package_pin(dist: object, version: object) -> str | None:
+    """'name==version' for a pin a bundle recorded, or None when either part is not plainly that.
+
+    A shared bundle is untrusted: its recorded packages become an installer's arguments, so a
+    "name" such as `evil @ https://...` or a version such as `1.0 ; python_version>'0'` is refused."""
+    if not isinstance(dist, str) or not isinstance(version, str) or len(dist) > 100:
+        return None
+    if not _DIST_NAME.match(dist) or not _VERSION_TEXT.match(version):
+        return None
+    try:
+        Version(version)
+    except InvalidVersion:
+        return None
+    return f"{dist}=={version}"

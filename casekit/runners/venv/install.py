@@ -281,7 +281,9 @@ def _build(
         base = request.python or sys.executable
         _run_logged(["uv", "venv", *relocatable, "-p", base, str(building)], log_path, env, root, progress, "uv venv")
         progress(f"installing {' '.join(packages)} with uv (this can take minutes) …")
-        command = ["uv", "pip", "install", "--python", str(python), *_uv_tls_flags(), *_uv_index_flags(request)]
+        # wheels only: the pins come from shared bundles, and building an sdist runs its code here, unsandboxed
+        command = ["uv", "pip", "install", "--python", str(python), "--only-binary", ":all:"]
+        command += [*_uv_tls_flags(), *_uv_index_flags(request)]
         _run_logged([*command, *packages], log_path, env, root, progress, "uv pip install")
         installer_version = _uv_version()
     else:
@@ -291,7 +293,8 @@ def _build(
         # casekit only ever runs bin/python, which does not.
         _run_logged([base, "-m", "venv", str(building)], log_path, env, root, progress, "venv")
         progress(f"installing {' '.join(packages)} with pip (this can take minutes) …")
-        command = [str(python), "-m", "pip", "install", "--progress-bar", "off", *_pip_index_flags(request)]
+        command = [str(python), "-m", "pip", "install", "--progress-bar", "off", "--only-binary=:all:"]
+        command += _pip_index_flags(request)
         _run_logged([*command, *packages], log_path, env, root, progress, "pip install")
         installer_version = _pip_version(python, env)
     progress("checking that torch imports …")
