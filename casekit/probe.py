@@ -27,6 +27,7 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
+import errno  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import select  # noqa: E402
@@ -909,6 +910,8 @@ def run_one(torch, job, mode, runs_dir, timeout, isolation):
         shutil.copyfile(eager_kept, os.path.join(run_dir, EAGER_OUTPUTS))
     sys.stdout.flush()
     sys.stderr.flush()
+    if isolation and isolation.get("pid_namespace", True):
+        run_namespace()  # the fork below lands in it
     pid = os.fork()
     if pid == 0:
         try:
@@ -933,7 +936,7 @@ def run_one(torch, job, mode, runs_dir, timeout, isolation):
             break
         wait_for_exit([pid], deadline)
     _kill_group(pid)
-    kill_descendants()  # setsid children and double-fork daemons were reparented to us (subreaper)
+    kill_descendants()  # setsid children and double-fork daemons were reparented to us (subreaper) or its init
     observation = read_run_result(os.path.join(run_dir, RUN_RESULT))
     if observation is None:  # the child died before writing anything
         observation = Observation(mode).data
@@ -1020,10 +1023,12 @@ def _kill_group(pid):
 
 
 def kill_descendants(rounds=50):
-    """SIGKILL every process below this one, until none is left (a fork loop gets stopped too)."""
+    """SIGKILL every process below this one, until none is left (a fork loop gets stopped too); but the
+    PID 1 of its runs' namespace (the namespace lives as long as this process: see run_namespace)."""
     me = os.getpid()
+    spare = run_namespace_init_here()
     for _ in range(rounds):
-        found = _descendant_pids(me)
+        found = [pid for pid in _descendant_pids(me) if pid != spare]
         if not found:
             break
         for pid in found:
@@ -1130,9 +1135,9 @@ def _libc():
     return ctypes, ctypes.CDLL(None, use_errno=True)
 
 
-def _enter_user_namespace(ctypes, libc, extra_flags=0):
+def _enter_user_namespace(ctypes, libc, with_mounts=True):
     uid, gid = os.geteuid(), os.getegid()
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | extra_flags) != 0:
+    if libc.unshare(CLONE_NEWUSER | (CLONE_NEWNS if with_mounts else 0)) != 0:
         raise OSError(ctypes.get_errno(), "unshare: " + os.strerror(ctypes.get_errno()))
     # Gaining the namespace's capabilities made this process non-dumpable, so /proc/self/*_map belong to
     # root outside and an unprivileged uid could not write them; the run is alone in its namespaces.
@@ -1155,7 +1160,7 @@ def _mount(ctypes, libc, source, target, fstype, flags, data=None):
 
 def isolate_run(isolation, run_dir):
     """Give this run a private view: the batch read-only, other jobs and the results hidden, run_dir writable,
-    a /tmp and /dev/shm of its own; then its own PID namespace (see become_pid_one).
+    a /tmp and /dev/shm of its own (its PID namespace was made by its parent: `start_run_namespace`).
 
     Done in a user namespace of its own, then a second one is entered: the mounts
     made in the first become locked there, so the script cannot undo them.
@@ -1176,9 +1181,7 @@ def isolate_run(isolation, run_dir):
         _mount(ctypes, libc, "tmpfs", hidden, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0555")
     _mount(ctypes, libc, run_dir, run_dir, None, MS_BIND)
     _mount(ctypes, libc, None, run_dir, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)  # a bind copies "ro"
-    _enter_user_namespace(ctypes, libc, CLONE_NEWPID if isolation.get("pid_namespace", True) else 0)
-    if isolation.get("pid_namespace", True):
-        become_pid_one()
+    _enter_user_namespace(ctypes, libc)
 
 
 def renew_tmp(ctypes, libc, size, keep, hold):
@@ -1208,58 +1211,61 @@ def renew_tmp(ctypes, libc, size, keep, hold):
         os.makedirs(home, exist_ok=True)
 
 
-def become_pid_one():
-    """Fork into the PID namespace just made; the script goes on as PID 2, below a small init.
+def enter_probe_user_namespace():
+    """A user namespace of the probe's own (identity-mapped), entered once, before torch starts threads.
 
-    Nothing the script does reaches a process outside its namespace: `kill(-1, SIGKILL)` or
-    `kill(-1, SIGSTOP)` meet only the run's own processes, never the probe or the other runs. The
-    script is not PID 1 itself (signals a PID 1 sends itself are dropped, so a script that kills
-    itself would live on): PID 1 is an init that reaps what the script leaves and, when the script
-    ends, passes its wait status up a pipe and exits, and the kernel kills whatever is left. This
-    process waits for the init and leaves the way the script did (its exit status or its signal)."""
+    It gives the probe the right to make a PID namespace for each run (`start_run_namespace`); the
+    probe can do nothing with it that it could not do before: its files, uid and mounts are the same."""
+    ctypes, libc = _libc()
+    _enter_user_namespace(ctypes, libc, with_mounts=False)
+
+
+_RUN_INIT = [None, None]  # [owner pid, init pid]: PID 1 of the namespace this process forks its runs into
+
+
+def run_namespace():
+    """The PID 1 of the PID namespace this process forks its runs into; made on first use.
+
+    Nothing a script does reaches a process outside that namespace: `kill(-1, SIGKILL)` or
+    `kill(-1, SIGSTOP)` meet only the run's own processes, never the probe, its workers or the runs
+    of other workers (each worker has its namespace; its runs come one after another, and each run's
+    processes are killed before the next starts). The script is not PID 1 (signals a PID 1 sends
+    itself are dropped, so a script that kills itself would live on): PID 1 is an init forked here
+    once, which only reaps. A process may make one such namespace (unshare allows one), so it keeps it."""
+    owner, init = _RUN_INIT
+    if owner == os.getpid():
+        if init is not None and _still_running(init):
+            return init
+        raise OSError(errno.ESRCH, "the runs' PID namespace lost its init")
+    ctypes, libc = _libc()
+    if libc.unshare(CLONE_NEWPID) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, "unshare(CLONE_NEWPID): " + os.strerror(error))
     sys.stdout.flush()
     sys.stderr.flush()
-    status_read, status_write = os.pipe()
     init = os.fork()
     if init == 0:
-        os.close(status_read)
-        script = os.fork()
-        if script == 0:
-            os.close(status_write)
-            return
-        _serve_as_init(script, status_write)
-    os.close(status_write)
-    while True:
-        try:
-            os.waitpid(init, 0)
-            break
-        except InterruptedError:
-            continue
-    reported = os.read(status_read, 64)
-    status = int(reported) if reported.strip().isdigit() else None
-    if status is not None and os.WIFSIGNALED(status):
-        signum = os.WTERMSIG(status)
-        try:
-            signal.signal(signum, signal.SIG_DFL)
-        except (OSError, ValueError):  # SIGKILL and SIGSTOP have no handler to reset
-            pass
-        os.kill(os.getpid(), signum)
-        os._exit(128 + signum)
-    os._exit(os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else 70)
+        _serve_as_init()
+    _RUN_INIT[:] = [os.getpid(), init]
+    return init
 
 
-def _serve_as_init(script, status_write):
-    """PID 1 of a run: reap every child; when the script ends, report its wait status and leave."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            os._exit(70)
-        if pid == script:
-            os.write(status_write, str(status).encode())
-            os._exit(0)
+def _serve_as_init():
+    """PID 1 of the runs' namespace: reap whatever is orphaned there, until killed from outside."""
+    try:
+        close_pipe_fds()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        while True:
+            signal.sigwait({signal.SIGCHLD})
+            _reap()
+    finally:
+        os._exit(0)
+
+
+def run_namespace_init_here():
+    """This process's runs' init, or None (to spare it when killing what a run left)."""
+    owner, init = _RUN_INIT
+    return init if owner == os.getpid() else None
 
 
 def guard_probe():
@@ -1323,14 +1329,21 @@ def warm_up(torch):
             pass
 
 
-def start_target(env_dir, beside_dynamo=None):
+def start_target(env_dir, beside_dynamo=None, run_namespaces=False):
     """Import torch once (the expensive part), record the environment, warm Dynamo up.
 
     `beside_dynamo(torch)` is called once torch is imported, before Dynamo is: importing
     Dynamo and warming it up take most of a second and a half of one core, which
     work that needs no Dynamo (eager runs) can use. Returns (torch, environment,
     started); None when torch cannot be imported, after writing env_dir/env.json
-    with the error (the host reads why from there)."""
+    with the error (the host reads why from there). `run_namespaces`: each run will get a PID
+    namespace, which needs a user namespace of the probe's own, entered now, while this process has
+    one thread (unshare refuses a threaded process)."""
+    if run_namespaces:
+        try:
+            enter_probe_user_namespace()
+        except OSError as error:
+            return _import_failed(env_dir, error, "cannot isolate the runs")
     guard_probe()
     started = time.time()
     try:
@@ -1353,14 +1366,15 @@ def start_target(env_dir, beside_dynamo=None):
     return torch, env, started
 
 
-def _import_failed(env_dir, error):
+def _import_failed(env_dir, error, doing=None):
+    said = f"{type(error).__name__}: {error}"
     write_json_atomic(
         os.path.join(env_dir, "env.json"),
-        {"schema": PROBE_SCHEMA, "ok": False, "error": f"{type(error).__name__}: {error}"},
+        {"schema": PROBE_SCHEMA, "ok": False, "error": f"{doing}: {said}" if doing else said},
     )
 
 
-def serve(state_dir, requests):
+def serve(state_dir, requests, run_namespaces=False):
     """Serve mode: import torch once, then run requests one at a time as they arrive, until end of input.
 
     Writes STATE_DIR/env.json once (as a batch's env.json: ok or the import
@@ -1372,7 +1386,7 @@ def serve(state_dir, requests):
     A bisection over commits asks one request per commit and pays one import.
     """
     os.makedirs(state_dir, exist_ok=True)
-    target = start_target(state_dir)  # paid once for every request
+    target = start_target(state_dir, run_namespaces=run_namespaces)  # paid once for every request
     if target is None:
         return 3
     torch, env, started = target
@@ -1833,10 +1847,10 @@ def _parent_pid(pid):
 
 
 def main(argv):
-    if len(argv) == 3 and argv[1] == "--serve":
-        return serve(argv[2], sys.stdin)
+    if len(argv) in (3, 4) and argv[1] == "--serve":  # [--isolated]: its requests isolate each run
+        return serve(argv[2], sys.stdin, run_namespaces=argv[3:] == ["--isolated"])
     if len(argv) != 2:
-        sys.stderr.write("usage: probe.py REQUEST.json | probe.py --serve STATE_DIR\n")
+        sys.stderr.write("usage: probe.py REQUEST.json | probe.py --serve STATE_DIR [--isolated]\n")
         return 2
     with open(argv[1]) as handle:
         request = json.load(handle)
@@ -1850,7 +1864,8 @@ def main(argv):
     isolation = request.get("isolation")
     parallel = runs_at_once(request)
     ahead = EagerAhead(request["jobs"], runs_dir, isolation) if parallel > 1 and len(request["jobs"]) > 1 else None
-    target = start_target(out_dir, ahead.start if ahead else None)
+    run_namespaces = bool(isolation and isolation.get("pid_namespace", True))
+    target = start_target(out_dir, ahead.start if ahead else None, run_namespaces)
     eager_ahead = ahead.finish() if ahead else {}
     if target is None:
         return 3

@@ -307,7 +307,8 @@ def _probe_commit(
             if setup.warm is None:  # the runner's sandbox; the worktrees' folder bound once, for every commit
                 sandbox = getattr(setup.runner, "sandbox", None)
                 writable = [setup.worktrees] if setup.worktrees else []
-                setup.warm = WarmProbe(setup.interpreter, sandbox=sandbox, writable=writable)
+                python = getattr(setup.runner, "python", setup.interpreter)  # resolved: "python" names no file
+                setup.warm = WarmProbe(python, sandbox=sandbox, writable=writable)
             batch = setup.warm.run_probe([job], progress)
         else:
             batch = setup.runner.run_probe([job], progress)

@@ -82,7 +82,8 @@ class WarmProbe:
         try:
             process = self.sandbox.popen(
                 self.python,
-                [f"{self.places[str(self.state)]}/probe.py", "--serve", self.places[str(self.state)]],
+                [f"{self.places[str(self.state)]}/probe.py", "--serve", self.places[str(self.state)]]
+                + (["--isolated"] if self.sandbox.isolates else []),
                 writable=self.places,
                 cwd=self.state,
                 chdir=self.places[str(self.state)],

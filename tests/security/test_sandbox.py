@@ -108,7 +108,7 @@ def test_a_script_cannot_change_other_cases_results_or_host_files(host_folder: P
         assert run["status"] == "ok" and "VICTIM INTACT" in run["stdout_tail"], run
     # the run has a PID namespace of its own: the probe and its workers are not there to be killed
     assert batch.failed == {}
-    assert batch.results["killer.pre"]["runs"]["eager"]["status"] in ("ok", "raised")
+    assert batch.results["killer.pre"]["runs"]["eager"]["status"] in ("ok", "raised", "killed")  # itself at most
     assert not any("restarting it" in line for line in lines)
 
 
