@@ -1220,7 +1220,7 @@ def enter_probe_user_namespace():
     _enter_user_namespace(ctypes, libc, with_mounts=False)
 
 
-_RUN_INIT = [None, None]  # [owner pid, init pid]: PID 1 of the namespace this process forks its runs into
+_RUN_INIT = [None, None]  # type: list  # [owner pid, init pid]: PID 1 of the namespace its runs are forked into
 
 
 def run_namespace():
