@@ -238,9 +238,13 @@ def runtime_of(python: str) -> Runtime:
     sites = list(dict.fromkeys(str(f) for f in data.get("sites", []) if f))
     import_path = sites + _pth_folders(sites)
     folders = [str(f) for f in data["folders"] if f] + import_path
+    shown = _shown_folders(folders)
+    executable = str(data["executable"])
+    if not _under(os.path.dirname(executable), [*shown, *RUNTIME_ROOTS]):
+        executable = os.path.realpath(executable)  # a link from elsewhere (an alias): the interpreter it names
     return Runtime(
-        executable=str(data["executable"]),
-        folders=tuple(_shown_folders(folders)),
+        executable=executable,
+        folders=tuple(shown),
         python_version=str(data.get("version", "")),
         import_path=tuple(import_path),
     )
