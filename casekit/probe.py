@@ -59,6 +59,9 @@ def write_json_atomic(path, data):
     """Write JSON so a reader never sees half a file (rename is atomic)."""
     folder = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    # Readable like any file written (mkstemp makes 0600): in a container the probe writes as root and
+    # casekit reads on the host as the user it runs as. The folders around keep it private.
+    os.fchmod(fd, 0o644)
     with os.fdopen(fd, "w") as handle:
         json.dump(data, handle, indent=1, default=repr)
     os.replace(tmp, path)
@@ -70,14 +73,131 @@ def clip(text, limit=MAX_TEXT):
 
 
 def read_tail(path, limit=4000):
+    """The end of a run's output file; never through a link (a run may replace its file with one)."""
     try:
-        with open(path, "rb") as handle:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return ""
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            if not stat_module.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return ""
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
             handle.seek(max(0, size - limit))
             return handle.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def copy_regular(source, target):
+    """Copy `source` to `target` if it is a regular file (a run's file: never through a link)."""
+    try:
+        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as handle:
+        if not stat_module.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return False
+        with open(target, "wb") as copy:
+            shutil.copyfileobj(handle, copy)
+    return True
+
+
+MAX_REMOVE_ROUNDS = 100000  # remove_tree gives up after this many passes (something keeps adding files)
+
+
+def remove_tree(path):
+    """Remove `path` and everything below it, never through a link, however deep; errors are skipped.
+
+    A run can nest folders thousands deep, and shutil.rmtree recurses (RecursionError, one open
+    folder per level): here each folder met is emptied by moving what it holds up into `path`,
+    so neither the stack nor the open files grow with the nesting."""
+    parent, name = os.path.split(os.path.abspath(path))
+    try:
+        parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        try:
+            os.unlink(name, dir_fd=parent_fd)  # a file or a link: that is all
+            return
+        except OSError:
+            pass
+        try:
+            top = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
+        except OSError:
+            return
+        try:
+            _empty_folder(top)
+        finally:
+            os.close(top)
+        try:
+            os.rmdir(name, dir_fd=parent_fd)
+        except OSError:
+            pass
+    finally:
+        os.close(parent_fd)
+
+
+def _empty_folder(top):
+    """Delete what the folder open as `top` holds: files and empty folders go, a folder's contents move
+    up into `top`; until it is empty or a pass changes nothing."""
+    moved = 0
+    for _ in range(MAX_REMOVE_ROUNDS):
+        try:
+            names = os.listdir(top)
+        except OSError:
+            return
+        changed = False
+        for name in names:
+            try:
+                os.unlink(name, dir_fd=top)
+                changed = True
+                continue
+            except OSError:
+                pass
+            try:
+                os.rmdir(name, dir_fd=top)
+                changed = True
+                continue
+            except OSError:
+                pass
+            inner = _open_folder(name, top)
+            if inner is None:
+                continue
+            try:
+                for below in os.listdir(inner):
+                    moved += 1
+                    try:
+                        os.rename(below, f".casekit-removing-{moved}", src_dir_fd=inner, dst_dir_fd=top)
+                        changed = True
+                    except OSError:
+                        pass
+            except OSError:
+                pass
+            finally:
+                os.close(inner)
+        if not changed:
+            return
+
+
+def _open_folder(name, parent):
+    """The folder `name` in `parent`, opened (made searchable first if its owner closed it); None otherwise."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        return os.open(name, flags, dir_fd=parent)
+    except PermissionError:
+        pass
+    except OSError:
+        return None
+    try:
+        if stat_module.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+            os.chmod(name, 0o700, dir_fd=parent)  # a folder, not a link: nothing else is changed
+            return os.open(name, flags, dir_fd=parent)
+    except OSError:
+        pass
+    return None
 
 
 # ------------------------------------------------------------------ environment
@@ -949,16 +1069,16 @@ def run_one(torch, job, mode, runs_dir, timeout, isolation):
         observation["exit_code"] = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else None
     observation["stdout_tail"] = read_tail(os.path.join(run_dir, RUN_STDOUT))
     observation["stderr_tail"] = read_tail(os.path.join(run_dir, RUN_STDERR))
-    if mode == "eager" and os.path.isfile(os.path.join(run_dir, EAGER_OUTPUTS)):
-        shutil.copyfile(os.path.join(run_dir, EAGER_OUTPUTS), eager_kept)
-    shutil.rmtree(run_dir, ignore_errors=True)  # the next run must not see this one's files
+    if mode == "eager":
+        copy_regular(os.path.join(run_dir, EAGER_OUTPUTS), eager_kept)
+    remove_tree(run_dir)  # the next run must not see this one's files
     return observation
 
 
 def prepare_run_dir(job, runs_dir):
     """A fresh, private copy of the job's folder (its script, and any files laid out beside it)."""
     run_dir = os.path.join(runs_dir, job["id"])
-    shutil.rmtree(run_dir, ignore_errors=True)
+    remove_tree(run_dir)
     if job.get("job_dir"):
         shutil.copytree(job["job_dir"], run_dir, symlinks=True)
         for folder, _dirs, files in os.walk(run_dir):  # inputs are read-only; the folder takes new files
