@@ -60,6 +60,9 @@ def write_json_atomic(path, data):
     """Write JSON so a reader never sees half a file (rename is atomic)."""
     folder = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    # Readable like any file written (mkstemp makes 0600): in a container the probe writes as root and
+    # casekit reads on the host as the user it runs as. The folders around keep it private.
+    os.fchmod(fd, 0o644)
     with os.fdopen(fd, "w") as handle:
         json.dump(data, handle, indent=1, default=repr)
     os.replace(tmp, path)
@@ -71,14 +74,131 @@ def clip(text, limit=MAX_TEXT):
 
 
 def read_tail(path, limit=4000):
+    """The end of a run's output file; never through a link (a run may replace its file with one)."""
     try:
-        with open(path, "rb") as handle:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return ""
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            if not stat_module.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return ""
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
             handle.seek(max(0, size - limit))
             return handle.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def copy_regular(source, target):
+    """Copy `source` to `target` if it is a regular file (a run's file: never through a link)."""
+    try:
+        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as handle:
+        if not stat_module.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return False
+        with open(target, "wb") as copy:
+            shutil.copyfileobj(handle, copy)
+    return True
+
+
+MAX_REMOVE_ROUNDS = 100000  # remove_tree gives up after this many passes (something keeps adding files)
+
+
+def remove_tree(path):
+    """Remove `path` and everything below it, never through a link, however deep; errors are skipped.
+
+    A run can nest folders thousands deep, and shutil.rmtree recurses (RecursionError, one open
+    folder per level): here each folder met is emptied by moving what it holds up into `path`,
+    so neither the stack nor the open files grow with the nesting."""
+    parent, name = os.path.split(os.path.abspath(path))
+    try:
+        parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        try:
+            os.unlink(name, dir_fd=parent_fd)  # a file or a link: that is all
+            return
+        except OSError:
+            pass
+        try:
+            top = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
+        except OSError:
+            return
+        try:
+            _empty_folder(top)
+        finally:
+            os.close(top)
+        try:
+            os.rmdir(name, dir_fd=parent_fd)
+        except OSError:
+            pass
+    finally:
+        os.close(parent_fd)
+
+
+def _empty_folder(top):
+    """Delete what the folder open as `top` holds: files and empty folders go, a folder's contents move
+    up into `top`; until it is empty or a pass changes nothing."""
+    moved = 0
+    for _ in range(MAX_REMOVE_ROUNDS):
+        try:
+            names = os.listdir(top)
+        except OSError:
+            return
+        changed = False
+        for name in names:
+            try:
+                os.unlink(name, dir_fd=top)
+                changed = True
+                continue
+            except OSError:
+                pass
+            try:
+                os.rmdir(name, dir_fd=top)
+                changed = True
+                continue
+            except OSError:
+                pass
+            inner = _open_folder(name, top)
+            if inner is None:
+                continue
+            try:
+                for below in os.listdir(inner):
+                    moved += 1
+                    try:
+                        os.rename(below, f".casekit-removing-{moved}", src_dir_fd=inner, dst_dir_fd=top)
+                        changed = True
+                    except OSError:
+                        pass
+            except OSError:
+                pass
+            finally:
+                os.close(inner)
+        if not changed:
+            return
+
+
+def _open_folder(name, parent):
+    """The folder `name` in `parent`, opened (made searchable first if its owner closed it); None otherwise."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        return os.open(name, flags, dir_fd=parent)
+    except PermissionError:
+        pass
+    except OSError:
+        return None
+    try:
+        if stat_module.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+            os.chmod(name, 0o700, dir_fd=parent)  # a folder, not a link: nothing else is changed
+            return os.open(name, flags, dir_fd=parent)
+    except OSError:
+        pass
+    return None
 
 
 # ------------------------------------------------------------------ environment
@@ -787,13 +907,15 @@ def seed_everything(torch, seed):
         pass
 
 
-def run_script_in_child(torch, job, mode, run_dir, isolation):
-    """Body of the forked child: run the script once in `mode`, write the observation into run_dir."""
+def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
+    """Body of the forked child: run the script once in `mode`, write the observation into run_dir.
+
+    `uid`: the run's own uid (the uid kind of isolation, see run_uid)."""
     import runpy
 
     os.setsid()  # own process group: a timeout kills whatever the script forked
     if isolation:
-        isolate_run(isolation, run_dir)
+        enter_isolation(isolation, run_dir, uid)
     observation = Observation(mode)
     result_path = os.path.join(run_dir, RUN_RESULT)
     eager_outputs_path = os.path.join(run_dir, EAGER_OUTPUTS)
@@ -908,15 +1030,16 @@ def run_one(torch, job, mode, runs_dir, timeout, isolation):
     eager_kept = os.path.join(runs_dir, "{}.{}".format(job["id"], EAGER_OUTPUTS))
     if mode != "eager" and os.path.exists(eager_kept):
         shutil.copyfile(eager_kept, os.path.join(run_dir, EAGER_OUTPUTS))
+    uid = run_uid(isolation)
     sys.stdout.flush()
     sys.stderr.flush()
-    if isolation and isolation.get("pid_namespace", True):
+    if uses_run_namespaces(isolation):
         run_namespace()  # the fork below lands in it
     pid = os.fork()
     if pid == 0:
         try:
             close_pipe_fds()
-            run_script_in_child(torch, job, mode, run_dir, isolation)
+            run_script_in_child(torch, job, mode, run_dir, isolation, uid)
         except BaseException:
             try:
                 traceback.print_exc()
@@ -937,6 +1060,7 @@ def run_one(torch, job, mode, runs_dir, timeout, isolation):
         wait_for_exit([pid], deadline)
     _kill_group(pid)
     kill_descendants()  # setsid children and double-fork daemons were reparented to us (subreaper) or its init
+    release_uid(isolation, uid)
     observation = read_run_result(os.path.join(run_dir, RUN_RESULT))
     if observation is None:  # the child died before writing anything
         observation = Observation(mode).data
@@ -952,16 +1076,16 @@ def run_one(torch, job, mode, runs_dir, timeout, isolation):
         observation["exit_code"] = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else None
     observation["stdout_tail"] = read_tail(os.path.join(run_dir, RUN_STDOUT))
     observation["stderr_tail"] = read_tail(os.path.join(run_dir, RUN_STDERR))
-    if mode == "eager" and os.path.isfile(os.path.join(run_dir, EAGER_OUTPUTS)):
-        shutil.copyfile(os.path.join(run_dir, EAGER_OUTPUTS), eager_kept)
-    shutil.rmtree(run_dir, ignore_errors=True)  # the next run must not see this one's files
+    if mode == "eager":
+        copy_regular(os.path.join(run_dir, EAGER_OUTPUTS), eager_kept)
+    remove_tree(run_dir)  # the next run must not see this one's files
     return observation
 
 
 def prepare_run_dir(job, runs_dir):
     """A fresh, private copy of the job's folder (its script, and any files laid out beside it)."""
     run_dir = os.path.join(runs_dir, job["id"])
-    shutil.rmtree(run_dir, ignore_errors=True)
+    remove_tree(run_dir)
     if job.get("job_dir"):
         shutil.copytree(job["job_dir"], run_dir, symlinks=True)
         for folder, _dirs, files in os.walk(run_dir):  # inputs are read-only; the folder takes new files
@@ -1220,6 +1344,13 @@ def enter_probe_user_namespace():
     _enter_user_namespace(ctypes, libc, with_mounts=False)
 
 
+def uses_run_namespaces(isolation):
+    """The namespace kind of isolation gives each worker's runs a PID namespace (the uid kind does not)."""
+    return (
+        bool(isolation) and isolation.get("kind", "namespace") == "namespace" and isolation.get("pid_namespace", True)
+    )
+
+
 _RUN_INIT = [None, None]  # type: list  # [owner pid, init pid]: PID 1 of the namespace its runs are forked into
 
 
@@ -1266,6 +1397,146 @@ def run_namespace_init_here():
     """This process's runs' init, or None (to spare it when killing what a run left)."""
     owner, init = _RUN_INIT
     return init if owner == os.getpid() else None
+
+
+def enter_isolation(isolation, run_dir, uid):
+    """The run's first step, before anything of the script: the request's kind of isolation.
+
+    "namespace" (the bwrap sandbox): isolate_run. "uid" (a container, where namespaces cannot be
+    made): become_run_uid. Everything else about a run is the same for both."""
+    if isolation.get("kind", "namespace") == "uid":
+        become_run_uid(run_dir, uid)
+    else:
+        isolate_run(isolation, run_dir)
+
+
+# ------------------------------------------------------- run isolation by uid (containers)
+
+SHARED_FOLDERS = ("/tmp", "/dev/shm", "/dev/mqueue")  # what every run of a container may write
+MAX_SWEEP_DEPTH = 64  # folders of other uids are searched this deep for a run's files
+RUN_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+# Each process that forks runs has a slot: 0 the probe, then one per worker it forks, never given twice.
+_FORKER_SLOT = [0]  # this process's
+_SLOTS_GIVEN = [0]  # the last one the probe gave
+
+
+def run_uid(isolation, slot=None):
+    """The uid of the runs forked by the process in `slot` (this one by default); None unless the uid kind.
+
+    One per slot: no two processes that fork runs share one, and each run is over - its processes
+    killed, its files removed (release_uid) - before that process forks the next, so two runs alive
+    at once never share a uid. (Not the run's pid: that is free again once reaped, while the run's
+    last processes are still being killed.) Small numbers from first_uid: an engine that maps only
+    65536 uids into its containers (rootless, userns-remap) has them."""
+    if not isolation or isolation.get("kind") != "uid" or not isolation.get("drop", True):
+        return None
+    return int(isolation.get("first_uid", 20000)) + (_FORKER_SLOT[0] if slot is None else slot)
+
+
+def become_run_uid(run_dir, uid):
+    """Make run_dir this run's own, HOME and TMPDIR in it, then become `uid`: no capability, no group.
+
+    For containers, where isolate_run's namespaces cannot be made (Docker's seccomp profile refuses
+    unshare of a user namespace, AppArmor's docker-default refuses mount). The probe is root there with
+    a few capabilities; a run is an unprivileged uid of its own, so files and signals keep runs apart:
+    it writes only its run dir and the shared /tmp and /dev/shm (swept of its files when it ends),
+    and kill(-1) reaches only its own processes. `uid` None: the run keeps the probe's uid (only the
+    tests that show what the drop stops ask for that)."""
+    home, tmp = os.path.join(run_dir, ".home"), os.path.join(run_dir, ".tmp")
+    for folder in (home, tmp):
+        os.makedirs(folder, exist_ok=True)
+    if uid is not None:
+        for folder, dirs, files in os.walk(run_dir):  # its copy of the job: its own, as in a namespace
+            for name in dirs + files:
+                os.lchown(os.path.join(folder, name), uid, uid)
+        os.chmod(run_dir, 0o700)  # the other runs cannot look in (before the chown: then it is not root's)
+        os.chown(run_dir, uid, uid)
+        os.setgroups([])
+        os.setgid(uid)  # as root: real, effective and saved ids, all of them
+        os.setuid(uid)  # the capabilities go with root
+        if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid) or os.getgroups():
+            raise OSError(f"the run did not become uid {uid}")
+        try:  # a uid change makes a process non-dumpable: its own /proc/self/fd and environ would be closed to it
+            _ctypes, libc = _libc()
+            libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    os.environ.update({"HOME": home, "TMPDIR": tmp, "XDG_CACHE_HOME": os.path.join(home, ".cache")})
+    tempfile.tempdir = None  # gettempdir() asks TMPDIR again
+    for name in RUN_CACHE_VARIABLES:  # torch sets them in the probe, to folders of root's: the run makes its own
+        if os.path.exists(os.environ.get(name, "")) and not os.access(os.environ[name], os.W_OK):
+            del os.environ[name]
+
+
+def release_uid(isolation, uid, folders=()):
+    """After a run of the uid kind: kill what is left of `uid`, remove what it owns in the shared folders
+    (and in `folders`: the runs dir, for a run whose worker was lost)."""
+    if uid is None:
+        return
+    kill_uid(uid)
+    sweep_uid(uid, list(isolation.get("shared", SHARED_FOLDERS)) + list(folders))
+
+
+def kill_uid(uid, rounds=50):
+    """SIGKILL every process of `uid` until none is left (the run's uid is the run: nothing else has it)."""
+    for _ in range(rounds):
+        found = _pids_of_uid(uid)
+        if not found:
+            return
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        _reap()
+        time.sleep(0.005)
+
+
+def _pids_of_uid(uid):
+    """Live (not zombie) processes with `uid` as any of their user ids."""
+    found = []  # type: list
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as handle:
+                fields = dict(line.split(":", 1) for line in handle if ":" in line)
+        except (OSError, ValueError):
+            continue
+        if fields.get("State", "").strip().startswith("Z"):
+            continue
+        if str(uid) in fields.get("Uid", "").split():
+            found.append(int(entry))
+    return found
+
+
+def sweep_uid(uid, folders):
+    """Remove every file and folder `uid` owns below `folders`, links never followed: the next run
+    finds nothing of this one (its own folders go whole; other uids' are searched for its files)."""
+    for folder in folders:
+        pending = [(folder, 0)]
+        while pending:
+            top, depth = pending.pop()
+            try:
+                names = os.listdir(top)
+            except OSError:
+                continue
+            for name in names:
+                path = os.path.join(top, name)
+                try:
+                    info = os.lstat(path)
+                except OSError:
+                    continue
+                if info.st_uid == uid:
+                    remove_tree(path)
+                elif stat_module.S_ISDIR(info.st_mode) and depth < MAX_SWEEP_DEPTH:
+                    pending.append((path, depth + 1))
 
 
 def guard_probe():
@@ -1552,13 +1823,15 @@ def close_pipe_fds(keep=()):
 def fork_worker(body):
     """Fork a worker that runs `body(inbox, outbox)` (the read end of a pipe from the probe, the write
     end of one to it), then kills whatever it left behind and exits. Returns (pid, the probe's end
-    to write to it, the probe's end to read from it).
+    to write to it, the probe's end to read from it, its slot: see run_uid).
 
     A worker is a child subreaper: a run's double-fork daemon is reparented to it, and
     is killed when that run ends; and it dies with the probe (PR_SET_PDEATHSIG).
     """
     inbox, to_worker = os.pipe()
     from_worker, outbox = os.pipe()
+    _SLOTS_GIVEN[0] += 1
+    slot = _SLOTS_GIVEN[0]
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -1566,7 +1839,8 @@ def fork_worker(body):
         os.close(inbox)
         os.close(outbox)
         _PIPE_FDS.extend([to_worker, from_worker])
-        return pid, to_worker, from_worker
+        return pid, to_worker, from_worker, slot
+    _FORKER_SLOT[0] = slot
     code = 0
     try:
         close_pipe_fds(keep=(inbox, outbox))
@@ -1591,7 +1865,7 @@ def fork_worker(body):
             kill_descendants()
         finally:
             os._exit(code)
-    return pid, to_worker, from_worker  # not reached
+    return pid, to_worker, from_worker, slot  # not reached
 
 
 class WorkerPool:
@@ -1610,7 +1884,7 @@ class WorkerPool:
         self.runs_dir, self.isolation, self.parallel = runs_dir, isolation, parallel
         self.eager_ahead = eager_ahead
         self.idle = []  # type: list
-        self.busy = {}  # type: dict  # done-pipe fd -> [pid, task fd, done fd, job index, deadline]
+        self.busy = {}  # type: dict  # done-pipe fd -> [pid, task fd, done fd, job index, deadline, slot]
         self.ended = {}  # type: dict  # worker pid -> wait status, once reaped
 
     def run(self):
@@ -1641,8 +1915,8 @@ class WorkerPool:
                     _wait_quietly(worker[0])
 
     def _start(self):
-        pid, tasks, done = fork_worker(self._serve)
-        return [pid, tasks, done, None, None]
+        pid, tasks, done, slot = fork_worker(self._serve)
+        return [pid, tasks, done, None, None, slot]
 
     def _serve(self, tasks, done):
         """The worker: a job index per line until the probe closes the pipe."""
@@ -1701,6 +1975,7 @@ class WorkerPool:
         if not os.path.exists(result_path(self.out_dir, job)):  # say so, not "never ran"
             write_json_atomic(lost_path(self.out_dir, job), {"schema": PROBE_SCHEMA, "job": job["id"], "why": why})
         kill_strays({w[0] for w in self.idle + list(self.busy.values())})
+        release_uid(self.isolation, run_uid(self.isolation, worker[5]), [self.runs_dir])  # its run, cut short
 
     @staticmethod
     def _close(worker):
@@ -1731,7 +2006,7 @@ class EagerAhead:
         self.pid = None
 
     def start(self, torch):
-        self.pid, self.stop, self.done = fork_worker(lambda stop, done: self._serve(torch, stop, done))
+        self.pid, self.stop, self.done, self.slot = fork_worker(lambda stop, done: self._serve(torch, stop, done))
 
     def _serve(self, torch, stop, done):
         told = select.poll()
@@ -1756,6 +2031,7 @@ class EagerAhead:
         # processes to the probe). Nothing else runs yet: the workers are forked after this.
         kill_descendants()
         _reap()  # the worker, if it ended by itself (kill_descendants leaves zombies alone)
+        release_uid(self.isolation, run_uid(self.isolation, self.slot), [self.runs_dir])  # a run cut short
         finished = [int(line) for line in _lines(self.done) if line.isdigit()]
         os.close(self.done)
         _PIPE_FDS[:] = [fd for fd in _PIPE_FDS if fd not in (self.stop, self.done)]
@@ -1864,7 +2140,7 @@ def main(argv):
     isolation = request.get("isolation")
     parallel = runs_at_once(request)
     ahead = EagerAhead(request["jobs"], runs_dir, isolation) if parallel > 1 and len(request["jobs"]) > 1 else None
-    run_namespaces = bool(isolation and isolation.get("pid_namespace", True))
+    run_namespaces = uses_run_namespaces(isolation)
     target = start_target(out_dir, ahead.start if ahead else None, run_namespaces)
     eager_ahead = ahead.finish() if ahead else {}
     if target is None:

@@ -22,6 +22,7 @@ import pytest
 
 from casekit.errors import DockerUnavailable, RunnerError
 from casekit.runners.docker import RUN_LABEL, DockerRunner, images
+from casekit.runners.docker.runner import PROBE_CAPABILITIES, RUN_UIDS, RUNS_IN_CONTAINER
 from casekit.runners.interface import ProbeJob, TargetSpec
 
 pytestmark = pytest.mark.docker
@@ -48,14 +49,15 @@ def docker_engine() -> Any:
 
 
 def torch_spec(**changes: Any) -> TargetSpec:
-    options = dict(changes.pop("options", ()))
+    given = changes.pop("options", ())
+    options = list(given.items()) if isinstance(given, dict) else list(given)  # a key may come twice (env)
     return TargetSpec(
         runner="docker",
         torch="2.13.0",
         # The local CPU wheel when there is one, else PyTorch's CPU index (not PyPI's 2.5 GB CUDA build).
         find_links=WHEELHOUSE if Path(WHEELHOUSE).is_dir() else None,
         cuda=None if Path(WHEELHOUSE).is_dir() else "cpu",
-        options=tuple({"base_image": BASE_IMAGE, **options}.items()),
+        options=(("base_image", BASE_IMAGE), *options),
         **changes,
     )
 
@@ -167,6 +169,7 @@ WRITES = """\
 import errno, os
 print("uid:", os.getuid(), os.getgid())
 print([line for line in open("/proc/self/status") if line.startswith("CapEff")][0].strip())
+print([line for line in open("/proc/self/status") if line.startswith("CapPrm")][0].strip())
 for path in ["/etc/casekit-escape", "/usr/lib/casekit-escape", "/opt/casekit-venv/casekit-escape",
              "/casekit/work/scripts/casekit-escape", "/casekit/work/probe.py", "/casekit/work/request.json",
              __file__]:
@@ -233,17 +236,20 @@ def test_sandbox_stops_hostile_scripts_and_leaves_nothing(engine: Any, replay_im
     assert host_config["NetworkMode"] == "none"
     assert host_config["ReadonlyRootfs"] is True
     assert host_config["CapDrop"] == ["ALL"]
+    assert {name.removeprefix("CAP_") for name in host_config["CapAdd"]} == set(PROBE_CAPABILITIES)
     assert host_config["SecurityOpt"] == ["no-new-privileges"]
     assert host_config["PidsLimit"] == 512
     assert host_config["Memory"] == 4 * 1024**3
-    assert watcher.attrs["Config"]["User"] == "10001:10001"
+    assert set(host_config["Tmpfs"]) == {"/tmp", RUNS_IN_CONTAINER}
+    assert watcher.attrs["Config"]["User"] == "0:0"  # the probe; the scripts are not root (b)
     mounts = {mount["Destination"]: mount["RW"] for mount in watcher.attrs["Mounts"]}
     assert mounts == {"/casekit/work": False, "/casekit/work/out": True}
 
-    # (b) no writes outside the tmpfs; non-root, no capabilities
+    # (b) no writes outside the tmpfs; an unprivileged uid of its own, no capabilities
     writes = out["writes"]["stdout_tail"]
-    assert "uid: 10001 10001" in writes
-    assert "CapEff:\t0000000000000000" in writes
+    uid, gid = (int(n) for n in writes.split("uid: ", 1)[1].split()[:2])
+    assert uid >= RUN_UIDS and gid == uid
+    assert "CapEff:\t0000000000000000" in writes and "CapPrm:\t0000000000000000" in writes
     assert "WROTE" not in writes
     assert writes.count("refused") == 7
     assert "tmp: ok" in writes

@@ -47,3 +47,15 @@ def test_container_wall_clock_is_the_host_probe_limit_plus_a_container_start(tmp
     runner = DockerRunner(TargetSpec("docker"))  # no engine is contacted before prepare()
     assert runner._wall_timeout(jobs) == overall_timeout(jobs) + CONTAINER_START_S
     assert DockerRunner(TargetSpec("docker", options=(("timeout", "42"),)))._wall_timeout(jobs) == 42.0
+
+
+def test_env_names_host_variables_to_pass_and_may_be_given_more_than_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASEKIT_TEST_PASSED", "from-the-host")
+    monkeypatch.setenv("CASEKIT_TEST_OTHER", "not-asked")
+    options = (("env", "CASEKIT_TEST_PASSED"), ("env", "CASEKIT_SET=a=b"), ("env", "CASEKIT_TEST_ABSENT"))
+    runner = DockerRunner(TargetSpec("docker", options=options))  # no engine is contacted before prepare()
+    environment = runner._environment()
+    assert environment["CASEKIT_TEST_PASSED"] == "from-the-host" and environment["CASEKIT_SET"] == "a=b"
+    assert "CASEKIT_TEST_OTHER" not in environment and "CASEKIT_TEST_ABSENT" not in environment
+    with pytest.raises(RunnerError, match="env="):
+        DockerRunner(TargetSpec("docker", options=(("env", "1BAD"),)))

@@ -36,6 +36,20 @@ class RunIsolation:
     hold: str = ""  # an empty folder outside /tmp where the probe holds them meanwhile
 
 
+@dataclass(frozen=True)
+class UidIsolation:
+    """How the probe isolates each run in a container (the docker runner), where no namespace can be made:
+    the probe is root with a few capabilities, each run an unprivileged uid of its own (`first_uid` + the
+    slot of the process forking it: 0 the probe, then each worker) owning only its run dir (on the runs'
+    tmpfs, beside the batch), with HOME and TMPDIR in it; what that uid leaves in `shared` is removed when
+    the run ends. `drop` is off (runs keep the probe's uid) and `shared` empty only in the tests that show
+    what they stop."""
+
+    first_uid: int = 20000
+    shared: tuple[str, ...] = ("/tmp", "/dev/shm", "/dev/mqueue")
+    drop: bool = True
+
+
 def in_target(path: str, moved: Mapping[str, str]) -> str:
     """A host path as the target sees it: `moved` maps host folders to their place in the target."""
     for host, target in moved.items():
@@ -67,13 +81,14 @@ def lay_out_batch(
     batch_dir: Path,
     jobs: list[ProbeJob],
     root_in_target: str,
-    isolation: RunIsolation | None = None,
+    isolation: RunIsolation | UidIsolation | None = None,
     scheduling: ProbeScheduling | None = None,
     moved: Mapping[str, str] | None = None,
 ) -> Path:
     """Copy the probe and each job's inputs into batch_dir; write the request. Returns the request path.
 
-    With `isolation` (the bwrap sandbox) the probe gives each run a private view (see RunIsolation).
+    With `isolation` the probe isolates each run: a private view in the bwrap sandbox (RunIsolation),
+    a uid of its own in a container (UidIsolation).
     `moved`: host folders the target sees elsewhere (in-place jobs' worktrees), for their paths.
     """
     batch_dir.mkdir(parents=True, exist_ok=True)
@@ -88,7 +103,7 @@ def write_request(
     batch_dir: Path,
     jobs: list[ProbeJob],
     root_in_target: str,
-    isolation: RunIsolation | None = None,
+    isolation: RunIsolation | UidIsolation | None = None,
     scheduling: ProbeScheduling | None = None,
     moved: Mapping[str, str] | None = None,
 ) -> Path:
@@ -117,7 +132,17 @@ def write_request(
         request["serial_timings"] = True
     if isolation is not None:
         request["runs_dir"] = f"{root_in_target}/runs"
+        (batch_dir / "runs").mkdir(exist_ok=True)
+    if isinstance(isolation, UidIsolation):
         request["isolation"] = {
+            "kind": "uid",
+            "first_uid": isolation.first_uid,
+            "shared": list(isolation.shared),
+            "drop": isolation.drop,
+        }
+    elif isolation is not None:
+        request["isolation"] = {
+            "kind": "namespace",
             "batch_root": root_in_target,
             "hide": [f"{root_in_target}/jobs", f"{root_in_target}/out"],
             "readonly": [f"{root_in_target}/runs"],  # a tmpfs of its own: the batch's read-only view misses it
@@ -126,7 +151,6 @@ def write_request(
             "hold": isolation.hold,
             "pid_namespace": isolation.pid_namespace,
         }
-        (batch_dir / "runs").mkdir(exist_ok=True)
     request_path = batch_dir / "request.json"
     request_path.write_text(json.dumps(request, indent=1))
     return request_path

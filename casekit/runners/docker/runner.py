@@ -8,21 +8,27 @@ the default and every relaxation is an explicit spec option:
     memory     "4g" (default)                 memory limit, no swap beyond it
     pids       "512" (default)                process/thread limit (stops fork bombs)
     cpus       the engine's CPU count (default)
-    tmpfs      "2g" (default)                 size of /tmp (HOME, torch caches)
+    tmpfs      "2g" (default)                 size of /tmp, and of the runs' folders (each run's HOME, TMPDIR)
     timeout    seconds for the whole container; default: import allowance + the jobs' timeouts
     gpus       "all" | "N" | "none"           default "all" when spec.cuda names a CUDA tag
+    env        NAME | NAME=VALUE (repeatable)  pass one host variable / set one; no other reaches a script
     python                                    interpreter inside a foreign spec.image (default python3)
     base_image, ca_bundle, build_network      image build inputs (casekit.runners.docker.images)
 
-The batch folder is bind-mounted at /casekit/work read-only; only its out/
-is writable, and results come back through it.
+The batch folder is bind-mounted at /casekit/work read-only, its out/ writable
+(results come back through it). Inside, the probe is root with the few
+capabilities of PROBE_CAPABILITIES and nothing else; each run is an unprivileged
+uid of its own with none (batch.UidIsolation: Docker's seccomp profile refuses
+the user namespaces the bwrap sandbox gives each run): it can write only its run
+folder, on a tmpfs of the container, and the shared /tmp and /dev/shm, which
+are swept of its files when it ends; the batch's folders, the request and the
+results are closed to it, and kill(-1) reaches only its own processes.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import stat
 import tarfile
 import tempfile
 import uuid
@@ -31,10 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 from casekit import settings
 from casekit.errors import DockerUnavailable, RunnerError
-from casekit.runners.batch import lay_out_batch, read_batch
+from casekit.runners.batch import UidIsolation, lay_out_batch, read_batch
 from casekit.runners.docker import images
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
 from casekit.runners.process import FAST_FORK_TUNABLE, overall_timeout
+from casekit.runners.sandbox import _env_items
 
 if TYPE_CHECKING:
     import docker
@@ -42,12 +49,25 @@ if TYPE_CHECKING:
     from docker.models.images import Image
 
 ROOT_IN_CONTAINER = "/casekit/work"
-SANDBOX_UID = 10001
+RUNS_IN_CONTAINER = f"{ROOT_IN_CONTAINER}/runs"  # the runs' folders: a tmpfs, not the host's disk
+RUN_UIDS = UidIsolation().first_uid  # runs are uids from here up; the probe is root
+# What the probe, root in the container, keeps of root's capabilities; a run has none of them.
+PROBE_CAPABILITIES = (
+    "SETUID",  # become the run's uid in each run's child
+    "SETGID",  # its gid, and no supplementary group
+    "CHOWN",  # give the run its copy of the job folder
+    "KILL",  # kill a run's processes (another uid) at its end or timeout
+    "DAC_OVERRIDE",  # read a run's results and remove what it left, whatever modes it set; write out/ on the host
+    "FOWNER",  # remove a run's files inside a sticky folder it made (only an owner, or this, may)
+)
 RUN_LABEL = "casekit.run"
 # On top of the host probe's allowance for the torch import: starting the container on a busy engine.
 CONTAINER_START_S = 60.0
 DEFAULTS = {"network": "none", "read_only": "true", "memory": "4g", "pids": "512", "tmpfs": "2g"}
-KNOWN_OPTIONS = set(DEFAULTS) | {"cpus", "timeout", "gpus", "python", "transfer"} | set(images.BUILD_OPTIONS)
+LIST_OPTIONS = ("env",)  # keys that may be given more than once
+KNOWN_OPTIONS = (
+    set(DEFAULTS) | {"cpus", "timeout", "gpus", "python", "transfer"} | set(LIST_OPTIONS) | set(images.BUILD_OPTIONS)
+)
 MAX_RESULTS_BYTES = 512 * 1024 * 1024  # what a batch may send back through the engine
 
 
@@ -67,7 +87,9 @@ class DockerRunner(Runner):
         unknown = {key for key, _ in spec.options} - KNOWN_OPTIONS
         if unknown:
             raise RunnerError(f"unknown docker option(s): {', '.join(sorted(unknown))}")
-        self.options = {**DEFAULTS, "transfer": default_transfer(), **dict(spec.options)}
+        given = {key: value for key, value in spec.options if key not in LIST_OPTIONS}
+        self.options = {**DEFAULTS, "transfer": default_transfer(), **given}
+        self.env = _env_items(value for key, value in spec.options if key == "env")
         if self.options["transfer"] not in ("bind", "copy"):
             raise RunnerError(f"docker option transfer={self.options['transfer']!r}: use bind or copy")
         self._client = client
@@ -89,15 +111,21 @@ class DockerRunner(Runner):
         """Run every job in one sandboxed container; the container is removed whatever happens."""
         self.prepare(progress)
         assert self.image is not None
-        # ignore_cleanup_errors: a script may leave files in out/ that only uid 10001 could delete.
+        # ignore_cleanup_errors: out/ may hold folders root made in the container, which a host user cannot empty.
         with tempfile.TemporaryDirectory(prefix="casekit-docker-", ignore_cleanup_errors=True) as folder:
             batch_dir = Path(folder)
-            lay_out_batch(batch_dir, jobs, ROOT_IN_CONTAINER, scheduling=self.scheduling)
-            _open_to_sandbox_user(batch_dir)
+            lay_out_batch(batch_dir, jobs, ROOT_IN_CONTAINER, self.run_isolation(), self.scheduling)
+            (batch_dir / "runs").mkdir(exist_ok=True)  # where the runs' tmpfs is mounted
+            _close_to_runs(batch_dir)
             timeout = self._wall_timeout(jobs)
             progress(f"docker: {len(jobs)} script(s) in {self._image_name()} (sandbox: {self._sandbox_summary()})")
             log = self._run_container(batch_dir, timeout, progress)
             return read_batch(batch_dir, jobs, log)
+
+    def run_isolation(self) -> UidIsolation | None:
+        """What the probe does for each run: a uid of its own (None, the probe's uid, only in the tests'
+        controls of what it stops)."""
+        return UidIsolation()
 
     def describe(self) -> dict[str, object]:
         facts = super().describe()
@@ -167,10 +195,10 @@ class DockerRunner(Runner):
 
         options = self.options
         if volume is not None:
-            # Copied in as root-owned files: uid 10001 can read the scripts and write only out/.
+            # Copied in as root-owned files, closed to the runs' uids (see _batch_tar).
             mounts = [docker.types.Mount(ROOT_IN_CONTAINER, volume.name, type="volume", read_only=False)]
         else:
-            # Scripts and probe read-only; out/ (mounted over it) is the only writable host path.
+            # Scripts and probe read-only; out/ (mounted over it) is the only writable host path, the probe's.
             mounts = [
                 docker.types.Mount(ROOT_IN_CONTAINER, str(batch_dir), type="bind", read_only=True),
                 docker.types.Mount(f"{ROOT_IN_CONTAINER}/out", str(batch_dir / "out"), type="bind", read_only=False),
@@ -182,22 +210,18 @@ class DockerRunner(Runner):
             "name": f"casekit-probe-{run_id[:12]}",
             "labels": {RUN_LABEL: run_id, "casekit.role": "probe"},
             "working_dir": ROOT_IN_CONTAINER,
-            "user": f"{SANDBOX_UID}:{SANDBOX_UID}",
-            "environment": {
-                "HOME": "/tmp",
-                "TMPDIR": "/tmp",
-                "USER": "casekit",
-                "LOGNAME": "casekit",
-                "XDG_CACHE_HOME": "/tmp/.cache",
-                "PYTHONDONTWRITEBYTECODE": "1",
-                "PYTHONUNBUFFERED": "1",
-                "GLIBC_TUNABLES": FAST_FORK_TUNABLE,
-            },
+            "user": "0:0",  # the probe; each run drops to a uid of its own (see PROBE_CAPABILITIES)
+            "environment": self._environment(),
             "mounts": mounts,
-            "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={options['tmpfs']},mode=1777"},
+            "tmpfs": {
+                "/tmp": f"rw,exec,nosuid,nodev,size={options['tmpfs']},mode=1777",
+                # each run's folder is its uid's alone (0700); the runs cannot list the others'
+                RUNS_IN_CONTAINER: f"rw,exec,nosuid,nodev,size={options['tmpfs']},mode=0711",
+            },
             "read_only": _truthy(options["read_only"]),
             "network_mode": options["network"],
             "cap_drop": ["ALL"],
+            "cap_add": list(PROBE_CAPABILITIES),
             "security_opt": ["no-new-privileges"],
             "mem_limit": options["memory"],
             "memswap_limit": options["memory"],
@@ -211,6 +235,26 @@ class DockerRunner(Runner):
         if gpus:
             args["device_requests"] = [docker.types.DeviceRequest(count=gpus, capabilities=[["gpu"]])]
         return args
+
+    def _environment(self) -> dict[str, str]:
+        """The container's variables (the image's ENV adds its own): fixed values, and the host's only where
+        named with env=NAME; nothing else of the host's environment."""
+        environment = {
+            "HOME": "/tmp",  # each run's HOME and TMPDIR are in its own folder (the probe sets them)
+            "TMPDIR": "/tmp",
+            "USER": "casekit",
+            "LOGNAME": "casekit",
+            "XDG_CACHE_HOME": "/tmp/.cache",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "GLIBC_TUNABLES": FAST_FORK_TUNABLE,
+        }
+        for name, value in self.env:
+            if value is not None:
+                environment[name] = value
+            elif name in os.environ:
+                environment[name] = os.environ[name]
+        return environment
 
     def _python(self) -> str:
         """Our images have the venv; a foreign image (spec.image) gets `python` option or python3."""
@@ -271,33 +315,36 @@ class DockerRunner(Runner):
             f"read_only={options['read_only']}",
             f"memory={options['memory']}",
             f"pids={options['pids']}",
-            f"user={SANDBOX_UID}",
+            f"probe=root(+{','.join(PROBE_CAPABILITIES).lower()})",
+            f"runs=uid>={RUN_UIDS}(no capabilities, own folder, /tmp swept)",
         ]
         if self._gpu_count():
             parts.append(f"gpus={options.get('gpus', 'all')}")
+        parts += [f"env={name}" for name, _ in self.env]
         return " ".join(parts)
 
 
-def _open_to_sandbox_user(batch_dir: Path) -> None:
-    """The container runs as uid 10001: it must read the batch and write out/ (chmod, no chown)."""
-    for root, dirs, files in os.walk(batch_dir):
-        for name in dirs:
-            os.chmod(os.path.join(root, name), 0o755)
-        for name in files:
-            path = os.path.join(root, name)
-            os.chmod(path, os.stat(path).st_mode | stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-    os.chmod(batch_dir, 0o755)
-    os.chmod(batch_dir / "out", 0o777)
+# Modes of the batch as the container sees it: the probe (root) reads and writes, a run's uid passes
+# through the batch folder to its own run folder and sees nothing else of it.
+BATCH_MODES = {"": 0o711, "jobs": 0o700, "out": 0o700, "runs": 0o711, "request.json": 0o600, "probe.py": 0o600}
+
+
+def _close_to_runs(batch_dir: Path) -> None:
+    """The host's batch folder for the bind mount: what casekit laid out, readable only by the probe (root
+    there: the owner, or past the modes with DAC_OVERRIDE when casekit runs as another user)."""
+    for name, mode in BATCH_MODES.items():
+        if (batch_dir / name).exists():
+            os.chmod(batch_dir / name, mode)
 
 
 def _batch_tar(batch_dir: Path) -> bytes:
-    """The batch as a tar owned by root: readable by the sandbox user, writable only in out/."""
+    """The batch as a tar owned by root, with the modes of the bind mount (BATCH_MODES)."""
 
     def owned_by_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
         info.uid = info.gid = 0
         info.uname = info.gname = "root"
-        if info.name == "out":
-            info.mode = 0o777
+        if info.name in BATCH_MODES:
+            info.mode = BATCH_MODES[info.name]
         elif info.isdir():
             info.mode = 0o755
         else:
