@@ -83,7 +83,10 @@ def capture(
     allow: Annotated[
         list[str] | None,
         typer.Option(
-            "--allow", metavar="KEY=VALUE", help="Relax the bubblewrap sandbox: sandbox=none, network=host, memory=8g."
+            "--allow",
+            metavar="KEY=VALUE",
+            help="Relax the sandbox (repeatable; docs/sandbox.md): network=host, env=NAME, read=PATH, memory=8g, "
+            "sandbox=none.",
         ),
     ] = None,
     commit: Annotated[

@@ -95,8 +95,9 @@ Allow = Annotated[
         "--allow",
         metavar="KEY=VALUE",
         help=(
-            "Relax the sandbox, KEY=VALUE (repeatable). python/venv (bubblewrap): sandbox=none, network=host, "
-            "memory=8g, pids=1024, cpu=4. docker: network=bridge, memory=8g, pids=1024, read_only=false, gpus=all."
+            "Relax the sandbox, KEY=VALUE (repeatable; docs/sandbox.md). python/venv (bubblewrap): network=host, "
+            "env=NAME[=VALUE], read=PATH, memory=8g, pids=1024, cpu=4, tmpfs=4g, uid=N, gpu=none, sandbox=none. "
+            "docker: network=bridge, env=NAME[=VALUE], memory=8g, pids=1024, tmpfs=4g, read_only=false, gpus=all."
         ),
     ),
 ]
