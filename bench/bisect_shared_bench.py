@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.bisect.commits import CommitBisect, bisect_commits
 from casekit.bisect.engine import CacheSettings
 from casekit.bisect.predicates import CommitPredicate

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from casekit import probe
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.model import Case
-from casekit.replay import ReplayOptions, TargetRun, run_target
+from casekit.replay.run import ReplayOptions, TargetRun, run_target
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
 from casekit.runners.registry import make_runner
 

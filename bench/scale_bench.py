@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from casekit.archive import Archive  # noqa: E402
+from casekit.archive.store import Archive  # noqa: E402
 from casekit.bundle import case_to_toml, sha256_text  # noqa: E402
 from casekit.model import Case, ReplayRecord, ScriptSource, Severity, SiteClass, SiteVerdict  # noqa: E402
 
@@ -43,7 +43,7 @@ SHARD_LABELS = json.dumps([label for label, _ in TARGETS] + ["venv-torch2.7.1", 
 NAIVE_LIST = """
 import sys
 from pathlib import Path
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.report.text import table
 rows = []
 for case in Archive(Path(sys.argv[1])).load_all():
@@ -56,7 +56,7 @@ print(table(["id", "title", "tags", "breaks", "last replay"], rows))
 NAIVE_REPORT = """
 import sys
 from pathlib import Path
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.report.formats import get_format
 from casekit.report.output import write_files
 from casekit.report.summary import summarize
@@ -66,8 +66,8 @@ write_files(get_format("html").render(summary), Path(sys.argv[2]))
 SHARD_PLAN = """
 import json, sys
 from pathlib import Path
-from casekit.archive import Archive
-from casekit.shard import select_shard
+from casekit.archive.store import Archive
+from casekit.replay.shard import select_shard
 store = Archive(Path(sys.argv[1]))
 cases = store.load_all() if sys.argv[2] == "naive" else store.summaries()
 ids = [c.id for c in cases if "draft" not in c.tags]

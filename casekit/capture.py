@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.bundle import MAX_SCRIPT_CHARS, check_case_id, check_script_name, sha256_text, slugify
 from casekit.errors import CasekitError, ScriptError, ScriptNameError
 from casekit.importer import DRAFT_TAG

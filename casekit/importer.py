@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.bundle import check_case_id, sha256_text, slugify
 from casekit.classify import same_break
 from casekit.errors import CasekitError

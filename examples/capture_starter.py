@@ -11,7 +11,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.capture import CaptureRefused, CaptureRequest, capture
 from casekit.runners.interface import TargetSpec
 from casekit.runners.registry import make_runner

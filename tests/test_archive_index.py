@@ -21,18 +21,18 @@ from pathlib import Path
 
 import pytest
 
-from casekit import archive_index
-from casekit.archive import Archive
-from casekit.archive_cache import CACHE_DIR
-from casekit.archive_index import INDEX_FILE, CaseDigest, digest_of
+from casekit.archive import index as archive_index
+from casekit.archive.cache import CACHE_DIR
+from casekit.archive.index import INDEX_FILE, CaseDigest, digest_of
+from casekit.archive.store import Archive
 from casekit.bundle import save_case
 from casekit.errors import BundleError, CaseNotFound
 from casekit.model import ReplayRecord, Severity, SiteClass, SiteVerdict
-from casekit.replay_document import read_replay_document as load_report
+from casekit.replay.document import read_replay_document as load_report
+from casekit.replay.shard import select_shard
 from casekit.report.formats import get_format
 from casekit.report.page_cache import PAGES_DIR, render_html, write_html_report
 from casekit.report.summary import summarize
-from casekit.shard import select_shard
 from tests.conftest import run_casekit
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"

@@ -17,7 +17,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.bisect import releases
 from casekit.cli.bisect import register
 from casekit.model import ScriptObservation, ScriptStatus

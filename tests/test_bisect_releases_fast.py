@@ -34,7 +34,7 @@ from casekit.model import (
     ScriptStatus,
     Site,
 )
-from casekit.replay import ReplayOptions, RunnerFactory, TargetRun
+from casekit.replay.run import ReplayOptions, RunnerFactory, TargetRun
 from casekit.runners.interface import ProgressFn, TargetSpec
 
 PRE = "import torch\n\n\ndef f(x):\n    n = x.sum().item()\n    return x * n\n\n\nprint(torch.compile(f)(torch.ones(2)))\n"

@@ -28,7 +28,7 @@ from casekit.bundle import sha256_text
 from casekit.errors import BisectError
 from casekit.model import Case, ScriptSource
 from casekit.observe import interpret
-from casekit.replay import ReplayOptions, run_target
+from casekit.replay.run import ReplayOptions, run_target
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
 from tests.test_bisect_releases_fast import HISTORY, VERSIONS, FakeReplay, make_case, no_runner
 

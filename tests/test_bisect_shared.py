@@ -22,7 +22,7 @@ from casekit.bisect.shared import Ahead, bisect_releases_many
 from casekit.bundle import sha256_text
 from casekit.classify import classify_case
 from casekit.model import Case, ScriptObservation
-from casekit.replay import ReplayOptions, RunnerFactory, TargetRun
+from casekit.replay.run import ReplayOptions, RunnerFactory, TargetRun
 from casekit.runners.interface import ProgressFn, TargetSpec
 from tests.test_bisect_releases_fast import HISTORY, VERSIONS, make_case, no_runner
 
@@ -231,7 +231,7 @@ def test_shared_bisection_builds_the_next_candidates_ahead(tmp_path: Path) -> No
 def test_cli_bisects_several_cases_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
-    from casekit.archive import Archive
+    from casekit.archive.store import Archive
     from casekit.bisect import releases
     from tests.test_bisect_cli import invoke
 

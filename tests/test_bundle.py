@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.bundle import case_to_toml, check_case_id, load_case, parse_case, sha256_text
 from casekit.errors import BundleError, CaseIdError
 from casekit.model import Case, EntryPoint, Frame, OutputCheck, ScriptObservation, ScriptSource, ScriptStatus, Site

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.bundle import load_case
-from casekit.replay import ReplayOptions, replay
+from casekit.replay.run import ReplayOptions, replay
 from casekit.runners.interface import TargetSpec
 from casekit.runners.registry import make_runner
 from casekit.scrub import machine_paths_in

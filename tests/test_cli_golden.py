@@ -135,7 +135,7 @@ def test_golden_replay_text_with_an_error_a_warning_and_a_failed_target(tmp_path
     import re
 
     import casekit.cli.replay as replay_command
-    from casekit.archive import Archive
+    from casekit.archive.store import Archive
 
     from .fakes import Target, recorded_targets
     from .test_replay_fast import CASES, FIXTURE_SCRIPTS, CaptureRequest, capture, quiet

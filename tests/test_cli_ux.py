@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 import casekit.cli.replay as replay_command
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.cli import app
 from casekit.errors import CasekitError, CaseNotFound
 from casekit.progress import ProgressView, Verbosity, plain_output, set_verbosity

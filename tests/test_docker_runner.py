@@ -331,8 +331,8 @@ def test_relaxations_are_explicit_options(engine: Any, replay_image: Any, tmp_pa
 
 def test_docker_replay_classifies_like_the_venv_runner(engine: Any, replay_image: Any, tmp_path: Path) -> None:
     """Real starter cases, one container for the whole archive, the same verdicts as a managed venv."""
-    from casekit.archive import Archive
-    from casekit.replay import ReplayOptions, replay
+    from casekit.archive.store import Archive
+    from casekit.replay.run import ReplayOptions, replay
     from casekit.runners.registry import make_runner
 
     archive = Archive(REPO_ROOT / "cases")

@@ -11,12 +11,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from casekit.archive import Archive
+from casekit.archive.git import case_log, commit_paths, log_text, replay_message
+from casekit.archive.store import Archive
 from casekit.bundle import sha256_text
 from casekit.classify import classify_case
 from casekit.cli.records import register
 from casekit.errors import CasekitError, GitError
-from casekit.gitarchive import case_log, commit_paths, log_text, replay_message
 from casekit.model import (
     Case,
     ReplayRecord,
@@ -28,7 +28,7 @@ from casekit.model import (
     SiteClass,
     SiteVerdict,
 )
-from casekit.replay import ReplayReport, TargetRun, portable_label
+from casekit.replay.run import ReplayReport, TargetRun, portable_label
 from casekit.runners.interface import TargetSpec
 
 FIXTURE_ARCHIVE = Path(__file__).parent / "fixtures" / "report" / "archive"

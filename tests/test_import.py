@@ -17,7 +17,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.bundle import case_to_toml, load_case, parse_case
 from casekit.cli.records import register
 from casekit.importer import (

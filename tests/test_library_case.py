@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.capture import CaptureRequest, capture
 from casekit.model import Case
-from casekit.replay import ReplayOptions, case_pins, replay
+from casekit.replay.run import ReplayOptions, case_pins, replay
 from casekit.runners.interface import TargetSpec
 from casekit.runners.registry import make_runner
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from casekit import probe
-from casekit.archive import Archive
-from casekit.replay import ReplayOptions, run_target
+from casekit.archive.store import Archive
+from casekit.replay.run import ReplayOptions, run_target
 from casekit.runners.interface import ProbeJob, ProbeScheduling, TargetSpec
 from casekit.runners.registry import make_runner
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.capture import CaptureRequest, capture
 from casekit.errors import RunnerError
 from casekit.model import SiteClass
-from casekit.replay import ReplayOptions, replay
-from casekit.replay_document import replay_document
+from casekit.replay.document import replay_document
+from casekit.replay.run import ReplayOptions, replay
 from casekit.runners.interface import TargetSpec
 from casekit.runners.registry import make_runner
 

@@ -13,18 +13,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import casekit.replay_document as replay_document_module
+import casekit.replay.document as replay_document_module
 from casekit.model import ScriptStatus, Severity, SiteClass, Verdict
-from casekit.replay_document import (
+from casekit.replay.document import (
     REPLAY_SCHEMA,
     ReplayDocumentError,
     parse_replay_document,
     read_replay_document,
     replay_schema,
 )
+from casekit.replay.shard import merge_reports
 from casekit.report.summary import cells_from_results
 from casekit.report.text import replay_document_text
-from casekit.shard import merge_reports
 
 from .conftest import FIXTURES, run_casekit
 

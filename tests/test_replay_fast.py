@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.capture import CaptureRequest, capture
 from casekit.errors import CasekitError
 from casekit.model import SITE_CLASS_ORDER, ScriptRole, Severity, SiteClass, Verdict
 from casekit.outcome import ExitCode, FailOn, check_seconds, exit_code
-from casekit.replay import ReplayOptions
-from casekit.replay_document import parse_replay_document, read_replay_document
-from casekit.replay_plan import ReplayRequest, TargetChoice, run_replay
-from casekit.shard import merge_reports, without_volatile
+from casekit.replay.document import parse_replay_document, read_replay_document
+from casekit.replay.plan import ReplayRequest, TargetChoice, run_replay
+from casekit.replay.run import ReplayOptions
+from casekit.replay.shard import merge_reports, without_volatile
 
 from .conftest import run_casekit
 from .fakes import FIXTURE_SCRIPTS, Target, recorded_targets
@@ -259,7 +259,7 @@ def test_a_target_label_in_the_bundle_history_names_no_folder_of_this_machine() 
     import os
     import sys
 
-    from casekit.replay import portable_label
+    from casekit.replay.run import portable_label
 
     assert portable_label(f"python:{sys.executable}").startswith("python:<python>/")
     assert portable_label(f"python:{os.path.expanduser('~')}/envs/nightly/bin/python") == (

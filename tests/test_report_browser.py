@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.report.formats import get_format
 from casekit.report.output import write_files
 from casekit.report.summary import summarize

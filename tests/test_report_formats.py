@@ -17,11 +17,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.cli.records import register
 from casekit.errors import CasekitError
 from casekit.model import Case, ReplayRecord, Severity, SiteClass, SiteVerdict
-from casekit.replay_document import read_replay_document
+from casekit.replay.document import read_replay_document
 from casekit.report.formats import FORMATS, ReportFormat, get_format
 from casekit.report.output import write_files
 from casekit.report.summary import ArchiveSummary, summarize

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from casekit.archive import Archive
-from casekit.archive_cache import CACHE_DIR
+from casekit.archive.cache import CACHE_DIR
+from casekit.archive.store import Archive
 from casekit.report.formats import get_format
 from casekit.report.output import LISTING
 from casekit.report.summary import summarize

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.bisect.engine import Step
 from casekit.bisect.predicates import Direction
 from casekit.bisect.report import BisectReport, WhatChanged, report_to_json

@@ -1,4 +1,4 @@
-"""Sharding the case x target matrix and merging shard results (casekit.shard, `casekit merge`)."""
+"""Sharding the case x target matrix and merging shard results (casekit.replay.shard, `casekit merge`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from casekit.cli.records import register
 from casekit.errors import CasekitError
 from casekit.model import Severity
 from casekit.outcome import FailOn
-from casekit.shard import (
+from casekit.replay.shard import (
     ShardError,
     merge_reports,
     parse_shard,

@@ -12,7 +12,7 @@ import tomllib
 
 import pytest
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 
 from .conftest import ROOT, STARTER
 

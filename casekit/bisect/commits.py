@@ -47,7 +47,7 @@ from casekit.bundle import sha256_text
 from casekit.errors import BisectError, CasekitError, EnvironmentFailed, GitError
 from casekit.model import ScriptSource
 from casekit.observe.batch import observe_batch
-from casekit.replay import RunnerFactory
+from casekit.replay.run import RunnerFactory
 from casekit.runners.interface import ProbeJob, ProgressFn, Runner, TargetSpec
 
 SKIP_EXIT_CODE = 125  # git bisect run's "cannot test this commit"

@@ -34,7 +34,7 @@ from casekit.bundle import content_hash
 from casekit.classify import classify_case
 from casekit.errors import BisectError
 from casekit.model import Case, ScriptStatus
-from casekit.replay import ReplayOptions, RunnerFactory, TargetRun, run_target
+from casekit.replay.run import ReplayOptions, RunnerFactory, TargetRun, run_target
 from casekit.runners.interface import ProgressFn, TargetSpec
 
 RunTarget = Callable[[TargetSpec, list[Case], ReplayOptions, RunnerFactory, ProgressFn], TargetRun]
@@ -80,7 +80,7 @@ class ReleaseBisect:
 class ReleaseSeams:
     """The effects a release bisection calls: replay one target, make runners, list the index's versions."""
 
-    run_target: RunTarget | None = None  # None: casekit.replay.run_target
+    run_target: RunTarget | None = None  # None: casekit.replay.run.run_target
     make_runner: RunnerFactory | None = None  # None: the runner registry
     list_versions: ListVersions = fetch_available_versions
     progress: ProgressFn = quiet

@@ -32,7 +32,7 @@ from casekit.bisect.report import BisectReport, ReportHeader, build_report
 from casekit.bisect.search import EndsUnknown, Outcome, SharedResult, bisect_shared
 from casekit.errors import BisectError
 from casekit.model import Case
-from casekit.replay import ReplayOptions, TargetRun, case_pins
+from casekit.replay.run import ReplayOptions, TargetRun, case_pins
 from casekit.runners.interface import TargetSpec
 
 

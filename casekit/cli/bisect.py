@@ -17,7 +17,7 @@ from casekit.errors import BisectError
 from casekit.outcome import check_seconds
 
 if TYPE_CHECKING:  # the bisection core (git, replay) is imported only when a command runs
-    from casekit.archive import Archive
+    from casekit.archive.store import Archive
     from casekit.bisect.predicates import Predicate
     from casekit.bisect.releases import ReleaseBisect
     from casekit.bisect.report import BisectReport
@@ -184,7 +184,7 @@ def bisect(
     cache: CacheFile = None,
 ) -> None:
     """Find the first torch version between --good and --bad where the case's outcome changes."""
-    from casekit.archive import Archive, archive_dir
+    from casekit.archive.store import Archive, archive_dir
     from casekit.bisect.ahead import Ahead
     from casekit.bisect.engine import CacheSettings, default_cache_path
     from casekit.bisect.releases import ReleaseBisect, ReleaseSeams, bisect_releases
@@ -331,7 +331,7 @@ def bisect_commits_command(
     the script the probe observes at each commit, run from the worktree's root.
     With --exit-code, COMMAND is any command, judged by its exit status.
     """
-    from casekit.archive import Archive, archive_dir
+    from casekit.archive.store import Archive, archive_dir
     from casekit.bisect.commits import CommitBisect, bisect_commits
     from casekit.bisect.engine import CacheSettings, default_cache_path
     from casekit.bisect.predicates import CommitPredicate

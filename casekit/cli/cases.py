@@ -20,7 +20,7 @@ from casekit.cli.common import (
 )
 from casekit.errors import CasekitError
 from casekit.outcome import ExitCode
-from casekit.replay_plan import TargetChoice
+from casekit.replay.plan import TargetChoice
 from casekit.runners.interface import TargetSpec
 
 CAPTURE_EXAMPLES = examples(
@@ -116,7 +116,7 @@ def capture(
     )
     store = open_archive(archive)
     if commit:
-        from casekit.gitarchive import require_repo
+        from casekit.archive.git import require_repo
 
         require_repo(store.root)
     options = TargetChoice(allow=tuple(allow or ())).specs()[0].options
@@ -126,7 +126,7 @@ def capture(
     typer.echo(case_summary(case))
     typer.echo(f"\nsaved {store.path_for(case.id)}")
     if commit:
-        from casekit.gitarchive import commit_paths
+        from casekit.archive.git import commit_paths
 
         typer.echo(commit_paths(store.root, [store.path_for(case.id)], f"capture {case.id}: {case.title}"))
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from casekit.archive import Archive, archive_dir
+from casekit.archive.store import Archive, archive_dir
 from casekit.errors import BundleError, CasekitError
 from casekit.outcome import ExitCode
 from casekit.progress import ProgressView, Verbosity, verbosity

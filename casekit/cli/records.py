@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from casekit.archive import Archive, archive_dir
+from casekit.archive.store import Archive, archive_dir
 from casekit.cli.common import STDOUT, ArchiveOption, FailOnOption, emit_json, examples, notice, report_invalid
 from casekit.errors import CasekitError
 from casekit.outcome import ExitCode, FailOn
@@ -55,7 +55,7 @@ def report(
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "casekit archive",
 ) -> None:
     """Render the archive: latest replay per case x target, case pages, history."""
-    from casekit.replay_document import read_replay_document
+    from casekit.replay.document import read_replay_document
     from casekit.report.formats import get_format
     from casekit.report.output import write_files
     from casekit.report.page_cache import write_html_report
@@ -93,7 +93,7 @@ def log(
     archive: ArchiveOption = None,
 ) -> None:
     """A case's history: git commits of its bundle merged with its replay records, newest first."""
-    from casekit.gitarchive import case_log, log_text
+    from casekit.archive.git import case_log, log_text
 
     typer.echo(log_text(case_id, case_log(archive_dir(archive), case_id)))
 
@@ -143,7 +143,7 @@ def import_runs(
     paths = save_drafts(target, result)
     typer.echo(f"saved {len(paths)} draft(s) in {target.root}; each says what still needs a repro (casekit show ID)")
     if commit:
-        from casekit.gitarchive import commit_paths
+        from casekit.archive.git import commit_paths
 
         ids = ", ".join(case.id for case in result.drafts)
         typer.echo(commit_paths(target.root, paths, f"import {len(paths)} draft case(s): {ids}"))
@@ -163,8 +163,8 @@ def merge(
     allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Merge even when shards are missing.")] = False,
 ) -> None:
     """Combine shard results into one report and verdict (exit codes as replay: 1 at --fail-on, 2 when an environment failed)."""
+    from casekit.replay.shard import merge_reports
     from casekit.report.text import replay_document_text
-    from casekit.shard import merge_reports
 
     threshold = FailOn.parse(fail_on)
     merged = merge_reports(results, allow_partial=allow_partial)

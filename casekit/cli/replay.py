@@ -22,7 +22,7 @@ from casekit.cli.common import (
 from casekit.outcome import FailOn
 
 if TYPE_CHECKING:  # the replay core (runners, classification) is imported only when the command runs
-    from casekit.replay_plan import ReplayOutcome
+    from casekit.replay.plan import ReplayOutcome
 
 REPLAY_EXAMPLES = examples(
     "casekit replay                                  (the local torch; the archive is not changed)",
@@ -156,8 +156,8 @@ def replay(
     serial_timings: SerialTimings = False,
 ) -> None:
     """Replay the archive on one or more targets and classify every break."""
-    from casekit.replay import ReplayOptions
-    from casekit.replay_plan import ReplayRequest, TargetChoice, run_replay
+    from casekit.replay.plan import ReplayRequest, TargetChoice, run_replay
+    from casekit.replay.run import ReplayOptions
 
     request = ReplayRequest(
         targets=TargetChoice(

@@ -6,7 +6,7 @@ bytes, the case's latest cells and the renderer's code (it carries no time stamp
 so it is kept in the archive's `.casekit/pages/` keyed by a hash of exactly those.
 Like the index, it is derived: a lost or corrupt page is rendered again. The key is
 made of public data, so anyone who can write to a shared archive could plant a page
-under it: a stored page is used only with this user's seal (`casekit.archive_cache`).
+under it: a stored page is used only with this user's seal (`casekit.archive.cache`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from casekit.archive_cache import CACHE_DIR, Seal, cache_folder
-from casekit.archive_index import CaseDigest, parallel_workers, parse_bundle_bytes
+from casekit.archive.cache import CACHE_DIR, Seal, cache_folder
+from casekit.archive.index import CaseDigest, parallel_workers, parse_bundle_bytes
 from casekit.bundle import MAX_BUNDLE_BYTES, load_case
 from casekit.fsutil import UnreadableFile, read_regular_bytes
 from casekit.model import Case

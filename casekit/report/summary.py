@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from casekit.archive_index import CaseDigest
+from casekit.archive.index import CaseDigest
 from casekit.model import SITE_CLASS_ORDER, Case, ReplayRecord, Severity, SiteClass, Verdict
 
 if TYPE_CHECKING:
-    from casekit.replay_document import ReplayDocument
+    from casekit.replay.document import ReplayDocument
 
 DRAFT_TAG = "draft"
 

@@ -7,13 +7,13 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from casekit.archive_index import CaseDigest
+from casekit.archive.index import CaseDigest
 from casekit.classify import describe_fallback
 from casekit.model import SITE_CLASS_ORDER, Case, ScriptObservation, Site
 from casekit.observe.reasons import describe_category
 
 if TYPE_CHECKING:
-    from casekit.replay_document import ReplayDocument, ResultEntry, SiteEntry, TargetEntry
+    from casekit.replay.document import ReplayDocument, ResultEntry, SiteEntry, TargetEntry
 
 
 def table(headers: list[str], rows: list[list[str]], width: int | None = None, squeeze: int | None = None) -> str:

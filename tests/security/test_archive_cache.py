@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from casekit import archive_index
-from casekit.archive import Archive
-from casekit.archive_cache import CACHE_DIR, Seal
-from casekit.archive_index import INDEX_FILE, RECORD_FIELDS, ROW_CHECKS, TAG_HEAD, digest_of
+from casekit.archive import index as archive_index
+from casekit.archive.cache import CACHE_DIR, Seal
+from casekit.archive.index import INDEX_FILE, RECORD_FIELDS, ROW_CHECKS, TAG_HEAD, digest_of
+from casekit.archive.store import Archive
 from casekit.report import page_cache
 from casekit.report.formats import get_format
 from casekit.report.page_cache import PAGES_DIR, STYLESHEET_MARK, page_key, render_html, renderer_fingerprint
@@ -107,7 +107,7 @@ def followed_folder(root: Path, *names: str, create: bool) -> Path | None:
 IN_A_CHILD = """
 import importlib, os, resource, sys
 from pathlib import Path
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 
 resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
 
@@ -270,7 +270,7 @@ def test_control_the_unguarded_index_read_blows_up_or_hangs(archive: Path, kind:
     (archive / CACHE_DIR / INDEX_FILE).unlink()
     plant_index(archive, kind)
     run = f"Archive(Path({str(archive)!r})).summaries()"
-    outcome = in_a_child(run, unguarded="casekit.archive_index.read_regular_bytes")
+    outcome = in_a_child(run, unguarded="casekit.archive.index.read_regular_bytes")
     assert outcome == ("hung in a plain read" if kind == "fifo" else "out of memory")
 
 
@@ -381,7 +381,7 @@ def test_a_bundle_that_is_not_a_file_is_one_invalid_line(archive: Path, tmp_path
 def test_control_the_unguarded_bundle_read_blows_up_or_hangs(archive: Path, kind: str) -> None:
     plant_bundle(archive, kind)
     run = f"Archive(Path({str(archive)!r})).summaries_tolerant()"
-    outcome = in_a_child(run, unguarded="casekit.archive_index.read_regular_file")
+    outcome = in_a_child(run, unguarded="casekit.archive.index.read_regular_file")
     assert outcome == ("hung in a plain read" if kind == "fifo" else "out of memory")
 
 
@@ -407,5 +407,7 @@ def test_the_archive_gitignore_is_never_followed_or_waited_on(archive: Path, tmp
 
 def test_control_an_unguarded_gitignore_read_hangs(archive: Path) -> None:
     os.mkfifo(archive / ".gitignore")
-    outcome = in_a_child(TAKE_THE_LOCK.format(archive=str(archive)), unguarded="casekit.archive.read_regular_bytes")
+    outcome = in_a_child(
+        TAKE_THE_LOCK.format(archive=str(archive)), unguarded="casekit.archive.store.read_regular_bytes"
+    )
     assert outcome == "hung in a plain read"

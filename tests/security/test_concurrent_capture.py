@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 
 from ..conftest import ROOT
 

@@ -20,12 +20,12 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.bundle import parse_case, sha256_text
 from casekit.classify import classify_case
 from casekit.errors import CasekitError
 from casekit.model import to_plain
-from casekit.replay import _write_scripts, case_pins
+from casekit.replay.run import _write_scripts, case_pins
 from casekit.report.formats import get_format
 from casekit.report.summary import summarize
 from casekit.report.text import case_summary

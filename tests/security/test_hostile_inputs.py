@@ -25,10 +25,10 @@ import pytest
 import tomli_w
 
 import casekit.includes as includes_module
-import casekit.replay_document as replay_document_module
+import casekit.replay.document as replay_document_module
 from casekit.bundle import parse_case, slugify
 from casekit.errors import BundleError
-from casekit.replay_document import ReplayDocumentError, parse_replay_document, read_replay_document, replay_schema
+from casekit.replay.document import ReplayDocumentError, parse_replay_document, read_replay_document, replay_schema
 from casekit.report.text import replay_document_text
 
 from ..conftest import FIXTURES, ROOT, STARTER, run_casekit
@@ -295,7 +295,7 @@ OLD_READER_ON_DEEP = """
 import json, sys
 sys.path.insert(0, sys.argv[2])
 import jsonschema
-from casekit.replay_document import replay_schema
+from casekit.replay.document import replay_schema
 data = json.loads(open(sys.argv[1]).read())  # the parser takes 960 levels
 jsonschema.Draft202012Validator(replay_schema()).validate(data)  # the schema never looks below "extra"
 def deeper(n):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.bundle import load_case
 from casekit.errors import CasekitError
 

@@ -8,7 +8,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from casekit.bundle import load_case
-from casekit.replay import case_pins
+from casekit.replay.run import case_pins
 from casekit.versions import package_pin
 
 from ..conftest import ROOT

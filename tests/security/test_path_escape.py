@@ -8,7 +8,7 @@ import pytest
 
 from casekit.bundle import case_to_toml, check_script_name, parse_case
 from casekit.errors import BundleError, ScriptNameError
-from casekit.replay import _write_scripts
+from casekit.replay.run import _write_scripts
 
 from ..conftest import run_casekit
 from ..test_bundle import make_case

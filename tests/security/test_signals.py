@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.bundle import load_case
 from casekit.runners.process import sweep_stale_batches
 

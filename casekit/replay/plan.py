@@ -12,21 +12,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.errors import BundleError, CasekitError
 from casekit.model import Case, Severity
 from casekit.outcome import ExitCode, FailOn, exit_code
-from casekit.replay import ReplayOptions, ReplayReport, RunnerFactory, replay
-from casekit.replay_document import (
+from casekit.replay.document import (
     Matrix,
     ReplayDocument,
     ReplayDocumentError,
     replay_document,
     write_replay_document,
 )
+from casekit.replay.run import ReplayOptions, ReplayReport, RunnerFactory, replay
+from casekit.replay.shard import parse_shard, select_shard
 from casekit.runners.interface import ProgressFn, TargetSpec
 from casekit.runners.registry import RUNNER_NAMES
-from casekit.shard import parse_shard, select_shard
 
 DRAFT_TAG = "draft"  # imported drafts have no repro yet (their script only raises)
 STDOUT = Path("-")  # `--json -`: the command prints the document; nothing is written here
@@ -163,7 +163,7 @@ def run_replay(
     `notice` receives the lines a user should see before the runs start.
     """
     if request.commit:
-        from casekit.gitarchive import require_repo
+        from casekit.archive.git import require_repo
 
         require_repo(archive.root)  # before a replay that can take minutes, not after
     # the archive index plans the run (drafts, shard); only the cases it runs are parsed in full below
@@ -221,7 +221,7 @@ def run_replay(
     )
     outcome = _write(request, outcome)
     if request.commit and request.options.record and not unrecorded:  # a half-recorded history is not committed
-        from casekit.gitarchive import commit_paths, replay_message
+        from casekit.archive.git import commit_paths, replay_message
 
         paths = [archive.path_for(c.id) for c in selection.cases]
         outcome.committed = commit_paths(archive.root, paths, replay_message(report))

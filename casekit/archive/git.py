@@ -23,7 +23,7 @@ from casekit.model import ReplayRecord, SiteClass
 from casekit.versions import without_local
 
 if TYPE_CHECKING:  # replay pulls in the runners; only its types are needed here
-    from casekit.replay import ReplayReport
+    from casekit.replay.run import ReplayReport
 
 FALLBACK_IDENTITY = {"name": "casekit", "email": "casekit@localhost"}  # CI checkouts often have no user.name
 # Site classes in the order a commit subject lists them (persists says nothing changed).
@@ -193,7 +193,7 @@ def case_log(root: Path, case_id: str) -> list[LogEntry]:
     Works on an archive outside git too (replay records only); a case that exists
     only in git history (bundle deleted) shows its commits.
     """
-    from casekit.archive import Archive
+    from casekit.archive.store import Archive
 
     archive = Archive(root)
     path = archive.path_for(case_id)

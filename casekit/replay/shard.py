@@ -20,7 +20,7 @@ from typing import Any, cast
 from casekit.errors import CasekitError
 from casekit.model import Severity
 from casekit.outcome import ExitCode, FailOn, exit_code
-from casekit.replay_document import (
+from casekit.replay.document import (
     REPLAY_SCHEMA,
     ReplayDocument,
     TargetEntry,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from casekit import settings
-from casekit.archive import Archive
+from casekit.archive.store import Archive
 from casekit.bundle import check_case_id, check_script_name
 from casekit.classify import CaseResult, classify_case, site_key
 from casekit.errors import CasekitError, ScriptNameError

@@ -5,7 +5,7 @@ Never the source of truth: the bundles are. The index lives in the archive's own
 repository), next to the bundles it describes: it moves, is copied and is deleted
 with them, and needs no key for "which archive". An archive we cannot write to
 simply goes without (every bundle is parsed, as before). The folder comes with a
-shared archive, so it is untrusted (`casekit.archive_cache`): the index is sealed
+shared archive, so it is untrusted (`casekit.archive.cache`): the index is sealed
 with this user's key, and one without a valid seal is not casekit's: it is rebuilt.
 
 Freshness follows git's index: a bundle whose size and mtime_ns match its entry is
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from casekit.archive_cache import TAG_CHARS, Seal, cache_folder
+from casekit.archive.cache import TAG_CHARS, Seal, cache_folder
 from casekit.bundle import MAX_BUNDLE_BYTES, load_case, parse_case, write_atomic
 from casekit.errors import BundleError
 from casekit.fsutil import UnreadableFile, read_regular_bytes, read_regular_file
@@ -241,8 +241,9 @@ def _digest_from_header(data: list[Any]) -> CaseDigest:
 def code_fingerprint() -> str:
     """Changes whenever the code that reads bundles or builds digests does: an older index is rebuilt."""
     hasher = hashlib.sha256(f"{FORMAT}".encode())
-    for module in ("bundle.py", "model.py", "archive_index.py"):
-        hasher.update((Path(__file__).parent / module).read_bytes())
+    package = Path(__file__).parent.parent
+    for module in (package / "bundle.py", package / "model.py", Path(__file__)):
+        hasher.update(module.read_bytes())
     return hasher.hexdigest()[:16]
 
 

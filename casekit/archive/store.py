@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from casekit.archive_cache import CACHE_DIR
+from casekit.archive.cache import CACHE_DIR
 from casekit.bundle import check_case_id, load_case, save_case
 from casekit.errors import BundleError, BundleWriteError, CaseIdError, CasekitError, CaseNotFound
 from casekit.fsutil import UnreadableFile, exclusive_lock, read_regular_bytes, write_atomic
@@ -17,7 +17,7 @@ from casekit.model import Case
 from casekit.settings import archive_root
 
 if TYPE_CHECKING:
-    from casekit.archive_index import CaseDigest
+    from casekit.archive.index import CaseDigest
 
 LOCK_NAME = ".casekit.lock"
 SCRATCH = (LOCK_NAME, f"{CACHE_DIR}/")  # what casekit writes into an archive that is not a bundle
@@ -103,13 +103,13 @@ class Archive:
     ) -> tuple[list[CaseDigest], list[BundleError]]:
         """What `list`, `report` and shard planning need of all cases (or the selected ids), in id order.
 
-        Read through the derived index in `.casekit/` (see `casekit.archive_index`): only
+        Read through the derived index in `.casekit/` (see `casekit.archive.index`): only
         bundles that changed since the last call are parsed (with keep_cases, those keep
         their full case in `.parsed`). Without history, `replays` stay empty: what `list`
         shows is in `last_replay`. Like load_all_tolerant, an invalid bundle is returned as its
         error beside the valid digests; an unknown selected id is still an error (a typo).
         """
-        from casekit.archive_index import summaries
+        from casekit.archive.index import summaries
 
         if not self.root.is_dir():
             raise CasekitError(f"archive folder {self.root} does not exist (use --archive or CASEKIT_ARCHIVE)")

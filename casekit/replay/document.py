@@ -23,7 +23,7 @@ from casekit.model import Severity
 
 if TYPE_CHECKING:  # the writer reads replay's results; importing replay at run time would pull in the runners
     from casekit.classify import CaseResult
-    from casekit.replay import ReplayReport, TargetRun
+    from casekit.replay.run import ReplayReport, TargetRun
 
 SCHEMA_FILE = "replay-1.schema.json"
 MAX_DOCUMENT_BYTES = 256 * 1024 * 1024  # far above a 10,000-case matrix; below what would exhaust memory
