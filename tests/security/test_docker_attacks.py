@@ -118,8 +118,8 @@ def overlapped(batch: ProbeBatchResult, one: str, other: str) -> bool:
 
 @pytest.mark.parametrize("signals", [(), ("SIGSTOP",)], ids=["stop-then-kill", "stop-alone"])
 def test_kill_all_and_stop_all_reach_only_the_scripts_own_uid(client: Any, signals: tuple[str, ...]) -> None:
-    # the victim sleeps long enough to be alive in the other worker when the killer runs
-    jobs = [job("victim", "victim.py", "8"), job("killer", "kill_all.py", *signals), job("victim2", "victim.py")]
+    # the victim sleeps long enough to be alive in the other worker when the killer runs (20 s: a loaded machine)
+    jobs = [job("victim", "victim.py", "20"), job("killer", "kill_all.py", *signals), job("victim2", "victim.py")]
     batch = run_in_docker(client, jobs, parallel=2)
     assert batch.failed == {}
     assert intact(batch, "victim.pre") and intact(batch, "victim2.pre")
@@ -130,7 +130,7 @@ def test_kill_all_and_stop_all_reach_only_the_scripts_own_uid(client: Any, signa
 
 def test_control_with_the_probes_uid_kill_all_takes_the_probe_down(client: Any, monkeypatch) -> None:
     isolation_changed(monkeypatch, drop=False)
-    jobs = [job("victim", "victim.py", "8"), job("killer", "kill_all.py"), job("victim2", "victim.py")]
+    jobs = [job("victim", "victim.py", "20"), job("killer", "kill_all.py"), job("victim2", "victim.py")]
     batch = run_in_docker(client, jobs, parallel=2)
     assert "killer.pre" in batch.failed and "victim.pre" in batch.failed, batch.failed
     assert batch.wall_s is None
@@ -138,7 +138,7 @@ def test_control_with_the_probes_uid_kill_all_takes_the_probe_down(client: Any, 
 
 def test_a_script_cannot_write_out_or_another_runs_folder(client: Any) -> None:
     # the victim's run folder exists while the tamperer runs beside it
-    jobs = [job("victim", "victim.py", "8"), job("tamper", "tamper.py")]
+    jobs = [job("victim", "victim.py", "20"), job("tamper", "tamper.py")]
     batch = run_in_docker(client, jobs, parallel=2)
     outcomes = said(batch, "tamper.pre", "CASEKIT-TAMPER")
     assert all(outcome.startswith("blocked") for outcome in outcomes.values()), outcomes
