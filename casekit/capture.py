@@ -25,6 +25,7 @@ from casekit.model import (
     ScriptStatus,
 )
 from casekit.observe.batch import observe_batch
+from casekit.runners import registry
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner
 from casekit.scrub import Replacement, Scrubber, interpreter_prefix, machine_folders
 from casekit.timeouts import DEFAULT_RUN_TIMEOUT_S, check_timeout
@@ -352,10 +353,11 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
         scripts["post"] = request.fixed
     modes = ("eager", "compiled", "fullgraph") if request.fullgraph else ("eager", "compiled")
     jobs = jobs_for(case_id, scripts, modes, request.backend, request.timeout, includes)
-    progress(f"preparing {runner.spec.label}")
+    shown = registry.display(runner.spec)
+    progress(f"preparing {shown}")
     runner.prepare(progress)
     progress(
-        f"observing {len(jobs)} script(s) on {runner.spec.label}: eager baseline, compiled run"
+        f"observing {len(jobs)} script(s) on {shown}: eager baseline, compiled run"
         + (", fullgraph=True run" if request.fullgraph else "")
     )
     batch = runner.run_probe(jobs, progress)

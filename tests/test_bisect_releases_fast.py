@@ -36,6 +36,7 @@ from casekit.model import (
 )
 from casekit.replay.run import ReplayOptions, RunnerFactory, TargetRun
 from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.runners.registry import label
 
 PRE = "import torch\n\n\ndef f(x):\n    n = x.sum().item()\n    return x * n\n\n\nprint(torch.compile(f)(torch.ones(2)))\n"
 POST = "import torch\n\n\ndef f(x):\n    return x * x.sum()\n\n\nprint(torch.compile(f)(torch.ones(2)))\n"
@@ -104,11 +105,11 @@ class FakeReplay:
         assert options.record is False and options.verify_rollback is False
         self.specs.append(spec)
         version = spec.torch or "?"
-        run = TargetRun(spec=spec, label=spec.label, environment={"torch": version})
+        run = TargetRun(spec=spec, label=label(spec), environment={"torch": version})
         if version in self.broken:
             run.error = f"cannot install torch {version}"
             return run
-        run.results = [classify_case(case, spec.label, self.history[version]) for case in cases]
+        run.results = [classify_case(case, label(spec), self.history[version]) for case in cases]
         return run
 
     @property

@@ -24,6 +24,7 @@ from casekit.classify import classify_case
 from casekit.model import Case, ScriptObservation
 from casekit.replay.run import ReplayOptions, RunnerFactory, TargetRun
 from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.runners.registry import label
 from tests.test_bisect_releases_fast import HISTORY, VERSIONS, make_case, no_runner
 
 MORE = [f"2.{minor}.0" for minor in range(11, 16)]
@@ -62,11 +63,11 @@ class PerCaseReplay:
     ) -> TargetRun:
         version = spec.torch or "?"
         self.calls.append((version, [case.id for case in cases]))
-        run = TargetRun(spec=spec, label=spec.label, environment={"torch": version})
+        run = TargetRun(spec=spec, label=label(spec), environment={"torch": version})
         if version in self.broken:
             run.error = f"cannot install torch {version}"
             return run
-        run.results = [classify_case(c, spec.label, self.histories[c.id][version]) for c in cases]
+        run.results = [classify_case(c, label(spec), self.histories[c.id][version]) for c in cases]
         return run
 
 

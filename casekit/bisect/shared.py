@@ -33,6 +33,7 @@ from casekit.bisect.search import EndsUnknown, Outcome, SharedResult, bisect_sha
 from casekit.errors import BisectError
 from casekit.model import Case
 from casekit.replay.run import ReplayOptions, TargetRun, case_pins
+from casekit.runners import registry
 from casekit.runners.interface import TargetSpec
 
 
@@ -68,7 +69,7 @@ class SharedBisection:
 
 def _shared_spec(config: ReleaseBisect, cases: list[Case]) -> tuple[ReleaseBisect, list[str]]:
     """Pin the libraries all the cases recorded, once, so every round uses the same env whatever cases it runs."""
-    if config.runner == "python":
+    if not registry.runner_class(config.runner).pins_libraries:
         return config, []
     pins, warnings = case_pins(cases)
     return replace(config, extra_packages=tuple(pins)), warnings
@@ -82,8 +83,7 @@ def bisect_releases_many(
     ahead = ahead or Ahead()
     if not cases:
         raise BisectError("no cases to bisect")
-    if config.runner == "python" and not config.pythons:
-        raise BisectError("--runner python needs interpreters: --python-for VERSION=PATH for each version")
+    config.check_runner()
     started = time.monotonic()
     errors: dict[str, str] = {}
     open_cases: list[Case] = []
@@ -184,7 +184,9 @@ class _SharedProbes:
         self.evaluators, self.pending = evaluators, pending
         self.ends_together = False
         self.bad_end = ""
-        self.run: Callable[[TargetSpec, list[Case]], TargetRun] = lambda spec, chosen: TargetRun(spec, spec.label)
+        self.run: Callable[[TargetSpec, list[Case]], TargetRun] = lambda spec, chosen: TargetRun(
+            spec, registry.label(spec)
+        )
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="casekit-bad-end")
         self._early: dict[str, tuple[list[str], Future[None]]] = {}
         self._lock = threading.Lock()
@@ -197,8 +199,8 @@ class _SharedProbes:
 
     def _probe(self, version: str, ids: list[str], cached: int) -> None:
         """One probe of this release for these cases; each case's record waits in `pending`."""
-        if not ids or (self.config.runner == "python" and version not in self.config.pythons):
-            return
+        if not ids or self.config.missing_target(version) is not None:
+            return  # each case's own run_fresh says why
         self.seams.progress(f"{version}: one probe for {len(ids)} case(s) ({cached} cached)")
         begun = time.monotonic()
         run = self.run(self.config.spec(version), [self.by_id[i] for i in ids])

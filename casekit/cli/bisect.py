@@ -47,10 +47,15 @@ def parse_python_for(items: list[str]) -> dict[str, str]:
 
 
 def runner_for(runner: str | None, pythons: dict[str, str]) -> str:
-    """--runner, or python when --python-for maps versions to interpreters (which only that runner takes)."""
-    kind = runner or ("python" if pythons else "venv")
-    if pythons and kind != "python":
-        raise BisectError(f"--python-for maps versions to interpreters for --runner python, not --runner {kind}")
+    """--runner, or the runner of interpreters when --python-for maps versions to them (which only it takes)."""
+    from casekit.runners import registry
+
+    interpreters = registry.interpreter_runner().name
+    kind = runner or (interpreters if pythons else registry.DEFAULT_RUNNER)
+    if pythons and not registry.takes_interpreters(kind):
+        raise BisectError(
+            f"--python-for maps versions to interpreters for --runner {interpreters}, not --runner {kind}"
+        )
     return kind
 
 

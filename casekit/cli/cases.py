@@ -21,7 +21,7 @@ from casekit.cli.common import (
 from casekit.errors import CasekitError
 from casekit.outcome import ExitCode
 from casekit.replay.plan import TargetChoice
-from casekit.runners.interface import TargetSpec
+from casekit.runners.registry import allow_help, interpreter_runner, interpreter_target
 
 CAPTURE_EXAMPLES = examples(
     'casekit capture repro.py --fixed repro_fixed.py --title "item() branch in step" --tag data-dependent',
@@ -85,8 +85,7 @@ def capture(
         typer.Option(
             "--allow",
             metavar="KEY=VALUE",
-            help="Relax the sandbox (repeatable; docs/sandbox.md): network=host, env=NAME, read=PATH, memory=8g, "
-            "sandbox=none.",
+            help=allow_help([interpreter_runner().name]),  # the capture runs an existing interpreter
         ),
     ] = None,
     commit: Annotated[
@@ -120,7 +119,7 @@ def capture(
 
         require_repo(store.root)
     options = TargetChoice(allow=tuple(allow or ())).specs()[0].options
-    runner = default_runner_factory(TargetSpec(runner="python", python=python, options=options))
+    runner = default_runner_factory(interpreter_target(python, options))
     with progress_view() as progress:
         case = do_capture(request, runner, store, progress)
     typer.echo(case_summary(case))

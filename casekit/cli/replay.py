@@ -20,6 +20,7 @@ from casekit.cli.common import (
     progress_view,
 )
 from casekit.outcome import FailOn
+from casekit.runners.registry import allow_help
 
 if TYPE_CHECKING:  # the replay core (runners, classification) is imported only when the command runs
     from casekit.replay.plan import ReplayOutcome
@@ -94,11 +95,7 @@ Allow = Annotated[
     typer.Option(
         "--allow",
         metavar="KEY=VALUE",
-        help=(
-            "Relax the sandbox, KEY=VALUE (repeatable; docs/sandbox.md). python/venv (bubblewrap): network=host, "
-            "env=NAME[=VALUE], read=PATH, memory=8g, pids=1024, cpu=4, tmpfs=4g, uid=N, gpu=none, sandbox=none. "
-            "docker: network=bridge, env=NAME[=VALUE], memory=8g, pids=1024, tmpfs=4g, read_only=false, gpus=all."
-        ),
+        help=allow_help(),  # each runner's keys, from the registry
     ),
 ]
 AllowInvalid = Annotated[

@@ -25,8 +25,8 @@ from casekit.replay.document import (
 )
 from casekit.replay.run import ReplayOptions, ReplayReport, RunnerFactory, replay
 from casekit.replay.shard import parse_shard, select_shard
-from casekit.runners.interface import ProgressFn, TargetSpec
-from casekit.runners.registry import RUNNER_NAMES
+from casekit.runners import registry
+from casekit.runners.interface import ProgressFn, TargetSpec, VersionSource
 
 DRAFT_TAG = "draft"  # imported drafts have no repro yet (their script only raises)
 STDOUT = Path("-")  # `--json -`: the command prints the document; nothing is written here
@@ -48,38 +48,33 @@ class TargetChoice:
 
     def specs(self) -> list[TargetSpec]:
         """One TargetSpec per target, in the order given; the local torch when none is given."""
-        if self.runner is not None and self.runner not in RUNNER_NAMES:
-            raise CasekitError(f"--runner must be one of {', '.join(RUNNER_NAMES)}, not {self.runner!r}")
-        options = []
-        for item in self.allow:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise CasekitError(f"--allow takes KEY=VALUE, not {item!r}")
-            options.append((key, value))
+        if self.runner is not None and self.runner not in registry.runner_names():
+            raise CasekitError(f"--runner must be one of {', '.join(registry.runner_names())}, not {self.runner!r}")
+        options = registry.parse_allow(self.allow)
         if self.base_image:
-            options.append(("base_image", self.base_image))
-        # python/venv targets take the sandbox keys (sandbox, network, memory, pids, cpu), docker its own
-        specs = [TargetSpec(runner="python", python=p, options=tuple(options)) for p in self.pythons]
-        kind = self.runner or "venv"
-        if kind == "python" and self.torches:
-            raise CasekitError("--runner python takes --python PATH, not --torch")
+            options += (("base_image", self.base_image),)
+        # every target takes the same --allow keys; each runner refuses the keys it does not know, now
+        interpreters = registry.interpreter_runner()
+        specs = [interpreters.target(python=p, options=options) for p in self.pythons]
+        managed = registry.runner_class(self.runner or registry.DEFAULT_RUNNER)
+        if managed.versions is VersionSource.INTERPRETERS and self.torches:
+            raise CasekitError(f"--runner {managed.name} takes --python PATH, not --torch")
         for version in self.torches:
             specs.append(
-                TargetSpec(
-                    runner=kind,
+                managed.target(
                     torch=version,
                     cuda=self.cuda,
                     index_url=self.index_url,
                     find_links=self.find_links,
                     image=self.image,
-                    options=tuple(options),
+                    options=options,
                 )
             )
         if self.image and not self.torches:
-            specs.append(TargetSpec(runner="docker", image=self.image, options=tuple(options)))
+            specs.append(registry.image_runner().target(image=self.image, options=options))
         if not specs:
-            specs.append(TargetSpec(runner="python", options=tuple(options)))  # the local torch
-        return specs
+            specs.append(interpreters.target(options=options))  # the local torch
+        return [registry.check_target(spec) for spec in specs]
 
 
 @dataclass(frozen=True)
@@ -143,10 +138,10 @@ def _select(request: ReplayRequest, cases: Sequence[Case]) -> _Selection:
     if request.shard is None:
         return _Selection(list(cases), specs, None, None)
     k, n = parse_shard(request.shard)
-    all_ids, all_labels = [c.id for c in cases], [s.label for s in specs]
+    all_ids, all_labels = [c.id for c in cases], [registry.label(s) for s in specs]
     cells = select_shard(all_ids, all_labels, k, n)
     chosen_cases = [c for c in cases if any(case_id == c.id for case_id, _ in cells)]
-    chosen_specs = [s for s in specs if any(label == s.label for _, label in cells)]
+    chosen_specs = [s for s in specs if registry.label(s) in {label for _, label in cells}]
     return _Selection(chosen_cases, chosen_specs, cells, {"cases": all_ids, "targets": all_labels})
 
 
@@ -200,7 +195,7 @@ def run_replay(
         return _write(request, outcome)
     notice(
         f"replaying {len(selection.cases)} case(s) on {len(selection.specs)} target(s): "
-        + ", ".join(s.label for s in selection.specs)
+        + ", ".join(registry.display(s) for s in selection.specs)
     )
     report = replay(selection.cases, selection.specs, request.options, archive, make_runner, progress)
     if selection.cells is not None:

@@ -38,6 +38,7 @@ from casekit.model import (
 from casekit.observe import interpret
 from casekit.observe.batch import observe_batch
 from casekit.outcome import check_seconds
+from casekit.runners import registry
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProbeScheduling, ProgressFn, Runner, TargetSpec
 from casekit.runners.process import REPLAY_PREFIX
 from casekit.scrub import Scrubber, machine_folders
@@ -249,11 +250,13 @@ def run_target(
     `targets_sharing`: how many targets run at the same time, dividing the cores between them.
     """
     started = time.monotonic()
-    pins, pin_warnings = case_pins(cases) if options.pin_packages and spec.runner != "python" else ((), [])
+    pinning = options.pin_packages and registry.runner_class(spec.runner).pins_libraries
+    pins, pin_warnings = case_pins(cases) if pinning else ((), [])
     if pins:
         spec = replace(spec, extra_packages=tuple(spec.extra_packages) + pins)
-    run = TargetRun(spec=spec, label=spec.label, warnings=list(pin_warnings))
-    say: ProgressFn = lambda message: progress(f"[{spec.label}] {message}")  # noqa: E731
+    label, shown = registry.label(spec), registry.display(spec)
+    run = TargetRun(spec=spec, label=label, warnings=list(pin_warnings))
+    say: ProgressFn = lambda message: progress(f"[{shown}] {message}")  # noqa: E731
     folder = Path(tempfile.mkdtemp(prefix=f"{REPLAY_PREFIX}{os.getpid()}-"))  # the pid: swept if we are killed
     try:
         paths = _write_scripts(cases, folder)
@@ -277,10 +280,10 @@ def run_target(
             script = by_id[case_id].script(which)
             assert script is not None
             observations[(case_id, which)] = observe_batch(batch, job, script)
-        run.warnings += _package_warnings(cases, observations, spec.label)
+        run.warnings += _package_warnings(cases, observations, label)
         for case in cases:
             observed = {which: obs for (case_id, which), obs in observations.items() if case_id == case.id}
-            run.results.append(classify_case(case, spec.label, observed))
+            run.results.append(classify_case(case, label, observed))
         if options.verify_rollback and run.error is None:
             try:
                 _verify_rollbacks(runner, by_id, run.results, paths, options, say)

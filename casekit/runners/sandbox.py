@@ -75,6 +75,19 @@ DEFAULTS = {
 }
 LIST_OPTIONS = ("env", "read")  # keys that may be given more than once
 KNOWN_OPTIONS = set(DEFAULTS) | set(LIST_OPTIONS)
+# what --allow's help shows for the runners this sandbox serves (docs/sandbox.md has them all)
+BWRAP_ALLOW_EXAMPLES = (
+    "network=host",
+    "env=NAME[=VALUE]",
+    "read=PATH",
+    "memory=8g",
+    "pids=1024",
+    "cpu=4",
+    "tmpfs=4g",
+    "uid=N",
+    "gpu=none",
+    "sandbox=none",
+)
 HOME_IN_SANDBOX = "/tmp/home"
 TARGET_ROOT = "/casekit"  # where the batch (and other folders casekit hands the probe) appear inside
 HOLD_IN_SANDBOX = f"{TARGET_ROOT}/.hold"  # an empty folder the probe holds /tmp's binds in while it renews /tmp
