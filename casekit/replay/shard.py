@@ -3,11 +3,14 @@
 A shard is a stable slice of the matrix: the same inputs give the same slices on
 every machine, so N CI jobs that each run `replay --shard K/N` cover the matrix
 exactly once. Slices are rectangular (whole targets, or a target's cases split
-round-robin) because every target a shard touches costs a torch import, and for
-managed targets an environment build.
+over its share of the shards, balanced by the run times the bundles recorded)
+because every target a shard touches costs a torch import, and for managed
+targets an environment build. `result_file` names where a shard puts each
+target's results (`replay --results-dir`).
 
 `merge_reports` combines the `casekit.replay/1` JSON documents of the shards into
-one, in a canonical order, so a merged run compares equal to an unsharded one.
+one, in a canonical order, so a merged run compares equal to an unsharded one;
+of several attempts at one shard's per-target file it keeps the latest.
 """
 
 from __future__ import annotations
