@@ -37,6 +37,7 @@ from casekit.bundle import MAX_BUNDLE_BYTES, load_case, parse_case, write_atomic
 from casekit.errors import BundleError
 from casekit.fsutil import UnreadableFile, read_regular_bytes, read_regular_file
 from casekit.model import Case, ReplayRecord, ScriptRole, ScriptSource, Severity, SiteClass, SiteVerdict, Verdict
+from casekit.timeouts import recorded_run_seconds
 
 INDEX_FILE = "index.json"
 FORMAT = 1
@@ -67,6 +68,7 @@ class CaseDigest(Case):
     break_counts: dict[str, int] = field(default_factory=dict)  # script -> graph break sites recorded
     last_replay: tuple[str, str] | None = None  # (target, verdict) of the last record appended
     sha256: str = ""  # of the bundle file's bytes: the key of anything rendered from it
+    recorded_s: float | None = None  # what its runs took at capture (timeouts.recorded_run_seconds): shard costs
     # The full case, when this digest was just parsed and the caller asked to keep it (never stored).
     parsed: Case | None = field(default=None, repr=False, compare=False)
 
@@ -92,6 +94,7 @@ def digest_of(case: Case, sha256: str) -> CaseDigest:
         break_counts={which: len(observation.sites) for which, observation in case.observations.items()},
         last_replay=(case.replays[-1].target, str(case.replays[-1].verdict)) if case.replays else None,
         sha256=sha256,
+        recorded_s=recorded_run_seconds(case.capture),
     )
 
 
@@ -167,7 +170,7 @@ ROW_CHECKS: dict[str, Callable[[Any], bool]] = {
 }
 
 
-HEADER_FIELDS = 11  # what _header_json writes, in its order
+HEADER_FIELDS = 12  # what _header_json writes, in its order
 
 
 def _header_json(digest: CaseDigest) -> list[Any]:
@@ -183,6 +186,7 @@ def _header_json(digest: CaseDigest) -> list[Any]:
         digest.schema_version,
         digest.break_counts,
         digest.sha256,
+        digest.recorded_s,
     ]
 
 
@@ -205,9 +209,10 @@ def _is_header(data: Any) -> bool:
     """Whether a stored digest header has the shape and the types casekit writes."""
     if not isinstance(data, list) or len(data) != HEADER_FIELDS:
         return False
-    case_id, title, pre, post, tags, created, backend, last, schema_version, break_counts, sha256 = data
+    case_id, title, pre, post, tags, created, backend, last, schema_version, break_counts, sha256, recorded = data
     return (
         _texts(case_id, title, created, backend, sha256)
+        and (recorded is None or type(recorded) in (int, float))
         and _pair(pre)
         and (post is None or _pair(post))
         and (last is None or _pair(last))
@@ -222,7 +227,7 @@ def _digest_from_header(data: list[Any]) -> CaseDigest:
     """A stored header back to a digest; TypeError when it is not one casekit writes (the index is rebuilt)."""
     if not _is_header(data):
         raise TypeError("a stored digest header is not of the shape and types casekit writes")
-    case_id, title, pre, post, tags, created, backend, last, schema_version, break_counts, sha256 = data
+    case_id, title, pre, post, tags, created, backend, last, schema_version, break_counts, sha256, recorded = data
     return CaseDigest(
         id=case_id,
         title=title,
@@ -235,6 +240,7 @@ def _digest_from_header(data: list[Any]) -> CaseDigest:
         break_counts=break_counts,
         last_replay=(str(last[0]), str(last[1])) if last else None,
         sha256=sha256,
+        recorded_s=recorded,
     )
 
 

@@ -33,6 +33,7 @@ MERGE_EXAMPLES = examples(
     "casekit replay --shard 1/2 --json out/1.json; casekit replay --shard 2/2 --json out/2.json",
     "casekit merge out/1.json out/2.json --json out/replay.json --fail-on warn",
     "casekit merge out/*.json --json - | jq '.results | length'    (the JSON on stdout)",
+    "casekit merge results/ --json merged.json     (a --results-dir folder: the latest attempt of each shard)",
 )
 
 
@@ -151,7 +152,11 @@ def import_runs(
 
 def merge(
     results: Annotated[
-        list[Path], typer.Argument(help="casekit.replay/1 JSON files written by `replay --shard K/N --json`.")
+        list[Path],
+        typer.Argument(
+            help="casekit.replay/1 JSON files written by `replay --shard K/N --json`, or folders written by "
+            "`replay --results-dir`."
+        ),
     ],
     json_out: Annotated[
         Path | None,
@@ -161,15 +166,25 @@ def merge(
     ] = None,
     fail_on: FailOnOption = "error",
     allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Merge even when shards are missing.")] = False,
+    expect_target: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--expect-target",
+            metavar="LABEL",
+            help="A target whose results must be there (repeatable): one with no result file at all is missing.",
+        ),
+    ] = None,
 ) -> None:
     """Combine shard results into one report and verdict (exit codes as replay: 1 at --fail-on, 2 when an environment failed)."""
     from casekit.replay.shard import merge_reports
     from casekit.report.text import replay_document_text
 
     threshold = FailOn.parse(fail_on)
-    merged = merge_reports(results, allow_partial=allow_partial)
+    merged = merge_reports(results, allow_partial=allow_partial, expected_targets=list(expect_target or ()))
     for warning in merged.warnings:
         typer.echo(f"warning: {warning}", err=True)
+    for retry in merged.retries:
+        typer.echo(f"retried: {retry}", err=True)
     data = merged.data
     to_stderr = json_out == STDOUT  # stdout holds the JSON alone
     if json_out:

@@ -106,6 +106,11 @@ class ReplayDocument(TypedDict):
     shard: NotRequired[str]
     shards: NotRequired[list[str]]
     matrix: NotRequired[Matrix]
+    # a shard's slice, as `replay --shard` planned it: target label -> the shards (1-based) holding its cells
+    layout: NotRequired[dict[str, list[int]]]
+    shard_source: NotRequired[str]  # where the shard came from: "--shard" or the scheduler's variables
+    attempt: NotRequired[int]  # per-target result files: 1, then one more each time a shard rewrites its file
+    written: NotRequired[str]  # when (UTC, ISO 8601): of two attempts at one shard, the later wins
 
 
 @cache

@@ -8,10 +8,12 @@ empty shard, the exit code) is testable in-process with a fake runner.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
+from casekit.archive.index import CaseDigest
 from casekit.archive.store import Archive
 from casekit.errors import BundleError, CasekitError
 from casekit.model import Case, Severity
@@ -20,13 +22,16 @@ from casekit.replay.document import (
     Matrix,
     ReplayDocument,
     ReplayDocumentError,
+    read_replay_document,
     replay_document,
     write_replay_document,
 )
 from casekit.replay.run import ReplayOptions, ReplayReport, RunnerFactory, replay
-from casekit.replay.shard import parse_shard, select_shard
+from casekit.replay.shard import parse_shard, result_file, shard_layout, shard_plan
+from casekit.replay.shard_env import shard_from_env
 from casekit.runners import registry
 from casekit.runners.interface import ProgressFn, TargetSpec, VersionSource
+from casekit.timeouts import recorded_run_seconds
 
 DRAFT_TAG = "draft"  # imported drafts have no repro yet (their script only raises)
 STDOUT = Path("-")  # `--json -`: the command prints the document; nothing is written here
@@ -89,13 +94,26 @@ class ReplayRequest:
     json_out: Path | None = None
     allow_invalid: bool = False
     commit: bool = False
+    # --shard-from-env: the environment to read the shard from (casekit.replay.shard_env); None: not asked
+    shard_env: Mapping[str, str] | None = None
+    results_dir: Path | None = None  # --results-dir: one file per target under DIR/<target>/shard-K-of-N.json
+    shard_source: str | None = None  # set on construction: where the shard came from, in one line
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fail_on", FailOn.parse(self.fail_on))
         if self.commit and not self.options.record:  # committing the history means recording it
             object.__setattr__(self, "options", replace(self.options, record=True))
-        if self.shard is not None:
+        if self.shard_env is not None:
+            if self.shard is not None:
+                raise CasekitError("give --shard K/N or --shard-from-env, not both")
+            found = shard_from_env(self.shard_env)
+            object.__setattr__(self, "shard", found.text)
+            object.__setattr__(self, "shard_source", found.source)
+        elif self.shard is not None:
             parse_shard(self.shard)
+            object.__setattr__(self, "shard_source", self.shard_source or "--shard")
+        if self.results_dir is not None and self.results_dir.exists() and not self.results_dir.is_dir():
+            raise CasekitError(f"--results-dir {self.results_dir}: is a file; give a folder")
         if (
             self.json_out is not None and self.json_out != STDOUT and self.json_out.is_dir()
         ):  # found now, not after a long replay
@@ -113,6 +131,7 @@ class ReplayOutcome:
     invalid: list[BundleError] = field(default_factory=list)
     failed_targets: list[str] = field(default_factory=list)  # "label: why", one per environment that failed
     json_written: Path | None = None
+    results_written: list[Path] = field(default_factory=list)  # --results-dir: one file per target
     committed: str | None = None
     recorded: int = 0  # bundles whose history this replay appended to (0 unless --record / --commit)
     # what could not be written (a bundle's record, the --json): one line each; what was written stays
@@ -130,6 +149,17 @@ class _Selection:
     specs: list[TargetSpec]
     cells: set[tuple[str, str]] | None  # the shard's (case id, label) cells; None = the whole matrix
     matrix: Matrix | None
+    layout: dict[str, list[int]] | None = None  # label -> the shards holding its cells (sharded runs)
+
+
+def recorded_costs(cases: Sequence[Case]) -> dict[str, float]:
+    """Case id -> what its runs took at capture (the shard plan's costs); cases that recorded nothing are left out."""
+    costs = {}
+    for case in cases:
+        seconds = case.recorded_s if isinstance(case, CaseDigest) else recorded_run_seconds(case.capture)
+        if seconds is not None:
+            costs[case.id] = seconds
+    return costs
 
 
 def _select(request: ReplayRequest, cases: Sequence[Case]) -> _Selection:
@@ -139,10 +169,12 @@ def _select(request: ReplayRequest, cases: Sequence[Case]) -> _Selection:
         return _Selection(list(cases), specs, None, None)
     k, n = parse_shard(request.shard)
     all_ids, all_labels = [c.id for c in cases], [registry.label(s) for s in specs]
-    cells = select_shard(all_ids, all_labels, k, n)
+    plan = shard_plan(all_ids, all_labels, n, recorded_costs(cases))
+    cells = plan[k - 1]
     chosen_cases = [c for c in cases if any(case_id == c.id for case_id, _ in cells)]
     chosen_specs = [s for s in specs if registry.label(s) in {label for _, label in cells}]
-    return _Selection(chosen_cases, chosen_specs, cells, {"cases": all_ids, "targets": all_labels})
+    matrix: Matrix = {"cases": all_ids, "targets": all_labels}
+    return _Selection(chosen_cases, chosen_specs, cells, matrix, shard_layout(plan))
 
 
 def run_replay(
@@ -180,6 +212,8 @@ def run_replay(
     if not cases and request.shard is None:
         raise CasekitError(f"the archive {archive.root} holds no cases to replay")
     selection = _select(request, cases)
+    if request.shard_source and request.shard_env is not None:
+        notice(f"shard {request.shard} from {request.shard_source}")
     if selection.cases:
         full, late = archive.load_all_tolerant([c.id for c in selection.cases])
         invalid += late  # a bundle changed under us since the index read it
@@ -187,7 +221,7 @@ def run_replay(
     problems = 0 if request.allow_invalid else len(invalid)
     if not selection.cases:  # a shard with nothing to run still writes its (empty) document
         outcome = ReplayOutcome(
-            replay_document(None, request.shard, selection.matrix),
+            _sliced(replay_document(None, request.shard, selection.matrix), request, selection),
             exit_code(Severity.INFO, request.fail_on, problems),
             skipped_drafts=drafts,
             invalid=invalid,
@@ -204,7 +238,7 @@ def run_replay(
     failed = [f"{run.label}: {run.error}" for run in report.targets if run.error]
     unrecorded = [f"could not record the replay of {run.record_error}" for run in report.targets if run.record_error]
     outcome = ReplayOutcome(
-        replay_document(report, request.shard, selection.matrix),
+        _sliced(replay_document(report, request.shard, selection.matrix), request, selection),
         exit_code(report.worst(), request.fail_on, problems + len(failed) + len(unrecorded)),
         report=report,
         skipped_drafts=drafts,
@@ -223,12 +257,71 @@ def run_replay(
     return outcome
 
 
+def _sliced(document: ReplayDocument, request: ReplayRequest, selection: _Selection) -> ReplayDocument:
+    """A shard's document says which plan it is a slice of (the layout) and where its shard came from."""
+    if selection.layout is not None:
+        document["layout"] = selection.layout
+    if request.shard_source is not None and request.shard is not None:
+        document["shard_source"] = request.shard_source
+    return document
+
+
+def per_target_documents(document: ReplayDocument) -> dict[str, ReplayDocument]:
+    """A (shard's) document split by target: label -> that target's entry and results, and the slice fields."""
+    documents: dict[str, ReplayDocument] = {}
+    for target in document["targets"]:
+        label = target["label"]
+        part: ReplayDocument = {
+            **document,
+            "targets": [target],
+            "results": [r for r in document["results"] if r["target"] == label],
+        }
+        documents[label] = part
+    return documents
+
+
+def write_results_dir(document: ReplayDocument, folder: Path, now: Callable[[], datetime]) -> list[Path]:
+    """One file per target under FOLDER/<target>/shard-K-of-N.json, each written atomically: a retried
+    shard replaces its own files (one attempt more than the file it replaces), never another shard's."""
+    k, n = parse_shard(document.get("shard") or "1/1")
+    written = []
+    for label, part in per_target_documents(document).items():
+        path = result_file(folder, label, k, n)
+        part["attempt"] = _previous_attempt(path) + 1
+        part["written"] = now().isoformat(timespec="microseconds")
+        written.append(write_replay_document(part, path))
+    return written
+
+
+def _previous_attempt(path: Path) -> int:
+    """The attempt number of the file a shard is about to replace (0 when there is none or it is unreadable)."""
+    if not path.exists():
+        return 0
+    try:
+        previous = read_replay_document(path)
+    except ReplayDocumentError:
+        return 1  # a file is there, whatever it holds: this is at least the second attempt
+    attempt = previous.get("attempt")
+    return attempt if isinstance(attempt, int) and attempt > 0 else 1
+
+
 def _write(request: ReplayRequest, outcome: ReplayOutcome) -> ReplayOutcome:
-    """Write the --json; a failure (a full disk) is one more write failure, and the results are still shown."""
+    """Write the --json and the --results-dir files; a failure (a full disk) is one more write failure,
+    and the results are still shown."""
     if request.json_out is not None and request.json_out != STDOUT:
         try:
             outcome.json_written = write_replay_document(outcome.document, request.json_out)
         except ReplayDocumentError as error:
             outcome.write_failures.append(f"--json {error}")
             outcome.exit_code = ExitCode.PROBLEM
+    if request.results_dir is not None:
+        try:
+            outcome.results_written = write_results_dir(outcome.document, request.results_dir, _utc_now)
+        except ReplayDocumentError as error:
+            outcome.write_failures.append(f"--results-dir {error}")
+            outcome.exit_code = ExitCode.PROBLEM
     return outcome
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
