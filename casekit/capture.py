@@ -13,9 +13,9 @@ from typing import Any
 from casekit.archive.store import Archive
 from casekit.bundle import MAX_SCRIPT_CHARS, check_case_id, check_script_name, sha256_text, slugify
 from casekit.errors import CasekitError, ScriptError, ScriptNameError
-from casekit.importer import DRAFT_TAG
 from casekit.includes import collect_includes, missing_includes
 from casekit.model import (
+    DRAFT_TAG,
     CaptureRecord,
     Case,
     IncludedFile,

@@ -34,8 +34,8 @@ from casekit.bundle import content_hash
 from casekit.classify import classify_case
 from casekit.errors import BisectError
 from casekit.model import Case, ScriptStatus
-from casekit.replay.run import ReplayOptions, RunnerFactory, TargetRun, run_target
-from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.replay.run import ReplayOptions, TargetRun, run_target
+from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec
 
 RunTarget = Callable[[TargetSpec, list[Case], ReplayOptions, RunnerFactory, ProgressFn], TargetRun]
 ListVersions = Callable[..., list[str]]

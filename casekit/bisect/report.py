@@ -16,11 +16,12 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from casekit.bisect.engine import Evaluated, Evaluator, Step, write_text_atomic
+from casekit.bisect.engine import Evaluated, Evaluator, Step
 from casekit.bisect.predicates import SCRIPT_LABELS, Direction
 from casekit.bisect.search import UNKNOWN, BisectResult, Outcome
 from casekit.classify import CaseResult, ScriptResult, classify_case, describe_fallback
 from casekit.errors import BisectError
+from casekit.fsutil import write_atomic
 from casekit.model import Case, ScriptObservation, ScriptSource, Site, SiteClass
 
 if TYPE_CHECKING:  # shared.py builds on this module
@@ -355,7 +356,7 @@ def write_report(report: BisectReport, path: Path) -> None:
     """Write the casekit.bisect/1 document atomically (checked against the schema first)."""
     data = report_to_json(report)
     validate_document(data, str(path))
-    write_text_atomic(Path(path), json.dumps(data, indent=2) + "\n")
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def read_report(path: Path) -> BisectReport:
@@ -475,7 +476,7 @@ def write_multi_report(shared: SharedBisection, path: Path) -> None:
     """Write the casekit.bisect-many/1 document atomically (checked first)."""
     data = multi_report_to_json(shared)
     validate_multi_document(data, str(path))
-    write_text_atomic(Path(path), json.dumps(data, indent=2) + "\n")
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def render_shared_text(shared: SharedBisection) -> str:

@@ -9,8 +9,9 @@ from typing import Annotated
 import typer
 
 from casekit.archive.store import Archive, archive_dir
-from casekit.cli.common import STDOUT, ArchiveOption, FailOnOption, emit_json, examples, notice, report_invalid
+from casekit.cli.common import ArchiveOption, FailOnOption, emit_json, examples, notice, report_invalid
 from casekit.errors import CasekitError
+from casekit.fsutil import STDOUT
 from casekit.outcome import ExitCode, FailOn
 
 NO_REPLAYS_HINT = (

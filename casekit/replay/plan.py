@@ -14,7 +14,8 @@ from pathlib import Path
 
 from casekit.archive.store import Archive
 from casekit.errors import BundleError, CasekitError
-from casekit.model import Case, Severity
+from casekit.fsutil import STDOUT
+from casekit.model import DRAFT_TAG, Case, Severity
 from casekit.outcome import ExitCode, FailOn, exit_code
 from casekit.replay.document import (
     Matrix,
@@ -23,13 +24,10 @@ from casekit.replay.document import (
     replay_document,
     write_replay_document,
 )
-from casekit.replay.run import ReplayOptions, ReplayReport, RunnerFactory, replay
+from casekit.replay.run import ReplayOptions, ReplayReport, replay
 from casekit.replay.shard import parse_shard, select_shard
-from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec
 from casekit.runners.registry import RUNNER_NAMES
-
-DRAFT_TAG = "draft"  # imported drafts have no repro yet (their script only raises)
-STDOUT = Path("-")  # `--json -`: the command prints the document; nothing is written here
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from collections import Counter
 from importlib import resources
 from typing import Any
 
-from casekit.model import VERDICT_ORDER, Case, ReplayRecord, ScriptObservation, Site, SiteClass
+from casekit.model import DRAFT_TAG, VERDICT_ORDER, Case, ReplayRecord, ScriptObservation, Site, SiteClass
 from casekit.observe.reasons import describe_category, registry
 from casekit.report.formats import ReportFormat
 from casekit.report.pictures import heatmap_section, timeline_section
@@ -158,7 +158,7 @@ def case_index_html(summary: ArchiveSummary) -> str:
         c = case.case
         tags = (
             '<span class="chips">'
-            + "".join(f'<span class="chip{" draft" if t == "draft" else ""}">{h(t)}</span>' for t in c.tags)
+            + "".join(f'<span class="chip{" draft" if t == DRAFT_TAG else ""}">{h(t)}</span>' for t in c.tags)
             + "</span>"
         )
         pre, post = case.breaks("pre"), case.breaks("post")

@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 from casekit.archive.cache import CACHE_DIR, Seal, cache_folder
 from casekit.archive.index import CaseDigest, parallel_workers, parse_bundle_bytes
 from casekit.bundle import MAX_BUNDLE_BYTES, load_case
-from casekit.fsutil import UnreadableFile, read_regular_bytes
+from casekit.fsutil import UnreadableFile, read_regular_bytes, write_atomic
 from casekit.model import Case
-from casekit.report.output import CasePages, PageWritten, write_files, write_replace
+from casekit.report.output import CasePages, PageWritten, write_files
 from casekit.report.summary import ArchiveSummary, CaseSummary
 
 T = TypeVar("T")
@@ -121,7 +121,7 @@ class PageCache:
         if cache_folder(self.archive_root, PAGES_DIR, create=True) is None:  # a link in its place is replaced
             return
         try:
-            write_replace(self._path(case_id, key), b"casekit-page %d %s\n" % (len(body), tag) + body)
+            write_atomic(self._path(case_id, key), b"casekit-page %d %s\n" % (len(body), tag) + body, durable=False)
         except OSError:
             return
         for old in self.stored.get(case_id, set()) - {key}:

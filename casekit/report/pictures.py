@@ -24,9 +24,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
 from casekit.model import Case, ReplayRecord
+from casekit.versions import version_order
 
 FONT = 'font-family="-apple-system, Segoe UI, Helvetica, Arial, sans-serif"'
 
@@ -59,14 +58,6 @@ STATUS_ERROR = "#cf222e"
 def esc(value: object) -> str:
     """Escape a value for SVG/HTML text and attributes."""
     return html.escape("" if value is None else str(value), quote=True)
-
-
-def version_sort_key(torch: str) -> tuple[int, Version | str]:
-    """Releases in version order ('2.5.1+cu124' < '2.13.0'); what is not a version sorts last, by name."""
-    try:
-        return (0, Version(torch))
-    except InvalidVersion:
-        return (1, torch)
 
 
 def clip(text: str, width: int) -> str:
@@ -187,7 +178,7 @@ def timeline_from_case(case: Case) -> Timeline:
     capture = _capture_column(case, functions)
     if capture is not None:
         columns.append(capture)
-    records = sorted(case.replays, key=lambda r: (version_sort_key(r.torch), r.at, r.target))
+    records = sorted(case.replays, key=lambda r: (version_order(r.torch), r.at, r.target))
     columns += [_replay_column(r, label) for r, label in zip(records, _column_labels(records), strict=True)]
     scripts = ["pre", "post"] if case.post is not None else ["pre"]
     keys: dict[str, TimelineRow] = {}
@@ -338,10 +329,10 @@ def _bisect_line(timeline: Timeline, doc: dict[str, Any], left: float, bottom: f
     """A dashed line before the first replayed release at or after the bisection's first bad one."""
     if doc.get("kind") != "versions" or doc.get("subject") != timeline.case_id:
         return ""
-    first_bad = version_sort_key(str(doc.get("first_bad", "")))
+    first_bad = version_order(str(doc.get("first_bad", "")))
     replays = [(i, c) for i, c in enumerate(timeline.columns) if c.verdict]
     for position, (index, column) in enumerate(replays):
-        if version_sort_key(column.torch.split("+")[0]) >= first_bad and position > 0:
+        if version_order(column.torch) >= first_bad and position > 0:
             x = left + index * COL_W
             tip = f"bisect: {doc.get('last_good')} -> {doc.get('first_bad')} ({doc.get('predicate')})"
             note = "bisect: " + clip(str(doc.get("first_bad")), 12)
@@ -441,7 +432,7 @@ SHORT_VERDICT = {"fix_broken": "fix broken", "env_failed": "env failed"}
 
 def heatmap_svg(heatmap: Heatmap) -> str:
     """Release x case: one coloured, labelled cell per latest result, with a <title> saying why."""
-    targets = sorted(heatmap.targets, key=lambda t: (version_sort_key(t[1].split("+")[0]), t[0]))
+    targets = sorted(heatmap.targets, key=lambda t: (version_order(t[1]), t[0]))
     left = _width_of(heatmap.cases, 7.0, 120, 300)
     cell_w, cell_h, head = 112, 30, 52
     width = max(560, int(left + max(1, len(targets)) * cell_w + 16))

@@ -116,3 +116,7 @@ class Runner(abc.ABC):
     def describe(self) -> dict[str, object]:
         """Runner facts for the environment record (image id, venv path...)."""
         return {"runner": self.name, "label": self.spec.label}
+
+
+# What makes the runner of a target: the registry's `make_runner`, or a fake in tests.
+RunnerFactory = Callable[[TargetSpec], Runner]
