@@ -7,6 +7,7 @@ checks; the overall-timeout and Ctrl-C checks start probes of their own.
 from __future__ import annotations
 
 import _thread
+import os
 import shutil
 import subprocess
 import sys
@@ -236,3 +237,31 @@ def test_keep_batch_leaves_the_folder_for_inspection(
     assert batch_dirs and (batch_dirs[0] / "request.json").exists()
     assert f"batch kept at {batch_dirs[0]} ({settings.KEEP_BATCH_ENV}=1)" in lines
     shutil.rmtree(batch_dirs[0])
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_the_process_walk_finds_live_descendants_and_skips_zombies() -> None:
+    """kill_process_tree signals what `live_processes` lists: a dead child not yet reaped is no target."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, time; subprocess.Popen(['sleep', '30']); time.sleep(30)"],
+        start_new_session=True,  # as the probe is started: the leader of its own group
+    )
+    zombie = subprocess.Popen(["true"])
+    try:
+        deadline = time.monotonic() + 10
+        while not process._descendants(parent.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.05)  # exited, and nobody has waited for it: a zombie of this process
+        table = process.live_processes()
+        assert table[parent.pid] == os.getpid()
+        assert zombie.pid not in table
+        (grandchild,) = process._descendants(parent.pid)
+        assert table[grandchild] == parent.pid
+    finally:
+        process.kill_process_tree(parent)
+        zombie.wait()
+    deadline = time.monotonic() + 10
+    while grandchild in process.live_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)  # SIGKILL was sent; dead (or a zombie of whoever adopted it) in a moment
+    assert grandchild not in process.live_processes()

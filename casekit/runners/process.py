@@ -342,13 +342,14 @@ def _group_of(pid: int) -> int:
         return 0
 
 
-def _descendants(root: int) -> set[int]:
-    """All live descendants of `root`, from /proc (empty where there is no /proc)."""
-    children: dict[int, list[int]] = {}
+def live_processes() -> dict[int, int]:
+    """Every live process of this host's /proc as pid -> parent pid; zombies left out (they are dead
+    and cannot be signalled: only reaped). Empty where there is no /proc."""
+    parents: dict[int, int] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return set()
+        return parents
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -359,8 +360,16 @@ def _descendants(root: int) -> set[int]:
             continue
         # the command name may hold spaces and parentheses: fields start after the last ')'
         fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry))
+        if len(fields) > 1 and fields[0] != "Z":
+            parents[int(entry)] = int(fields[1])
+    return parents
+
+
+def _descendants(root: int) -> set[int]:
+    """All live descendants of `root` (empty where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in live_processes().items():
+        children.setdefault(parent, []).append(pid)
     found: set[int] = set()
     stack = [root]
     while stack:
