@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from casekit.archive.store import Archive
-from casekit.bundle import MAX_SCRIPT_CHARS, check_case_id, check_script_name, sha256_text, slugify
+from casekit.bundle import MAX_SCRIPT_CHARS, check_case_id, sha256_text, slugify
 from casekit.errors import CasekitError, ScriptError, ScriptNameError
-from casekit.includes import collect_includes, missing_includes
+from casekit.includes import check_script_name, collect_includes, missing_includes
 from casekit.model import (
     DRAFT_TAG,
     CaptureRecord,

@@ -21,6 +21,7 @@ from casekit.bisect.predicates import Direction
 from casekit.bisect.report import BisectReport, WhatChanged, report_to_json
 from casekit.model import Case, ReplayRecord, Severity, SiteClass, SiteVerdict
 from casekit.report.formats import get_format
+from casekit.report.html import render_bisect_html
 from casekit.report.pictures import (
     STATUS_ERROR,
     VERDICT_FILL,
@@ -28,7 +29,6 @@ from casekit.report.pictures import (
     bisect_svg,
     heatmap_from_summary,
     heatmap_svg,
-    render_bisect_html,
     timeline_from_case,
     timeline_svg,
 )

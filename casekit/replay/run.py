@@ -21,9 +21,10 @@ from typing import Any
 
 from casekit import settings
 from casekit.archive.store import Archive
-from casekit.bundle import check_case_id, check_script_name
+from casekit.bundle import check_case_id
 from casekit.classify import CaseResult, classify_case, site_key
 from casekit.errors import CasekitError, ScriptNameError
+from casekit.includes import check_script_name
 from casekit.model import (
     Case,
     ReplayRecord,

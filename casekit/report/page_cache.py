@@ -41,9 +41,14 @@ def renderer_fingerprint() -> str:
     """Changes whenever the code or the stylesheet that renders a case page does."""
     here = Path(__file__).parent
     hasher = hashlib.sha256()
-    for part in (here / "html.py", here / "summary.py", here / "assets" / "report.css", Path(__file__)):
+    pages = ("html.py", "pictures.py", "text.py", "summary.py", "assets/report.css")  # a case page's drawing too
+    for part in (
+        *(here / name for name in pages),
+        Path(__file__),
+        here.parent / "model.py",
+        here.parent / "versions.py",
+    ):
         hasher.update(part.read_bytes())
-    hasher.update((here.parent / "model.py").read_bytes())
     return hasher.hexdigest()[:16]
 
 

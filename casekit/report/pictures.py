@@ -9,7 +9,7 @@ Three pictures, each a pure function from data to an SVG string:
   give the graph count and the first-call (compile) time per column.
 - `heatmap_svg`: the archive as release x case, cells coloured by verdict.
 - `bisect_svg`: a bisection's candidates with each step's outcome and the
-  place where the outcome changes (`render_bisect_html` wraps it in a page).
+  place where the outcome changes (`report.html.render_bisect_html` wraps it in a page).
 
 Every string that comes from a bundle or a document goes through `esc`; marks
 carry a letter as well as a colour, and every shape has a <title>, so the
@@ -485,7 +485,7 @@ def _heat_cell(cell: HeatCell | None, case_id: str, target: str, x: float, y: fl
 OUTCOME_FILL = {"good": ("#aceebb", "#0f5323"), "bad": ("#ff8182", "#5d0011"), "unknown": ("#eaeef2", "#57606a")}
 
 
-def _step_side(doc: dict[str, Any], outcome: str) -> str:
+def step_side(doc: dict[str, Any], outcome: str) -> str:
     if outcome == doc.get("good_outcome"):
         return "good"
     if outcome == doc.get("bad_outcome"):
@@ -513,7 +513,7 @@ def bisect_svg(doc: dict[str, Any]) -> str:
             fill, ink, word, tip = "#ffffff", "#8c959f", "not tried", f"{candidate}: not tried"
         else:
             number, step = tried
-            side = _step_side(doc, str(step.get("outcome")))
+            side = step_side(doc, str(step.get("outcome")))
             fill, ink = OUTCOME_FILL[side]
             word = f"#{number} {side}"
             tip = f"step {number}: {labels.get(candidate, candidate)} -> {step.get('outcome')} ({side}); {step.get('detail', '')}"
@@ -535,35 +535,6 @@ def bisect_svg(doc: dict[str, Any]) -> str:
     ]
     swatches.append(('<rect x="-7" y="-7" width="14" height="14" fill="#ffffff" stroke="#d0d7de"/>', "not tried"))
     return finish_svg(out, width, 108, swatches, (f"Bisection of {doc.get('subject')}", desc, "bisect-svg"))
-
-
-def render_bisect_html(bisect_doc: dict[str, Any], generated: str = "") -> str:
-    """A whole static page for one bisection: the picture, the steps in order, what changed, how to reproduce."""
-    from casekit.report.html import page  # html.py imports this module: import its page frame late
-
-    doc = bisect_doc
-    rows = "".join(
-        f"<tr><td>{n}</td><td><code>{esc((doc.get('labels') or {}).get(s.get('target'), s.get('target')))}</code></td>"
-        f"<td>{esc(s.get('outcome'))} ({esc(_step_side(doc, str(s.get('outcome'))))})</td><td>{esc(s.get('detail'))}</td>"
-        f"<td>{'cache' if s.get('cached') else esc(s.get('seconds'))}</td></tr>"
-        for n, s in enumerate(doc.get("steps") or [], start=1)
-    )
-    changes = "".join(f"<li>{esc(c)}</li>" for c in doc.get("changes") or [])
-    verdict = f"last good <code>{esc(doc.get('last_good'))}</code>, first bad <code>{esc(doc.get('first_bad'))}</code>"
-    if doc.get("ambiguous"):
-        verdict += f" (ambiguous: {esc(', '.join(map(str, doc['ambiguous'])))})"
-    body = (
-        f'<section id="bisect"><h2>Where the outcome changes</h2><p>{verdict}; predicate <code>{esc(doc.get("predicate"))}</code>, '
-        f"good = <code>{esc(doc.get('good_outcome'))}</code>, bad = <code>{esc(doc.get('bad_outcome'))}</code></p>"
-        f'<figure class="picture">{bisect_svg(doc)}</figure></section>'
-        '<section id="steps"><h2>Steps in the order tried</h2><table><thead><tr><th>#</th><th>candidate</th>'
-        f"<th>outcome</th><th>detail</th><th>seconds</th></tr></thead><tbody>{rows}</tbody></table></section>"
-        + (f'<section id="changes"><h2>What changed</h2><ul>{changes}</ul></section>' if changes else "")
-        + f'<section id="reproduce"><h2>Reproduce</h2><pre class="log">{esc(doc.get("reproduce"))}</pre></section>'
-    )
-    title = f"bisect {doc.get('subject')}"
-    subtitle = f"{esc(doc.get('kind'))} bisection over {esc(len((doc.get('searched') or {}).get('candidates') or []))} candidate(s), runner {esc(doc.get('runner'))}"
-    return page(title, esc(title), subtitle, body, generated or "-")
 
 
 # ------------------------------------------------------------------ report glue

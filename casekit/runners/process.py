@@ -55,22 +55,6 @@ def check_interpreter(python: str) -> None:
         raise EnvironmentUnusable(f"python {python}: not executable")
 
 
-# glibc's malloc on transparent huge pages. The probe forks a child per run from a process that
-# holds a quarter gigabyte of heap after importing torch; with 2 MB pages the fork copies a few
-# hundred page-table entries instead of ~60,000, and a run's fork + exit drops from ~17 ms to
-# ~7 ms here. A glibc before 2.35 ignores it; a user's own setting of it wins.
-FAST_FORK_TUNABLE = "glibc.malloc.hugetlb=1"
-
-
-def with_fast_fork(tunables: str | None) -> str:
-    """GLIBC_TUNABLES with FAST_FORK_TUNABLE added (unless it already says something about it)."""
-    name = FAST_FORK_TUNABLE.split("=", 1)[0]
-    items = [item for item in (tunables or "").split(":") if item]
-    if any(item.split("=", 1)[0] == name for item in items):
-        return ":".join(items)
-    return ":".join([*items, FAST_FORK_TUNABLE])
-
-
 def run_probe_subprocess(
     python: str,
     jobs: list[ProbeJob],

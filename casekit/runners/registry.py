@@ -20,7 +20,7 @@ def make_runner(spec: TargetSpec) -> Runner:
         return VenvRunner(spec)
     if spec.runner == "docker":
         # imported only when asked for: it pulls in the Docker SDK
-        from casekit.runners.docker import DockerRunner
+        from casekit.runners.docker.runner import DockerRunner
 
         return DockerRunner(spec)
     raise RunnerError(f"unknown runner {spec.runner!r} (choose one of: {', '.join(RUNNER_NAMES)})")
