@@ -59,8 +59,9 @@ class CacheSettings:
     retry_unknown: bool = False
 
     @classmethod
-    def default(cls, *, retry_unknown: bool = False) -> CacheSettings:
-        return cls(default_cache_path(), retry_unknown)
+    def chosen(cls, path: Path | None = None, *, off: bool = False, retry_unknown: bool = False) -> CacheSettings:
+        """What --cache PATH, --no-cache and --retry-unknown ask for: the default file unless told otherwise."""
+        return cls(None if off else (path or default_cache_path()), retry_unknown)
 
 
 class ResultCache:

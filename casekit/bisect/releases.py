@@ -140,7 +140,7 @@ def fresh_from_run(run: TargetRun, case_id: str, version: str) -> Fresh:
     return Fresh(observations_record({w: s.observation for w, s in scripts.items()}, torch=torch))
 
 
-def _release_subject(case: Case, config: ReleaseBisect, seams: ReleaseSeams) -> Subject:
+def release_subject(case: Case, config: ReleaseBisect, seams: ReleaseSeams) -> Subject:
     """How one release is run fresh, and how its cached record is read back into an outcome."""
     make_runner = seams.make_runner or registry_runner()
     replay_one = seams.run_target or run_target
@@ -180,7 +180,7 @@ def bisect_releases(case: Case, config: ReleaseBisect, seams: ReleaseSeams | Non
     if config.runner == "python" and not config.pythons:
         raise BisectError("--runner python needs interpreters: --python-for VERSION=PATH for each version")
     candidates = version_candidates(config, seams.list_versions)
-    subject = _release_subject(case, config, seams)
+    subject = release_subject(case, config, seams)
     builder = release_builder(
         config.runner, config.spec, seams.make_runner or registry_runner(), config.ahead, seams.progress
     )
