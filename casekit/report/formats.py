@@ -1,14 +1,22 @@
 """The registry of report formats (the interface: `report.interface`): one line per format.
 
-Each format module is imported only when that format is asked for.
+Each format module is imported only when that format is asked for, so listing the
+registry (the `report --help`) costs nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from casekit.errors import CasekitError
-from casekit.report.interface import ReportFormat
+
+if TYPE_CHECKING:
+    from casekit.report.interface import ReportFormat
+
+DEFAULT_FORMAT = "html"
+DEFAULT_OUT = Path("casekit-report")
 
 
 def _html() -> ReportFormat:
