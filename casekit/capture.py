@@ -25,7 +25,15 @@ from casekit.model import (
     ScriptStatus,
 )
 from casekit.observe.batch import observe_batch
-from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner
+from casekit.runners.interface import (
+    ProbeBatchResult,
+    ProbeJob,
+    ProgressFn,
+    Runner,
+    RunnerFactory,
+    TargetSpec,
+    allow_options,
+)
 from casekit.scrub import Replacement, Scrubber, interpreter_prefix, machine_folders
 from casekit.timeouts import DEFAULT_RUN_TIMEOUT_S, check_timeout
 
@@ -48,6 +56,18 @@ class CaptureRequest:
     force: bool = False
     includes: list[Path] = field(default_factory=list)  # files and folders beside the script it needs
     waive: list[str] = field(default_factory=list)  # gates kept failing on purpose ("all" = every one)
+    python: str | None = None  # the interpreter that runs the probe; None: this one
+    allow: list[str] = field(default_factory=list)  # sandbox relaxations, KEY=VALUE (docs/sandbox.md)
+    commit: bool = False  # commit the new bundle to the archive's git repository
+
+
+@dataclass
+class CaptureOutcome:
+    """What a capture filed, and the commit line when it committed the bundle."""
+
+    case: Case
+    path: Path
+    committed: str | None = None
 
 
 # ---------------------------------------------------------------- gates
@@ -402,6 +422,23 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
             )
         archive.save(case)
     return case
+
+
+def run_capture(
+    request: CaptureRequest, archive: Archive, make_runner: RunnerFactory, progress: ProgressFn
+) -> CaptureOutcome:
+    """`casekit capture`: refuse a --commit outside a git repository before anything runs, observe
+    and file the case on the requested interpreter (`capture`), then commit the bundle when asked."""
+    from casekit.archive.git import commit_paths, require_repo
+
+    if request.commit:
+        require_repo(archive.root)
+    spec = TargetSpec(runner="python", python=request.python, options=allow_options(request.allow))
+    case = capture(request, make_runner(spec), archive, progress)
+    outcome = CaptureOutcome(case, archive.path_for(case.id))
+    if request.commit:
+        outcome.committed = commit_paths(archive.root, [outcome.path], f"capture {case.id}: {case.title}")
+    return outcome
 
 
 def validate_gates(case: Case) -> list[GateFailure]:

@@ -26,7 +26,7 @@ from casekit.replay.document import (
 )
 from casekit.replay.run import ReplayOptions, ReplayReport, replay
 from casekit.replay.shard import parse_shard, select_shard
-from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec
+from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec, allow_options
 from casekit.runners.registry import RUNNER_NAMES
 
 
@@ -48,12 +48,7 @@ class TargetChoice:
         """One TargetSpec per target, in the order given; the local torch when none is given."""
         if self.runner is not None and self.runner not in RUNNER_NAMES:
             raise CasekitError(f"--runner must be one of {', '.join(RUNNER_NAMES)}, not {self.runner!r}")
-        options = []
-        for item in self.allow:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise CasekitError(f"--allow takes KEY=VALUE, not {item!r}")
-            options.append((key, value))
+        options = list(allow_options(self.allow))
         if self.base_image:
             options.append(("base_image", self.base_image))
         # python/venv targets take the sandbox keys (sandbox, network, memory, pids, cpu), docker its own

@@ -9,10 +9,11 @@ the probe there on a batch of scripts (`run_probe`). Implementations:
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from casekit.errors import RunnerError
 from casekit.model import IncludedFile
 
 PROBE_PATH = Path(__file__).resolve().parent.parent / "probe.py"
@@ -120,3 +121,15 @@ class Runner(abc.ABC):
 
 # What makes the runner of a target: the registry's `make_runner`, or a fake in tests.
 RunnerFactory = Callable[[TargetSpec], Runner]
+
+
+def allow_options(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """`--allow KEY=VALUE` (repeatable) as a target's options, in the order given; which keys a runner
+    takes is the runner's to check (the sandbox's for python and venv, the container's for docker)."""
+    options = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise RunnerError(f"--allow takes KEY=VALUE, not {item!r}")
+        options.append((key, value))
+    return tuple(options)
