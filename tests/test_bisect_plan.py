@@ -78,7 +78,9 @@ def test_predicate_flags_choose_one_predicate() -> None:
 def test_one_case_writes_its_document_and_page_and_exits_0(tmp_path: Path, archive: Archive) -> None:
     outputs = Outputs(tmp_path / "out" / "bisect.json", tmp_path / "out" / "bisect.html")
     said: list[str] = []
-    outcome = run_bisect(request(tmp_path, outputs=outputs), archive, seams(FakeReplay(HISTORY)), said.append)
+    outcome = run_bisect(
+        request(tmp_path, outputs=outputs), archive, notice=said.append, seams=seams(FakeReplay(HISTORY))
+    )
     assert said == ["bisecting case item-case between torch 2.5.1 (good) and 2.10.0 (bad) with the venv runner"]
     assert outcome.exit_code == ExitCode.OK and not outcome.interrupted
     assert outcome.written == [outputs.json_out, outputs.html_out]
@@ -90,7 +92,7 @@ def test_one_case_writes_its_document_and_page_and_exits_0(tmp_path: Path, archi
 
 def test_json_dash_writes_no_file(tmp_path: Path, archive: Archive, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    outcome = run_bisect(request(tmp_path, outputs=Outputs(Path("-"))), archive, seams(FakeReplay(HISTORY)))
+    outcome = run_bisect(request(tmp_path, outputs=Outputs(Path("-"))), archive, seams=seams(FakeReplay(HISTORY)))
     assert outcome.written == [] and not (tmp_path / "-").exists() and outcome.document is not None
 
 
@@ -98,7 +100,7 @@ def test_a_document_that_cannot_be_written_keeps_the_results_and_exits_2(tmp_pat
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     outputs = Outputs(blocker / "bisect.json")  # its folder is a file
-    outcome = run_bisect(request(tmp_path, outputs=outputs), archive, seams(FakeReplay(HISTORY)))
+    outcome = run_bisect(request(tmp_path, outputs=outputs), archive, seams=seams(FakeReplay(HISTORY)))
     assert outcome.exit_code == ExitCode.PROBLEM and outcome.written == []
     assert len(outcome.write_failures) == 1 and str(blocker / "bisect.json") in outcome.write_failures[0]
     assert "regression in 2.8.0" in outcome.text
@@ -112,12 +114,12 @@ def test_several_cases_exit_2_when_one_cannot_be_bisected(tmp_path: Path, archiv
     outcome = run_bisect(
         request(tmp_path, "item-case", "no-post", predicate=predicate_for(post_holds=True), outputs=outputs),
         archive,
-        seams(FakeReplay(HISTORY)),
+        seams=seams(FakeReplay(HISTORY)),
     )
     assert outcome.document is not None and outcome.document["schema"] == MULTI_SCHEMA
     assert [error["case"] for error in outcome.document["errors"]] == ["no-post"]
     assert outcome.exit_code == ExitCode.PROBLEM and outcome.written == [outputs.json_out]
-    alone = run_bisect(request(tmp_path, "item-case", "item-case"), archive, seams(FakeReplay(HISTORY)))
+    alone = run_bisect(request(tmp_path, "item-case", "item-case"), archive, seams=seams(FakeReplay(HISTORY)))
     assert alone.exit_code == ExitCode.OK
 
 
@@ -134,13 +136,15 @@ def test_ctrl_c_says_how_to_resume_and_exits_128_plus_the_signal(
 
     outputs = Outputs(tmp_path / "bisect.json")
     outcome = run_bisect(
-        request(tmp_path, outputs=outputs), archive, ReleaseSeams(run_target=interrupted_third, make_runner=no_runner)
+        request(tmp_path, outputs=outputs),
+        archive,
+        seams=ReleaseSeams(run_target=interrupted_third, make_runner=no_runner),
     )
     assert outcome.interrupted and outcome.exit_code == code and outcome.document is None
     assert outcome.text == (
         f"interrupted; finished steps are cached in {tmp_path / 'cache.json'}: run the same command again to resume"
     )
     assert not outputs.json_out.exists()  # type: ignore[union-attr]
-    resumed = run_bisect(request(tmp_path, outputs=outputs), archive, seams(fake))
+    resumed = run_bisect(request(tmp_path, outputs=outputs), archive, seams=seams(fake))
     assert resumed.document is not None and resumed.document["first_bad"] == "2.8.0"
     assert [s["cached"] for s in resumed.document["steps"]][:2] == [True, True]

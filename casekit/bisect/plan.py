@@ -168,17 +168,19 @@ class BisectOutcome:
 def run_bisect(
     request: BisectRequest,
     archive: Archive,
-    seams: ReleaseSeams | None = None,
+    progress: ProgressFn = quiet,
     notice: Callable[[str], None] = quiet,
+    seams: ReleaseSeams | None = None,
 ) -> BisectOutcome:
     """Bisect the case (or the cases, together) over torch releases, write the documents, decide the exit.
 
     One case: its report, exit 0 whether a change was found or nothing changed. Several: each case's
     report as its single bisection gives it; a case that could not be bisected makes the exit 2.
-    `notice` receives the line a user should see before the search starts.
+    `notice` receives the line a user should see before the search starts; `seams` replace the
+    effects (tests: a fake `run_target`), `progress` is theirs by default.
     """
     config = request.release_config()
-    seams = seams or ReleaseSeams()
+    seams = seams or ReleaseSeams(progress=progress)
     between = f"between torch {config.good} (good) and {config.bad} (bad) with the {config.runner} runner"
     if request.several:
         cases = archive.load_all(list(request.case_ids) or None)

@@ -130,7 +130,6 @@ def bisect(
     """Find the first torch version between --good and --bad where the case's outcome changes."""
     from casekit.bisect.engine import CacheSettings
     from casekit.bisect.plan import BisectRequest, Outputs, predicate_for, run_bisect
-    from casekit.bisect.releases import ReleaseSeams
 
     request = BisectRequest(
         good,
@@ -152,7 +151,7 @@ def bisect(
         outputs=Outputs(json_out, html_out),
     )
     with progress_view() as progress:
-        outcome = run_bisect(request, open_archive(archive), ReleaseSeams(progress=progress), notice)
+        outcome = run_bisect(request, open_archive(archive), progress, notice)
     render(outcome, json_out)
 
 
