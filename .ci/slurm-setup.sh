@@ -20,10 +20,13 @@ for tool in munged slurmctld slurmd scontrol sinfo; do
     command -v "$tool" >/dev/null || { echo "$tool not found: apt-get install -y slurm-wlm munge" >&2; exit 1; }
 done
 
-node_idle() { sinfo -h -n "$NODE" -o '%T' 2>/dev/null | grep -Eq '^(idle|mixed|allocated|completing)'; }
+# Outputs are read whole, then matched: `cmd | grep -q` under pipefail fails when grep exits first (SIGPIPE).
+node_idle() { local state; state="$(sinfo -h -n "$NODE" -o '%T' 2>/dev/null)" || return 1; [[ $state =~ ^(idle|mixed|allocated|completing) ]]; }
+controller_up() { local said; said="$(scontrol ping 2>/dev/null)" || return 1; [[ $said == *"is UP"* ]]; }
+first_partition() { local all; all="$(sinfo -h -o '%P %D %T')"; echo "${all%%$'\n'*}"; }
 
-if scontrol ping 2>/dev/null | grep -q 'is UP' && node_idle; then
-    echo "slurm ready: $(sinfo -h -o '%P %D %T' | head -1) (already up)"
+if controller_up && node_idle; then
+    echo "slurm ready: $(first_partition) (already up)"
     exit 0
 fi
 
@@ -80,9 +83,9 @@ PartitionName=casekit Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 EOF
 fi
 
-if ! scontrol ping 2>/dev/null | grep -q 'is UP'; then
+if ! controller_up; then
     slurmctld
-    for _ in $(seq 1 30); do scontrol ping 2>/dev/null | grep -q 'is UP' && break; sleep 0.5; done
+    for _ in $(seq 1 30); do controller_up && break; sleep 0.5; done
 fi
 if ! pgrep -x slurmd >/dev/null; then
     slurmd -N "$NODE"
@@ -98,4 +101,4 @@ if ! node_idle; then
     tail -20 /var/log/slurm/slurmctld.log /var/log/slurm/slurmd.log >&2 || true
     exit 1
 fi
-echo "slurm ready: $(sinfo -h -o '%P %D %T' | head -1)"
+echo "slurm ready: $(first_partition)"

@@ -24,12 +24,11 @@ import tomli_w
 
 from casekit.errors import BundleError, BundleWriteError, CaseIdError, ScriptNameError
 from casekit.fsutil import UnreadableFile, read_regular_bytes, write_atomic
+from casekit.includes import IncludeError, check_includes, check_script_name
 from casekit.model import Case, to_plain
 
 SCHEMA_VERSION = 1
 CASE_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,79}")
-# A script name becomes a file name on the replaying host: one plain name, never a path.
-SCRIPT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}")
 # Bounds: a shared archive is untrusted input; nothing in it may make casekit read or hold without limit.
 MAX_BUNDLE_BYTES = 32 * 1024 * 1024
 MAX_SCRIPT_CHARS = 1024 * 1024
@@ -65,16 +64,6 @@ def check_case_id(case_id: str) -> str:
             "(at most 80 characters, starting with a letter or digit)"
         )
     return case_id
-
-
-def check_script_name(name: str) -> str:
-    """A script name is one plain file name (letters, digits, '.', '_', '+', '-'): never a path, never hidden."""
-    if not isinstance(name, str) or not SCRIPT_NAME.fullmatch(name) or ".." in name:
-        raise ScriptNameError(
-            f"invalid script name {name!r}: a bundle's script name must be one plain file name "
-            "(letters, digits, '.', '_', '+', '-'; at most 128 characters; no folders)"
-        )
-    return name
 
 
 def slugify(text: str) -> str:
@@ -174,8 +163,6 @@ def parse_case(text: str, path: Path | str = "<bundle>") -> Case:
 
 
 def _check_included_files(case: Case, path: Path | str) -> None:
-    from casekit.includes import IncludeError, check_includes  # includes imports this module
-
     names = [script.name for which in ("pre", "post") if (script := case.script(which))]
     try:
         check_includes(case.includes, names)

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from casekit.archive.store import Archive
-from casekit.bundle import MAX_SCRIPT_CHARS, check_case_id, check_script_name, sha256_text, slugify
+from casekit.bundle import MAX_SCRIPT_CHARS, check_case_id, sha256_text, slugify
 from casekit.errors import CasekitError, ScriptError, ScriptNameError
-from casekit.importer import DRAFT_TAG
-from casekit.includes import collect_includes, missing_includes
+from casekit.includes import check_script_name, collect_includes, missing_includes
 from casekit.model import (
+    DRAFT_TAG,
     CaptureRecord,
     Case,
     IncludedFile,
@@ -26,7 +26,14 @@ from casekit.model import (
 )
 from casekit.observe.batch import observe_batch
 from casekit.runners import registry
-from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner
+from casekit.runners.interface import (
+    ProbeBatchResult,
+    ProbeJob,
+    ProgressFn,
+    Runner,
+    RunnerFactory,
+    allow_options,
+)
 from casekit.scrub import Replacement, Scrubber, interpreter_prefix, machine_folders
 from casekit.timeouts import DEFAULT_RUN_TIMEOUT_S, check_timeout
 
@@ -49,6 +56,18 @@ class CaptureRequest:
     force: bool = False
     includes: list[Path] = field(default_factory=list)  # files and folders beside the script it needs
     waive: list[str] = field(default_factory=list)  # gates kept failing on purpose ("all" = every one)
+    python: str | None = None  # the interpreter that runs the probe; None: this one
+    allow: list[str] = field(default_factory=list)  # sandbox relaxations, KEY=VALUE (docs/sandbox.md)
+    commit: bool = False  # commit the new bundle to the archive's git repository
+
+
+@dataclass
+class CaptureOutcome:
+    """What a capture filed, and the commit line when it committed the bundle."""
+
+    case: Case
+    path: Path
+    committed: str | None = None
 
 
 # ---------------------------------------------------------------- gates
@@ -404,6 +423,23 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
             )
         archive.save(case)
     return case
+
+
+def run_capture(
+    request: CaptureRequest, archive: Archive, make_runner: RunnerFactory, progress: ProgressFn
+) -> CaptureOutcome:
+    """`casekit capture`: refuse a --commit outside a git repository before anything runs, observe
+    and file the case on the requested interpreter (`capture`), then commit the bundle when asked."""
+    from casekit.archive.git import commit_paths, require_repo
+
+    if request.commit:
+        require_repo(archive.root)
+    spec = registry.interpreter_target(request.python, allow_options(request.allow))
+    case = capture(request, make_runner(spec), archive, progress)
+    outcome = CaptureOutcome(case, archive.path_for(case.id))
+    if request.commit:
+        outcome.committed = commit_paths(archive.root, [outcome.path], f"capture {case.id}: {case.title}")
+    return outcome
 
 
 def validate_gates(case: Case) -> list[GateFailure]:

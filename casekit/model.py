@@ -307,6 +307,10 @@ class ReplayRecord:
     timing_load: str | None = None  # "parallel:N" when compile_s was measured beside other runs
 
 
+# The tag of a case imported from a log (`casekit import`): no repro yet, its script only raises.
+DRAFT_TAG = "draft"
+
+
 @dataclass
 class Case:
     """One triaged graph-break problem: the unit the archive holds."""

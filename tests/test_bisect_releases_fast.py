@@ -34,8 +34,8 @@ from casekit.model import (
     ScriptStatus,
     Site,
 )
-from casekit.replay.run import ReplayOptions, RunnerFactory, TargetRun
-from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.replay.run import ReplayOptions, TargetRun
+from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec
 from casekit.runners.registry import label
 
 PRE = "import torch\n\n\ndef f(x):\n    n = x.sum().item()\n    return x * n\n\n\nprint(torch.compile(f)(torch.ones(2)))\n"

@@ -22,8 +22,8 @@ from casekit.bisect.shared import Ahead, bisect_releases_many
 from casekit.bundle import sha256_text
 from casekit.classify import classify_case
 from casekit.model import Case, ScriptObservation
-from casekit.replay.run import ReplayOptions, RunnerFactory, TargetRun
-from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.replay.run import ReplayOptions, TargetRun
+from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec
 from casekit.runners.registry import label
 from tests.test_bisect_releases_fast import HISTORY, VERSIONS, make_case, no_runner
 

@@ -22,7 +22,8 @@ from casekit.cli.records import register
 from casekit.errors import CasekitError
 from casekit.model import Case, ReplayRecord, Severity, SiteClass, SiteVerdict
 from casekit.replay.document import read_replay_document
-from casekit.report.formats import FORMATS, ReportFormat, get_format
+from casekit.report.formats import FORMATS, get_format
+from casekit.report.interface import ReportFormat
 from casekit.report.output import write_files
 from casekit.report.summary import ArchiveSummary, summarize
 

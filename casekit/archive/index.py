@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from casekit.archive.cache import TAG_CHARS, Seal, cache_folder
-from casekit.bundle import MAX_BUNDLE_BYTES, load_case, parse_case, write_atomic
+from casekit.bundle import MAX_BUNDLE_BYTES, load_case, parse_case
 from casekit.errors import BundleError
-from casekit.fsutil import UnreadableFile, read_regular_bytes, read_regular_file
+from casekit.fsutil import UnreadableFile, read_regular_bytes, read_regular_file, write_atomic
 from casekit.model import Case, ReplayRecord, ScriptRole, ScriptSource, Severity, SiteClass, SiteVerdict, Verdict
 from casekit.timeouts import recorded_run_seconds
 

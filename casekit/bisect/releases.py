@@ -34,9 +34,9 @@ from casekit.bundle import content_hash
 from casekit.classify import classify_case
 from casekit.errors import BisectError
 from casekit.model import Case, ScriptStatus
-from casekit.replay.run import ReplayOptions, RunnerFactory, TargetRun, run_target
+from casekit.replay.run import ReplayOptions, TargetRun, run_target
 from casekit.runners import registry
-from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec
 
 RunTarget = Callable[[TargetSpec, list[Case], ReplayOptions, RunnerFactory, ProgressFn], TargetRun]
 ListVersions = Callable[..., list[str]]
@@ -150,7 +150,7 @@ def fresh_from_run(run: TargetRun, case_id: str, version: str) -> Fresh:
     return Fresh(observations_record({w: s.observation for w, s in scripts.items()}, torch=torch))
 
 
-def _release_subject(case: Case, config: ReleaseBisect, seams: ReleaseSeams) -> Subject:
+def release_subject(case: Case, config: ReleaseBisect, seams: ReleaseSeams) -> Subject:
     """How one release is run fresh, and how its cached record is read back into an outcome."""
     make_runner = seams.make_runner or registry_runner()
     replay_one = seams.run_target or run_target
@@ -189,7 +189,7 @@ def bisect_releases(case: Case, config: ReleaseBisect, seams: ReleaseSeams | Non
     config.predicate.validate(case)
     config.check_runner()
     candidates = version_candidates(config, seams.list_versions)
-    subject = _release_subject(case, config, seams)
+    subject = release_subject(case, config, seams)
     builder = release_builder(
         config.runner, config.spec, seams.make_runner or registry_runner(), config.ahead, seams.progress
     )

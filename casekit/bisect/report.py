@@ -14,24 +14,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from casekit.bisect.engine import Evaluated, Evaluator, Step, write_text_atomic
+from casekit.bisect.ahead import AheadStats
+from casekit.bisect.engine import Evaluated, Evaluator, Step
 from casekit.bisect.predicates import SCRIPT_LABELS, Direction
 from casekit.bisect.search import UNKNOWN, BisectResult, Outcome
 from casekit.classify import CaseResult, ScriptResult, classify_case, describe_fallback
 from casekit.errors import BisectError
+from casekit.fsutil import write_atomic
 from casekit.model import Case, ScriptObservation, ScriptSource, Site, SiteClass
-
-if TYPE_CHECKING:  # shared.py builds on this module
-    from casekit.bisect.shared import SharedBisection
 
 BISECT_SCHEMA = "casekit.bisect/1"
 MULTI_SCHEMA = "casekit.bisect-many/1"  # one casekit.bisect/1 document per case, the shared costs, per-case errors
 JSON_SCHEMA_FILE = "bisect.schema.json"  # in casekit/data: the document's shape, checked on write and read
-
-# Exit codes a bisection ends with; the shared policy (0 ok / 1 gate reached / 2 usage or environment).
-EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -103,11 +99,6 @@ class BisectReport:
 
     def label(self, candidate: str) -> str:
         return self.labels.get(candidate, candidate)
-
-
-def bisect_exit_code(report: BisectReport) -> int:
-    """A bisection that answered (culprit found, or nothing changed) exits 0; errors exit 2 as CasekitErrors."""
-    return EXIT_OK
 
 
 # ------------------------------------------------------------------ what changed
@@ -355,7 +346,7 @@ def write_report(report: BisectReport, path: Path) -> None:
     """Write the casekit.bisect/1 document atomically (checked against the schema first)."""
     data = report_to_json(report)
     validate_document(data, str(path))
-    write_text_atomic(Path(path), json.dumps(data, indent=2) + "\n")
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def read_report(path: Path) -> BisectReport:
@@ -440,6 +431,36 @@ def render_text(report: BisectReport) -> str:
 # ------------------------------------------------------------------ many cases bisected together
 
 
+@dataclass
+class SharedStats:
+    """What the shared bisection cost: rounds (one release each), probe batches and case runs, envs built ahead."""
+
+    rounds: int = 0
+    batches: int = 0
+    case_runs: int = 0
+    from_cache: int = 0
+    seconds: float = 0.0
+    ahead: AheadStats = field(default_factory=AheadStats)
+
+    def summary(self, cases: int) -> str:
+        built = len(self.ahead.built)
+        return (
+            f"{cases} case(s): {self.rounds} release(s) evaluated, {self.batches} probe batch(es) run "
+            f"({self.case_runs} case run(s), {self.from_cache} from the cache), "
+            f"{built} env(s) prepared ahead of need, {self.seconds:.1f} s"
+        )
+
+
+@dataclass
+class SharedBisection:
+    """Per case: its report, or why it could not be bisected (an end unknown, a predicate it cannot follow)."""
+
+    reports: dict[str, BisectReport]
+    errors: dict[str, str]
+    stats: SharedStats
+    warnings: list[str] = field(default_factory=list)
+
+
 def multi_report_to_json(shared: SharedBisection) -> dict[str, Any]:
     """A casekit.bisect-many/1 document: each case's unchanged casekit.bisect/1 document, the errors, the costs."""
     stats = shared.stats
@@ -475,7 +496,7 @@ def write_multi_report(shared: SharedBisection, path: Path) -> None:
     """Write the casekit.bisect-many/1 document atomically (checked first)."""
     data = multi_report_to_json(shared)
     validate_multi_document(data, str(path))
-    write_text_atomic(Path(path), json.dumps(data, indent=2) + "\n")
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def render_shared_text(shared: SharedBisection) -> str:
@@ -492,10 +513,3 @@ def render_shared_text(shared: SharedBisection) -> str:
         )
     )
     return "\n\n".join(parts)
-
-
-def shared_exit_code(shared: SharedBisection) -> int:
-    """The worst of the cases' exit codes; a case that could not be bisected counts as a usage/environment error."""
-    codes = [bisect_exit_code(report) for report in shared.reports.values()]
-    codes += [EXIT_USAGE for _ in shared.errors]
-    return max(codes, default=EXIT_OK)

@@ -9,9 +9,10 @@ from typing import Annotated
 import typer
 
 from casekit.archive.store import Archive, archive_dir
-from casekit.cli.common import STDOUT, ArchiveOption, FailOnOption, emit_json, examples, notice, report_invalid
-from casekit.errors import CasekitError
-from casekit.outcome import ExitCode, FailOn
+from casekit.cli.common import ArchiveOption, FailOnOption, emit_json, examples, notice, open_archive, report_invalid
+from casekit.fsutil import STDOUT
+from casekit.outcome import FailOn
+from casekit.report.formats import DEFAULT_FORMAT, DEFAULT_OUT, format_names
 
 NO_REPLAYS_HINT = (
     "no replays recorded yet: run `casekit replay --json out/replay.json` and "
@@ -40,11 +41,13 @@ MERGE_EXAMPLES = examples(
 def report(
     formats: Annotated[
         list[str] | None,
-        typer.Option("--format", "-f", metavar="FORMAT", help="html, md, junit or json (repeatable) [default: html]."),
+        typer.Option(
+            "--format", "-f", metavar="FORMAT", help=f"{format_names()} (repeatable) [default: {DEFAULT_FORMAT}]."
+        ),
     ] = None,
     out: Annotated[
         Path, typer.Option("--out", help="Folder to write into; '-' prints a single md/json/junit report to stdout.")
-    ] = Path("casekit-report"),
+    ] = DEFAULT_OUT,
     archive: ArchiveOption = None,
     results: Annotated[
         list[Path] | None,
@@ -56,37 +59,21 @@ def report(
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "casekit archive",
 ) -> None:
     """Render the archive: latest replay per case x target, case pages, history."""
-    from casekit.replay.document import read_replay_document
-    from casekit.report.formats import get_format
-    from casekit.report.output import write_files
-    from casekit.report.page_cache import write_html_report
-    from casekit.report.summary import summarize
+    from casekit.report.plan import ReportRequest, run_report
 
-    chosen = [get_format(name) for name in dict.fromkeys(formats or ["html"])]
-    store = Archive(archive_dir(archive))
-    # through the archive index; HTML case pages come from a page cache (or the cases parsed now)
-    cases, invalid = store.summaries_tolerant(keep_cases=any(fmt.name == "html" for fmt in chosen))
-    documents = [(path.name, read_replay_document(path)) for path in results or []]
-    summary = summarize(cases, documents, title=title)
-    if not documents and not any(case.replays for case in cases):
+    request = ReportRequest(tuple(formats or ()), out, tuple(results or ()), title)
+    outcome = run_report(request, open_archive(archive))
+    if outcome.no_replays:
         notice(NO_REPLAYS_HINT)
-    for warning in summary.warnings:
+    for warning in outcome.warnings:
         typer.echo(f"warning: {warning}", err=True)
-    if str(out) == "-":
-        if len(chosen) != 1 or chosen[0].name == "html":
-            raise CasekitError("--out - prints one md, json or junit report; the HTML report is a folder")
-        files = chosen[0].render(summary)
-        sys.stdout.write(files[chosen[0].main_file])
-    else:
-        for fmt in chosen:
-            if fmt.name == "html":
-                count = write_html_report(summary, store.root, out)
-            else:
-                count = len(write_files(fmt.render(summary), out))
-            typer.echo(f"wrote {out / fmt.main_file}" + (f" (+{count - 1} file(s))" if count > 1 else ""))
-    if invalid:  # the report holds every valid case; the invalid ones are named, and CI sees a non-zero exit
-        report_invalid(invalid)
-        raise typer.Exit(ExitCode.PROBLEM)
+    if outcome.printed is not None:
+        sys.stdout.write(outcome.printed)
+    for main_file, count in outcome.written:
+        typer.echo(f"wrote {main_file}" + (f" (+{count - 1} file(s))" if count > 1 else ""))
+    if outcome.invalid:  # the report holds every valid case; the invalid ones are named, and CI sees a non-zero exit
+        report_invalid(outcome.invalid)
+    raise typer.Exit(outcome.exit_code)
 
 
 def log(

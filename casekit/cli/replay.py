@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from casekit.cli.common import (
-    STDOUT,
     ArchiveOption,
     FailOnOption,
     default_runner_factory,
@@ -19,6 +18,7 @@ from casekit.cli.common import (
     open_archive,
     progress_view,
 )
+from casekit.fsutil import STDOUT
 from casekit.outcome import FailOn
 from casekit.runners.registry import allow_help
 

@@ -172,7 +172,7 @@ def plan(
             from casekit.fsutil import write_atomic
 
             try:
-                write_atomic(target, text, mode=0o755 if emitter.name == "slurm" else 0o644)
+                write_atomic(target, text, executable=emitter.name == "slurm")
             except OSError as error:
                 raise CasekitError(f"--out {target}: cannot write: {error.strerror or error}") from None
             notice(f"wrote {target} ({emitter.name}, {schedule.count} shard(s))")

@@ -37,6 +37,7 @@ from casekit.observe.logs import (
     parse_wont_convert,
 )
 from casekit.observe.reasons import categorize, gb_id_from_text, normalize_function, registry
+from casekit.pysource import parse_python
 
 HARNESS_FILES = ("<frozen runpy>", "runpy.py", "probe.py")
 SITE_PACKAGES = re.compile(r"(?:site|dist)-packages/(?P<rel>.+)$")
@@ -391,7 +392,7 @@ def _run_failure(run: dict[str, Any]) -> str | None:
 def script_imports(source: str) -> set[str]:
     """Top-level module names a script imports (its own imports, not torch's)."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except SyntaxError:
         return set()
     names: set[str] = set()

@@ -16,9 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
-from casekit.bundle import write_atomic
 from casekit.errors import CasekitError
-from casekit.fsutil import UnreadableFile, read_regular_bytes
+from casekit.fsutil import UnreadableFile, read_regular_bytes, write_atomic
 from casekit.model import Severity
 
 if TYPE_CHECKING:  # the writer reads replay's results; importing replay at run time would pull in the runners

@@ -8,6 +8,7 @@ empty shard, the exit code) is testable in-process with a fake runner.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -16,7 +17,8 @@ from pathlib import Path
 from casekit.archive.index import CaseDigest
 from casekit.archive.store import Archive
 from casekit.errors import BundleError, CasekitError
-from casekit.model import Case, Severity
+from casekit.fsutil import STDOUT
+from casekit.model import DRAFT_TAG, Case, Severity, SiteClass
 from casekit.outcome import ExitCode, FailOn, exit_code
 from casekit.replay.document import (
     Matrix,
@@ -26,15 +28,13 @@ from casekit.replay.document import (
     replay_document,
     write_replay_document,
 )
-from casekit.replay.run import ReplayOptions, ReplayReport, RunnerFactory, replay
+from casekit.replay.run import ReplayOptions, ReplayReport, replay
 from casekit.replay.shard import parse_shard, result_file, shard_layout, shard_plan
 from casekit.replay.shard_env import shard_from_env
 from casekit.runners import registry
-from casekit.runners.interface import ProgressFn, TargetSpec, VersionSource
+from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec, VersionSource
 from casekit.timeouts import recorded_run_seconds
-
-DRAFT_TAG = "draft"  # imported drafts have no repro yet (their script only raises)
-STDOUT = Path("-")  # `--json -`: the command prints the document; nothing is written here
+from casekit.versions import without_local
 
 
 @dataclass(frozen=True)
@@ -250,7 +250,7 @@ def run_replay(
     )
     outcome = _write(request, outcome)
     if request.commit and request.options.record and not unrecorded:  # a half-recorded history is not committed
-        from casekit.archive.git import commit_paths, replay_message
+        from casekit.archive.git import commit_paths
 
         paths = [archive.path_for(c.id) for c in selection.cases]
         outcome.committed = commit_paths(archive.root, paths, replay_message(report))
@@ -325,3 +325,54 @@ def _write(request: ReplayRequest, outcome: ReplayOutcome) -> ReplayOutcome:
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+# ------------------------------------------------------------ the commit message of a recorded replay
+
+# Site classes in the order a commit subject lists them (persists says nothing changed).
+MESSAGE_CLASSES = [SiteClass.MOVED, SiteClass.REAPPEARED, SiteClass.NEW, SiteClass.GONE]
+MESSAGE_VERDICTS = {"fix_broken": "fix broken", "regressed": "regressed", "env_failed": "env failed"}
+
+
+def _torch_name(torch: str, bases: Counter[str]) -> str:
+    """'2.13.0' for '2.13.0+cpu', unless two targets share the release (cpu vs cu124): then all of it."""
+    base = without_local(torch)
+    return base if bases[base] == 1 else torch
+
+
+def replay_message(report: ReplayReport) -> str:
+    """'replay 2.13.0: 2 moved, 1 reappeared' (per torch version), then one line per case that changed."""
+    bases: Counter[str] = Counter(without_local(str(run.environment.get("torch", "?"))) for run in report.targets)
+    parts = []
+    body = []
+    seen_names: set[str] = set()
+    for run in report.targets:
+        torch = str(run.environment.get("torch", "?"))
+        name = _torch_name(torch, bases)
+        if name in seen_names:  # same torch build on two targets (python vs venv): name the target
+            name = run.label
+        seen_names.add(name)
+        if run.error:
+            parts.append(f"{name}: environment failed")
+            continue
+        counts: Counter[str] = Counter()
+        for result in run.results:
+            if result.verdict in MESSAGE_VERDICTS:
+                counts[MESSAGE_VERDICTS[result.verdict]] += 1
+            for site_class in MESSAGE_CLASSES:
+                counts[site_class.value] += sum(script.count(site_class) for script in result.scripts.values())
+            changes = [
+                f"{which}: " + ", ".join(f"{script.count(c)} {c.value}" for c in MESSAGE_CLASSES if script.count(c))
+                for which, script in result.scripts.items()
+                if any(script.count(c) for c in MESSAGE_CLASSES)
+            ]
+            if result.verdict != "unchanged" or changes:
+                body.append(
+                    f"- {result.case_id} on {run.label}: {result.verdict} ({result.severity.value})"
+                    + (f"; {'; '.join(changes)}" if changes else "")
+                )
+        order = list(MESSAGE_VERDICTS.values()) + [c.value for c in MESSAGE_CLASSES]
+        summary = ", ".join(f"{counts[key]} {key}" for key in order if counts[key])
+        parts.append(f"{name}: {summary or f'no change ({len(run.results)} case(s))'}")
+    subject = "replay " + "; ".join(parts) if parts else "replay: no targets"
+    return subject + ("\n\n" + "\n".join(body) if body else "")

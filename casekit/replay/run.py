@@ -14,7 +14,6 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,9 +21,10 @@ from typing import Any
 
 from casekit import settings
 from casekit.archive.store import Archive
-from casekit.bundle import check_case_id, check_script_name
+from casekit.bundle import check_case_id
 from casekit.classify import CaseResult, classify_case, site_key
 from casekit.errors import CasekitError, ScriptNameError
+from casekit.includes import check_script_name
 from casekit.model import (
     Case,
     ReplayRecord,
@@ -39,7 +39,15 @@ from casekit.observe import interpret
 from casekit.observe.batch import observe_batch
 from casekit.outcome import check_seconds
 from casekit.runners import registry
-from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProbeScheduling, ProgressFn, Runner, TargetSpec
+from casekit.runners.interface import (
+    ProbeBatchResult,
+    ProbeJob,
+    ProbeScheduling,
+    ProgressFn,
+    Runner,
+    RunnerFactory,
+    TargetSpec,
+)
 from casekit.runners.process import REPLAY_PREFIX
 from casekit.scrub import Scrubber, machine_folders
 from casekit.timeouts import replay_run_timeout
@@ -96,9 +104,6 @@ class ReplayReport:
 
     def worst(self) -> Severity:
         return max((r.severity for r in self.results), key=lambda s: s.rank, default=Severity.INFO)
-
-
-RunnerFactory = Callable[[TargetSpec], Runner]
 
 
 def case_pins(cases: list[Case]) -> tuple[tuple[str, ...], list[str]]:

@@ -16,10 +16,9 @@ from collections import Counter
 from importlib import resources
 from typing import Any
 
-from casekit.model import VERDICT_ORDER, Case, ReplayRecord, ScriptObservation, Site, SiteClass
+from casekit.model import DRAFT_TAG, VERDICT_ORDER, Case, ReplayRecord, ScriptObservation, Site, SiteClass
 from casekit.observe.reasons import describe_category, registry
-from casekit.report.formats import ReportFormat
-from casekit.report.pictures import heatmap_section, timeline_section
+from casekit.report.pictures import bisect_svg, heatmap_section, step_side, timeline_section
 from casekit.report.summary import ArchiveSummary, CaseSummary, Cell
 from casekit.report.text import class_counts, fullgraph_kind
 
@@ -158,7 +157,7 @@ def case_index_html(summary: ArchiveSummary) -> str:
         c = case.case
         tags = (
             '<span class="chips">'
-            + "".join(f'<span class="chip{" draft" if t == "draft" else ""}">{h(t)}</span>' for t in c.tags)
+            + "".join(f'<span class="chip{" draft" if t == DRAFT_TAG else ""}">{h(t)}</span>' for t in c.tags)
             + "</span>"
         )
         pre, post = case.breaks("pre"), case.breaks("post")
@@ -514,12 +513,28 @@ def case_page(summary: CaseSummary) -> str:
     return page(f"{case.id}: {case.title}", h(case.title), subtitle, "\n".join(body), None)
 
 
-class HtmlReport(ReportFormat):
-    name = "html"
-    main_file = "index.html"
-
-    def render(self, summary: ArchiveSummary) -> dict[str, str]:
-        files = {"index.html": index_page(summary)}
-        for case in summary.cases:
-            files[f"cases/{case.case.id}.html"] = case_page(case)
-        return files
+def render_bisect_html(bisect_doc: dict[str, Any], generated: str = "") -> str:
+    """A whole static page for one bisection: the picture, the steps in order, what changed, how to reproduce."""
+    doc = bisect_doc
+    rows = "".join(
+        f"<tr><td>{n}</td><td><code>{h((doc.get('labels') or {}).get(s.get('target'), s.get('target')))}</code></td>"
+        f"<td>{h(s.get('outcome'))} ({h(step_side(doc, str(s.get('outcome'))))})</td><td>{h(s.get('detail'))}</td>"
+        f"<td>{'cache' if s.get('cached') else h(s.get('seconds'))}</td></tr>"
+        for n, s in enumerate(doc.get("steps") or [], start=1)
+    )
+    changes = "".join(f"<li>{h(c)}</li>" for c in doc.get("changes") or [])
+    verdict = f"last good <code>{h(doc.get('last_good'))}</code>, first bad <code>{h(doc.get('first_bad'))}</code>"
+    if doc.get("ambiguous"):
+        verdict += f" (ambiguous: {h(', '.join(map(str, doc['ambiguous'])))})"
+    body = (
+        f'<section id="bisect"><h2>Where the outcome changes</h2><p>{verdict}; predicate <code>{h(doc.get("predicate"))}</code>, '
+        f"good = <code>{h(doc.get('good_outcome'))}</code>, bad = <code>{h(doc.get('bad_outcome'))}</code></p>"
+        f'<figure class="picture">{bisect_svg(doc)}</figure></section>'
+        '<section id="steps"><h2>Steps in the order tried</h2><table><thead><tr><th>#</th><th>candidate</th>'
+        f"<th>outcome</th><th>detail</th><th>seconds</th></tr></thead><tbody>{rows}</tbody></table></section>"
+        + (f'<section id="changes"><h2>What changed</h2><ul>{changes}</ul></section>' if changes else "")
+        + f'<section id="reproduce"><h2>Reproduce</h2><pre class="log">{h(doc.get("reproduce"))}</pre></section>'
+    )
+    title = f"bisect {doc.get('subject')}"
+    subtitle = f"{h(doc.get('kind'))} bisection over {h(len((doc.get('searched') or {}).get('candidates') or []))} candidate(s), runner {h(doc.get('runner'))}"
+    return page(title, h(title), subtitle, body, generated or "-")

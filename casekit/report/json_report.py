@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from casekit.report.formats import ReportFormat
+from casekit.report.interface import ReportFormat
 from casekit.report.summary import ArchiveSummary, Cell
 
 REPORT_SCHEMA = "casekit.report/1"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from casekit.report.formats import ReportFormat
+from casekit.report.interface import ReportFormat
 from casekit.report.summary import ArchiveSummary, Cell
 
 # XML 1.0 cannot carry most control characters, even escaped; bundles may hold any text.

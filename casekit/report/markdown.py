@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from casekit.report.formats import ReportFormat
+from casekit.report.interface import ReportFormat
 from casekit.report.summary import ArchiveSummary, Cell
 
 ICON = {"info": "✅", "warn": "⚠️", "error": "❌"}

@@ -9,7 +9,7 @@ Three pictures, each a pure function from data to an SVG string:
   give the graph count and the first-call (compile) time per column.
 - `heatmap_svg`: the archive as release x case, cells coloured by verdict.
 - `bisect_svg`: a bisection's candidates with each step's outcome and the
-  place where the outcome changes (`render_bisect_html` wraps it in a page).
+  place where the outcome changes (`report.html.render_bisect_html` wraps it in a page).
 
 Every string that comes from a bundle or a document goes through `esc`; marks
 carry a letter as well as a colour, and every shape has a <title>, so the
@@ -24,9 +24,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
 from casekit.model import Case, ReplayRecord
+from casekit.versions import version_order
 
 FONT = 'font-family="-apple-system, Segoe UI, Helvetica, Arial, sans-serif"'
 
@@ -59,14 +58,6 @@ STATUS_ERROR = "#cf222e"
 def esc(value: object) -> str:
     """Escape a value for SVG/HTML text and attributes."""
     return html.escape("" if value is None else str(value), quote=True)
-
-
-def version_sort_key(torch: str) -> tuple[int, Version | str]:
-    """Releases in version order ('2.5.1+cu124' < '2.13.0'); what is not a version sorts last, by name."""
-    try:
-        return (0, Version(torch))
-    except InvalidVersion:
-        return (1, torch)
 
 
 def clip(text: str, width: int) -> str:
@@ -187,7 +178,7 @@ def timeline_from_case(case: Case) -> Timeline:
     capture = _capture_column(case, functions)
     if capture is not None:
         columns.append(capture)
-    records = sorted(case.replays, key=lambda r: (version_sort_key(r.torch), r.at, r.target))
+    records = sorted(case.replays, key=lambda r: (version_order(r.torch), r.at, r.target))
     columns += [_replay_column(r, label) for r, label in zip(records, _column_labels(records), strict=True)]
     scripts = ["pre", "post"] if case.post is not None else ["pre"]
     keys: dict[str, TimelineRow] = {}
@@ -338,10 +329,10 @@ def _bisect_line(timeline: Timeline, doc: dict[str, Any], left: float, bottom: f
     """A dashed line before the first replayed release at or after the bisection's first bad one."""
     if doc.get("kind") != "versions" or doc.get("subject") != timeline.case_id:
         return ""
-    first_bad = version_sort_key(str(doc.get("first_bad", "")))
+    first_bad = version_order(str(doc.get("first_bad", "")))
     replays = [(i, c) for i, c in enumerate(timeline.columns) if c.verdict]
     for position, (index, column) in enumerate(replays):
-        if version_sort_key(column.torch.split("+")[0]) >= first_bad and position > 0:
+        if version_order(column.torch) >= first_bad and position > 0:
             x = left + index * COL_W
             tip = f"bisect: {doc.get('last_good')} -> {doc.get('first_bad')} ({doc.get('predicate')})"
             note = "bisect: " + clip(str(doc.get("first_bad")), 12)
@@ -441,7 +432,7 @@ SHORT_VERDICT = {"fix_broken": "fix broken", "env_failed": "env failed"}
 
 def heatmap_svg(heatmap: Heatmap) -> str:
     """Release x case: one coloured, labelled cell per latest result, with a <title> saying why."""
-    targets = sorted(heatmap.targets, key=lambda t: (version_sort_key(t[1].split("+")[0]), t[0]))
+    targets = sorted(heatmap.targets, key=lambda t: (version_order(t[1]), t[0]))
     left = _width_of(heatmap.cases, 7.0, 120, 300)
     cell_w, cell_h, head = 112, 30, 52
     width = max(560, int(left + max(1, len(targets)) * cell_w + 16))
@@ -494,7 +485,7 @@ def _heat_cell(cell: HeatCell | None, case_id: str, target: str, x: float, y: fl
 OUTCOME_FILL = {"good": ("#aceebb", "#0f5323"), "bad": ("#ff8182", "#5d0011"), "unknown": ("#eaeef2", "#57606a")}
 
 
-def _step_side(doc: dict[str, Any], outcome: str) -> str:
+def step_side(doc: dict[str, Any], outcome: str) -> str:
     if outcome == doc.get("good_outcome"):
         return "good"
     if outcome == doc.get("bad_outcome"):
@@ -522,7 +513,7 @@ def bisect_svg(doc: dict[str, Any]) -> str:
             fill, ink, word, tip = "#ffffff", "#8c959f", "not tried", f"{candidate}: not tried"
         else:
             number, step = tried
-            side = _step_side(doc, str(step.get("outcome")))
+            side = step_side(doc, str(step.get("outcome")))
             fill, ink = OUTCOME_FILL[side]
             word = f"#{number} {side}"
             tip = f"step {number}: {labels.get(candidate, candidate)} -> {step.get('outcome')} ({side}); {step.get('detail', '')}"
@@ -544,35 +535,6 @@ def bisect_svg(doc: dict[str, Any]) -> str:
     ]
     swatches.append(('<rect x="-7" y="-7" width="14" height="14" fill="#ffffff" stroke="#d0d7de"/>', "not tried"))
     return finish_svg(out, width, 108, swatches, (f"Bisection of {doc.get('subject')}", desc, "bisect-svg"))
-
-
-def render_bisect_html(bisect_doc: dict[str, Any], generated: str = "") -> str:
-    """A whole static page for one bisection: the picture, the steps in order, what changed, how to reproduce."""
-    from casekit.report.html import page  # html.py imports this module: import its page frame late
-
-    doc = bisect_doc
-    rows = "".join(
-        f"<tr><td>{n}</td><td><code>{esc((doc.get('labels') or {}).get(s.get('target'), s.get('target')))}</code></td>"
-        f"<td>{esc(s.get('outcome'))} ({esc(_step_side(doc, str(s.get('outcome'))))})</td><td>{esc(s.get('detail'))}</td>"
-        f"<td>{'cache' if s.get('cached') else esc(s.get('seconds'))}</td></tr>"
-        for n, s in enumerate(doc.get("steps") or [], start=1)
-    )
-    changes = "".join(f"<li>{esc(c)}</li>" for c in doc.get("changes") or [])
-    verdict = f"last good <code>{esc(doc.get('last_good'))}</code>, first bad <code>{esc(doc.get('first_bad'))}</code>"
-    if doc.get("ambiguous"):
-        verdict += f" (ambiguous: {esc(', '.join(map(str, doc['ambiguous'])))})"
-    body = (
-        f'<section id="bisect"><h2>Where the outcome changes</h2><p>{verdict}; predicate <code>{esc(doc.get("predicate"))}</code>, '
-        f"good = <code>{esc(doc.get('good_outcome'))}</code>, bad = <code>{esc(doc.get('bad_outcome'))}</code></p>"
-        f'<figure class="picture">{bisect_svg(doc)}</figure></section>'
-        '<section id="steps"><h2>Steps in the order tried</h2><table><thead><tr><th>#</th><th>candidate</th>'
-        f"<th>outcome</th><th>detail</th><th>seconds</th></tr></thead><tbody>{rows}</tbody></table></section>"
-        + (f'<section id="changes"><h2>What changed</h2><ul>{changes}</ul></section>' if changes else "")
-        + f'<section id="reproduce"><h2>Reproduce</h2><pre class="log">{esc(doc.get("reproduce"))}</pre></section>'
-    )
-    title = f"bisect {doc.get('subject')}"
-    subtitle = f"{esc(doc.get('kind'))} bisection over {esc(len((doc.get('searched') or {}).get('candidates') or []))} candidate(s), runner {esc(doc.get('runner'))}"
-    return page(title, esc(title), subtitle, body, generated or "-")
 
 
 # ------------------------------------------------------------------ report glue

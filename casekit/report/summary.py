@@ -8,19 +8,17 @@ shards), which take precedence for the cells they hold.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from casekit.archive.index import CaseDigest
-from casekit.model import SITE_CLASS_ORDER, Case, ReplayRecord, Severity, SiteClass, Verdict
+from casekit.model import DRAFT_TAG, SITE_CLASS_ORDER, Case, ReplayRecord, Severity, SiteClass, Verdict
+from casekit.versions import version_order
 
 if TYPE_CHECKING:
     from casekit.replay.document import ReplayDocument
-
-DRAFT_TAG = "draft"
 
 
 @dataclass
@@ -102,12 +100,6 @@ class ArchiveSummary:
 
     def verdict_counts(self) -> Counter[Verdict]:
         return Counter(cell.verdict for cell in self.cells())
-
-
-def version_key(torch: str) -> tuple[int, ...]:
-    """'2.13.0+cpu' -> (2, 13, 0); unknown versions sort last."""
-    numbers = re.findall(r"\d+", torch.split("+", 1)[0])
-    return tuple(int(n) for n in numbers[:3]) if numbers else (10**6,)
 
 
 def cell_from_record(case_id: str, record: ReplayRecord) -> Cell:
@@ -203,7 +195,7 @@ def summarize(
                 torch_of[cell.target] = (cell.torch, cell.at)
     targets = sorted(
         (TargetInfo(label, torch) for label, (torch, _) in torch_of.items()),
-        key=lambda t: (version_key(t.torch), t.label),
+        key=lambda t: (version_order(t.torch), t.label),
     )
     moment = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
     return ArchiveSummary(summaries, targets, moment.isoformat(), title, warnings)

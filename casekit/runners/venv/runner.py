@@ -9,7 +9,8 @@ from casekit.errors import EnvironmentFailed
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
 from casekit.runners.process import EnvironmentUnusable, run_probe_subprocess
 from casekit.runners.sandbox import BWRAP_ALLOW_EXAMPLES, KNOWN_OPTIONS, Sandbox
-from casekit.runners.venv.cache import CachedEnv, EnvRequest, cache_root, list_envs, mark_broken, why_not_ready
+from casekit.runners.venv.cache import CachedEnv, EnvRequest, list_envs, mark_broken, why_not_ready
+from casekit.settings import cache_root
 from casekit.runners.venv.install import ISOLATING_ENV, choose_installer, ensure_env, request_for, resolve_torch_version
 from casekit.versions import is_exact, is_release_prefix, pick_newest
 
