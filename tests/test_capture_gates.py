@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from casekit.capture import (
-    Gate,
     check_gates,
     check_waivers,
     gates_to_check,
@@ -35,6 +34,7 @@ from casekit.model import (
     EntryPoint,
     ErrorInfo,
     Frame,
+    Gate,
     OutputCheck,
     Recompile,
     ScriptObservation,

@@ -14,12 +14,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
 import git
 
 from casekit.errors import CasekitError, CaseNotFound, GitError
-from casekit.model import ReplayRecord, SiteClass
+from casekit.model import ReplayRecord, SiteClass, Verdict
 from casekit.versions import without_local
 
 if TYPE_CHECKING:  # replay pulls in the runners; only its types are needed here
@@ -28,7 +28,25 @@ if TYPE_CHECKING:  # replay pulls in the runners; only its types are needed here
 FALLBACK_IDENTITY = {"name": "casekit", "email": "casekit@localhost"}  # CI checkouts often have no user.name
 # Site classes in the order a commit subject lists them (persists says nothing changed).
 MESSAGE_CLASSES = [SiteClass.MOVED, SiteClass.REAPPEARED, SiteClass.NEW, SiteClass.GONE]
-MESSAGE_VERDICTS = {"fix_broken": "fix broken", "regressed": "regressed", "env_failed": "env failed"}
+
+
+def message_words(verdict: Verdict) -> str | None:
+    """How a commit subject counts cases of this verdict ("2 regressed"); None: not counted there."""
+    match verdict:
+        case Verdict.FIX_BROKEN:
+            return "fix broken"
+        case Verdict.REGRESSED:
+            return "regressed"
+        case Verdict.ENV_FAILED:
+            return "env failed"
+        case Verdict.CHANGED | Verdict.IMPROVED | Verdict.UNCHANGED:
+            return None
+        case _:
+            assert_never(verdict)
+
+
+# The order a commit subject counts in: the verdicts worth naming, then the site classes.
+MESSAGE_ORDER = [words for verdict in Verdict if (words := message_words(verdict))] + [c.value for c in MESSAGE_CLASSES]
 
 
 def open_repo(root: Path) -> git.Repo:
@@ -134,8 +152,9 @@ def replay_message(report: ReplayReport) -> str:
             continue
         counts: Counter[str] = Counter()
         for result in run.results:
-            if result.verdict in MESSAGE_VERDICTS:
-                counts[MESSAGE_VERDICTS[result.verdict]] += 1
+            words = message_words(result.verdict)
+            if words:
+                counts[words] += 1
             for site_class in MESSAGE_CLASSES:
                 counts[site_class.value] += sum(script.count(site_class) for script in result.scripts.values())
             changes = [
@@ -143,13 +162,12 @@ def replay_message(report: ReplayReport) -> str:
                 for which, script in result.scripts.items()
                 if any(script.count(c) for c in MESSAGE_CLASSES)
             ]
-            if result.verdict != "unchanged" or changes:
+            if result.verdict is not Verdict.UNCHANGED or changes:
                 body.append(
                     f"- {result.case_id} on {run.label}: {result.verdict} ({result.severity.value})"
                     + (f"; {'; '.join(changes)}" if changes else "")
                 )
-        order = list(MESSAGE_VERDICTS.values()) + [c.value for c in MESSAGE_CLASSES]
-        summary = ", ".join(f"{counts[key]} {key}" for key in order if counts[key])
+        summary = ", ".join(f"{counts[key]} {key}" for key in MESSAGE_ORDER if counts[key])
         parts.append(f"{name}: {summary or f'no change ({len(run.results)} case(s))'}")
     subject = "replay " + "; ".join(parts) if parts else "replay: no targets"
     return subject + ("\n\n" + "\n".join(body) if body else "")

@@ -147,7 +147,7 @@ def _select(request: ReplayRequest, cases: Sequence[Case]) -> _Selection:
     cells = select_shard(all_ids, all_labels, k, n)
     chosen_cases = [c for c in cases if any(case_id == c.id for case_id, _ in cells)]
     chosen_specs = [s for s in specs if any(label == s.label for _, label in cells)]
-    return _Selection(chosen_cases, chosen_specs, cells, {"cases": all_ids, "targets": all_labels})
+    return _Selection(chosen_cases, chosen_specs, cells, Matrix(cases=all_ids, targets=all_labels))
 
 
 def run_replay(

@@ -12,22 +12,16 @@ one, in a canonical order, so a merged run compares equal to an unsharded one.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from casekit.errors import CasekitError
 from casekit.model import Severity
 from casekit.outcome import ExitCode, FailOn, exit_code
-from casekit.replay.document import (
-    REPLAY_SCHEMA,
-    ReplayDocument,
-    TargetEntry,
-    failed_targets,
-    read_replay_document,
-    worst_severity,
-)
+from casekit.replay.document import ReplayDocument, ResultEntry, TargetEntry, read_replay_document
 
 SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 # Per-target fields that differ between a sharded and an unsharded run of the same matrix.
@@ -92,7 +86,7 @@ def select_shard(case_ids: list[str], labels: list[str], k: int, n: int) -> set[
 
 @dataclass
 class MergedReport:
-    """Shard results combined: the replay JSON, its worst severity, what looked wrong."""
+    """Shard results combined: the replay document, its worst severity, what looked wrong."""
 
     data: ReplayDocument
     worst: Severity
@@ -100,33 +94,32 @@ class MergedReport:
 
     def exit_code(self, fail_on: FailOn | str) -> ExitCode:
         """The same rule as replay: a target whose environment failed is a problem (2), whatever the verdicts."""
-        return exit_code(self.worst, fail_on, problems=len(failed_targets(self.data)))
+        return exit_code(self.worst, fail_on, problems=len(self.data.failed_targets()))
 
 
-def _merge_target(into: dict[str, Any], other: TargetEntry) -> None:
-    for key, value in other.items():
-        if key == "warnings":
-            into["warnings"] = list(dict.fromkeys([*(into.get("warnings") or []), *(other.get("warnings") or [])]))
-        elif key in VOLATILE_TARGET_FIELDS:
-            if isinstance(value, (int, float)):
-                into[key] = (
-                    round((into.get(key) or 0) + value, 2) if key == "seconds" else max(into.get(key) or 0, value)
-                )
-        elif into.get(key) is None:
-            into[key] = value
-        elif key == "error" and value and value != into[key]:
-            into[key] = f"{into[key]}; {value}"
+def _merge_target(into: TargetEntry, other: TargetEntry) -> None:
+    """One target seen by several shards: warnings joined, timings summed (seconds) or the largest (import),
+    what one shard did not know taken from another, errors joined."""
+    into.warnings = list(dict.fromkeys([*into.warnings, *other.warnings]))
+    if other.seconds is not None:
+        into.seconds = round((into.seconds or 0) + other.seconds, 2)
+    if other.import_s is not None:
+        into.import_s = max(into.import_s or 0, other.import_s)
+    for name in ("torch", "cuda", "python", "runner", "sandbox"):
+        if getattr(into, name) is None:
+            setattr(into, name, getattr(other, name))
+    if into.error is None:
+        into.error = other.error
+    elif other.error and other.error != into.error:
+        into.error = f"{into.error}; {other.error}"
 
 
-def canonical(data: ReplayDocument | dict[str, Any]) -> ReplayDocument:
-    """A replay document in canonical order: targets by label, results by (target, case)."""
-    out: dict[str, Any] = {
-        key: value for key, value in data.items() if key not in ("targets", "results", "shard", "shards", "matrix")
-    }
-    out["schema"] = REPLAY_SCHEMA
-    out["targets"] = sorted(data.get("targets", []), key=lambda t: str(t.get("label")))
-    out["results"] = sorted(data.get("results", []), key=lambda r: (r["target"], r["case"]))
-    return cast(ReplayDocument, out)
+def canonical(document: ReplayDocument) -> ReplayDocument:
+    """A replay document in canonical order: targets by label, results by (target, case); no shard fields."""
+    return ReplayDocument(
+        targets=sorted(document.targets, key=lambda t: t.label),
+        results=sorted(document.results, key=lambda r: (r.target, r.case)),
+    )
 
 
 def _shard_coverage(documents: list[tuple[Path, ReplayDocument]]) -> list[str]:
@@ -135,16 +128,16 @@ def _shard_coverage(documents: list[tuple[Path, ReplayDocument]]) -> list[str]:
     job, so without that `matrix` field the same K/N may legitimately repeat."""
     seen: dict[tuple[Any, ...], list[int]] = {}
     for path, data in documents:
-        if "shard" not in data:
+        if data.shard is None:
             continue
         try:
-            k, n = parse_shard(str(data["shard"]))
+            k, n = parse_shard(data.shard)
         except ShardError as error:
             raise ShardError(f"{path}: field 'shard': {error}") from None
-        matrix = data.get("matrix")
+        matrix = data.matrix
         key: tuple[Any, ...] = (n,)
-        if isinstance(matrix, dict):
-            key = (n, tuple(sorted(matrix.get("cases") or [])), tuple(sorted(matrix.get("targets") or [])))
+        if matrix is not None:
+            key = (n, tuple(sorted(matrix.cases)), tuple(sorted(matrix.targets)))
         seen.setdefault(key, []).append(k)
     problems = []
     if len({key[0] for key in seen}) > 1:
@@ -181,34 +174,31 @@ def merge_reports(paths: list[Path], allow_partial: bool = False) -> MergedRepor
     if coverage and not allow_partial:
         raise ShardError("; ".join(coverage) + " (use --allow-partial to merge anyway)")
     warnings += coverage
-    targets: dict[str, dict[str, Any]] = {}
-    results: dict[tuple[str, str], Any] = {}
+    targets: dict[str, TargetEntry] = {}
+    results: dict[tuple[str, str], ResultEntry] = {}
     origin: dict[tuple[str, str], Path] = {}
     for path, data in documents:
-        for target in data["targets"]:
-            label = str(target.get("label"))
-            if label in targets:
-                _merge_target(targets[label], target)
+        for target in data.targets:
+            if target.label in targets:
+                _merge_target(targets[target.label], target)
             else:
-                targets[label] = dict(target)
-        for result in data["results"]:
-            key = (result["case"], result["target"])
+                targets[target.label] = dataclasses.replace(target, warnings=list(target.warnings))
+        for result in data.results:
+            key = (result.case, result.target)
             if key in results:
                 raise ShardError(f"{path}: case {key[0]!r} on {key[1]} is also in {origin[key]} (overlapping shards?)")
             results[key] = result
             origin[key] = path
-    merged = canonical({"targets": list(targets.values()), "results": list(results.values())})
-    merged["shards"] = [str(data["shard"]) for _, data in documents if "shard" in data]
-    if not merged["shards"]:
-        del merged["shards"]
-    worst = worst_severity(merged)
-    if failed_targets(merged) and worst.rank < Severity.ERROR.rank:
+    merged = canonical(ReplayDocument(list(targets.values()), list(results.values())))
+    merged.shards = [data.shard for _, data in documents if data.shard is not None] or None
+    worst = merged.worst_severity()
+    if merged.failed_targets() and worst.rank < Severity.ERROR.rank:
         worst = Severity.ERROR  # a target whose environment failed says nothing good about its cases
     return MergedReport(merged, worst, warnings)
 
 
-def without_volatile(data: ReplayDocument | dict[str, Any]) -> dict[str, Any]:
-    """The document without timings, for comparing two runs of the same matrix."""
-    out: dict[str, Any] = dict(canonical(data))
+def without_volatile(document: ReplayDocument) -> dict[str, Any]:
+    """The document as JSON data without timings, for comparing two runs of the same matrix."""
+    out = canonical(document).to_json()
     out["targets"] = [{k: v for k, v in t.items() if k not in VOLATILE_TARGET_FIELDS} for t in out["targets"]]
     return out
