@@ -33,6 +33,7 @@ from casekit.model import (
     ScriptSource,
     ScriptStatus,
     Site,
+    SiteKind,
 )
 from casekit.replay.run import ReplayOptions, TargetRun
 from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec
@@ -314,7 +315,7 @@ def test_cached_observation_round_trips_everything_classification_reads() -> Non
         "GB0124",
         call_site=Frame("repro.py", 9, "forward", "y = self.m(x)"),
         stack=[Frame("repro.py", 9, "forward")],
-        kind="skip",
+        kind=SiteKind.SKIP,
         excerpt="long log text",
     )
     original = ScriptObservation(

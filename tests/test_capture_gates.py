@@ -13,7 +13,6 @@ import pytest
 from casekit.archive.store import Archive
 from casekit.capture import (
     CaptureRequest,
-    Gate,
     check_gates,
     check_waivers,
     gates_to_check,
@@ -38,6 +37,7 @@ from casekit.model import (
     EntryPoint,
     ErrorInfo,
     Frame,
+    Gate,
     OutputCheck,
     Recompile,
     ScriptObservation,

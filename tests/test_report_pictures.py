@@ -19,7 +19,7 @@ from casekit.archive.store import Archive
 from casekit.bisect.engine import Step
 from casekit.bisect.predicates import Direction
 from casekit.bisect.report import BisectReport, WhatChanged, report_to_json
-from casekit.model import Case, ReplayRecord, Severity, SiteClass, SiteVerdict
+from casekit.model import Case, ReplayRecord, ScriptRole, ScriptStatus, Severity, SiteClass, SiteVerdict, Verdict
 from casekit.report.formats import get_format
 from casekit.report.html import render_bisect_html
 from casekit.report.pictures import (
@@ -133,9 +133,9 @@ def test_a_failed_script_is_red_and_its_breaks_unobserved(cases: dict[str, Case]
             target="venv:torch-2.14.0",
             torch="2.14.0",
             runner="venv",
-            verdict="regressed",
+            verdict=Verdict.REGRESSED,
             severity=Severity.ERROR,
-            statuses={"pre": "compile_error", "post": "ok"},
+            statuses={ScriptRole.PRE: ScriptStatus.COMPILE_ERROR, ScriptRole.POST: ScriptStatus.OK},
             reasons=["pre: ok -> compile_error"],
         )
     )
@@ -162,10 +162,10 @@ def test_every_bundle_string_is_escaped() -> None:
             target=hostile,
             torch=hostile,
             runner="python",
-            verdict=hostile,
+            verdict=Verdict.CHANGED,  # verdicts and statuses are closed enums: the loader refuses any other text
             severity=Severity.WARN,
-            statuses={"pre": hostile},
-            sites=[SiteVerdict("pre", SiteClass.NEW, f"{hostile}:3", hostile)],
+            statuses={ScriptRole.PRE: ScriptStatus.CRASHED},
+            sites=[SiteVerdict(ScriptRole.PRE, SiteClass.NEW, f"{hostile}:3", hostile)],
             reasons=[hostile],
         )
     ]
@@ -214,7 +214,7 @@ def bisect_doc(subject: str = "item-branch") -> dict[str, object]:
             Step("2.7.1", "unchanged", cached=True),
             Step("2.6.0", "changed", "<b>detail</b>"),
         ],
-        changed=WhatChanged("2.5.1", ["torch 2.6.0 -> 2.7.1: the recompile is gone"], [], "improved", []),
+        changed=WhatChanged("2.5.1", ["torch 2.6.0 -> 2.7.1: the recompile is gone"], [], Verdict.IMPROVED, []),
         reproduce="casekit bisect item-branch --from 2.5.1 --to 2.9.0",
     )
     return report_to_json(report)

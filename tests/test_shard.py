@@ -16,6 +16,7 @@ from casekit.cli.records import register
 from casekit.errors import CasekitError
 from casekit.model import Severity
 from casekit.outcome import FailOn
+from casekit.replay.document import read_replay_document
 from casekit.replay.shard import (
     ShardError,
     merge_reports,
@@ -146,11 +147,13 @@ def test_merge_combines_shards_in_canonical_order(tmp_path: Path) -> None:
     )
     b = write(tmp_path / "b.json", document("2/2", ["t1"], [result("c", "t1")]))
     merged = merge_reports([a, b])
-    assert [t["label"] for t in merged.data["targets"]] == ["t1", "t2"]
-    assert [(r["target"], r["case"]) for r in merged.data["results"]] == [("t1", "a"), ("t1", "c"), ("t2", "b")]
-    assert merged.data["targets"][0]["seconds"] == 3.0  # a target split over shards: its time adds up
+    assert [t.label for t in merged.data.targets] == ["t1", "t2"]
+    assert [(r.target, r.case) for r in merged.data.results] == [("t1", "a"), ("t1", "c"), ("t2", "b")]
+    assert merged.data.targets[0].seconds == 3.0  # a target split over shards: its time adds up
+    assert merged.data.targets[0].import_s == 2.0  # the import of one shard: the largest, not the sum
     assert merged.worst is Severity.WARN
-    assert merged.data["shards"] == ["1/2", "2/2"]
+    assert merged.data.shards == ["1/2", "2/2"]
+    assert merged.data.to_json()["shards"] == ["1/2", "2/2"] and "shard" not in merged.data.to_json()
 
 
 def test_merge_refuses_a_missing_shard_unless_partial(tmp_path: Path) -> None:
@@ -241,11 +244,11 @@ def test_sharded_replay_merged_equals_the_unsharded_replay(tmp_path: Path) -> No
     merged_path = tmp_path / "merged.json"
     done = runner.invoke(records_app(), ["merge", *map(str, shards), "--json", str(merged_path), "--fail-on", "never"])
     assert done.exit_code == 0, done.output
-    unsharded = json.loads(whole.read_text())
-    merged = json.loads(merged_path.read_text())
-    assert len(merged["results"]) == 4
+    unsharded = read_replay_document(whole)
+    merged = read_replay_document(merged_path)
+    assert len(merged.results) == 4
     assert without_volatile(merged) == without_volatile(unsharded)
-    worst = max((Severity(r["severity"]) for r in unsharded["results"]), key=lambda s: s.rank)
+    worst = max((r.severity for r in unsharded.results), key=lambda s: s.rank)
     assert merge_reports(shards).worst is worst
 
 
@@ -256,7 +259,7 @@ def test_the_same_slice_per_target_job_is_not_a_repeat(tmp_path: Path) -> None:
         for t in ("torch-2.12", "torch-2.13")
         for k in (1, 2)
     ]
-    assert len(merge_reports(paths).data["results"]) == 4
+    assert len(merge_reports(paths).data.results) == 4
     with pytest.raises(ShardError, match="missing shard.*2/2"):
         merge_reports(paths[:1] + paths[2:3])
 

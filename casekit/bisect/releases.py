@@ -26,14 +26,14 @@ from casekit.bisect.engine import (
     search_range,
     unknown_record,
 )
-from casekit.bisect.predicates import Predicate
+from casekit.bisect.predicates import Predicate, by_role
 from casekit.bisect.report import BisectReport, ReportHeader, build_report
 from casekit.bisect.search import UNKNOWN, likely_after
 from casekit.bisect.versions import fetch_available_versions, parse_version, versions_between
 from casekit.bundle import content_hash
 from casekit.classify import classify_case
 from casekit.errors import BisectError
-from casekit.model import Case, ScriptStatus
+from casekit.model import Case, ScriptRole, ScriptStatus
 from casekit.replay.run import ReplayOptions, TargetRun, run_target
 from casekit.runners import registry
 from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec
@@ -167,9 +167,9 @@ def release_subject(case: Case, config: ReleaseBisect, seams: ReleaseSeams) -> S
         if "unknown" in record:
             return Evaluated(UNKNOWN, str(record["unknown"]), {})
         observations = observations_from_record(record)
-        if observations is None:
+        if observations is None or not set(observations) <= set(ScriptRole):
             return None
-        result = classify_case(case, registry.label(config.spec(version)), observations)
+        result = classify_case(case, registry.label(config.spec(version)), by_role(observations))
         return Evaluated(config.predicate.outcome(result), config.predicate.detail(result), observations, result)
 
     name = f"case:{content_hash(case)}" + (f":backend={config.backend}" if config.backend else "")

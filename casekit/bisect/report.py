@@ -18,12 +18,12 @@ from typing import Any
 
 from casekit.bisect.ahead import AheadStats
 from casekit.bisect.engine import Evaluated, Evaluator, Step
-from casekit.bisect.predicates import SCRIPT_LABELS, Direction
+from casekit.bisect.predicates import COMMIT_SCRIPT, Direction, by_role
 from casekit.bisect.search import UNKNOWN, BisectResult, Outcome
 from casekit.classify import CaseResult, ScriptResult, classify_case, describe_fallback
 from casekit.errors import BisectError
 from casekit.fsutil import write_atomic
-from casekit.model import Case, ScriptObservation, ScriptSource, Site, SiteClass
+from casekit.model import Case, ScriptObservation, ScriptRole, ScriptSource, Site, SiteClass, Verdict
 
 BISECT_SCHEMA = "casekit.bisect/1"
 MULTI_SCHEMA = "casekit.bisect-many/1"  # one casekit.bisect/1 document per case, the shared costs, per-case errors
@@ -34,8 +34,8 @@ JSON_SCHEMA_FILE = "bisect.schema.json"  # in casekit/data: the document's shape
 class SiteChange:
     """One break's class from the good end to the first bad, as replay would give it."""
 
-    script: str  # "pre" | "post" | "script"
-    site_class: str  # a SiteClass value
+    script: str  # "pre" | "post" | "script" (a commit bisection's one script)
+    site_class: SiteClass
     where: str
     function: str
     category: str
@@ -50,7 +50,7 @@ class WhatChanged:
     baseline: str  # the good end
     lines: list[str]
     sites: list[SiteChange]
-    verdict: str
+    verdict: Verdict | None  # None only in a document that did not say
     reasons: list[str]
 
 
@@ -104,7 +104,7 @@ class BisectReport:
 # ------------------------------------------------------------------ what changed
 
 
-def baseline_case(case: Case | None, observations: Mapping[str, ScriptObservation]) -> Case:
+def baseline_case(case: Case | None, observations: Mapping[ScriptRole, ScriptObservation]) -> Case:
     """The case as if it had been captured on the good end: its observations are the baseline, no history."""
     if case is None:  # a commit bisection without --case: only the observed script
         case = Case(id="commits", title="", pre=ScriptSource("script", "", ""))
@@ -145,20 +145,26 @@ def what_changed(
     case: Case | None, before: Evaluated, after: Evaluated, labels: tuple[str, str], target: str
 ) -> WhatChanged:
     """Classify `after` against `before` exactly as a replay of a case captured on `before` would."""
-    result: CaseResult = classify_case(baseline_case(case, before.observations), target, after.observations)
+    baseline_observations = by_role(before.observations)
+    # a commit bisection's script is classified as a repro, and still called "script" wherever it is named
+    names = {ScriptRole.PRE: COMMIT_SCRIPT} if COMMIT_SCRIPT in before.observations else {}
+    result: CaseResult = classify_case(
+        baseline_case(case, baseline_observations), target, by_role(after.observations), names
+    )
     lines: list[str] = []
     sites: list[SiteChange] = []
     for which, script in result.scripts.items():
-        baseline = before.observations.get(which)
+        baseline = baseline_observations.get(which)
         if baseline is None:
             continue
-        lines += _script_lines(SCRIPT_LABELS.get(which, which), script, baseline, labels)
+        name = names.get(which, which.value)
+        lines += _script_lines(COMMIT_SCRIPT if name == COMMIT_SCRIPT else which.label, script, baseline, labels)
         for pairing in script.sites:
             site = pairing.site
             sites.append(
                 SiteChange(
-                    which,
-                    pairing.site_class.value,
+                    name,
+                    pairing.site_class,
                     site.where(),
                     site.function,
                     site.category,
@@ -282,8 +288,10 @@ def report_to_json(report: BisectReport) -> dict[str, Any]:
         ],
         "baseline": changed.baseline if changed else None,
         "changes": changed.lines if changed else [],
-        "sites": [dataclasses.asdict(site) for site in changed.sites] if changed else [],
-        "verdict": changed.verdict if changed else None,
+        "sites": [{**dataclasses.asdict(site), "site_class": site.site_class.value} for site in changed.sites]
+        if changed
+        else [],
+        "verdict": changed.verdict.value if changed and changed.verdict else None,
         "reasons": changed.reasons if changed else [],
         "reproduce": report.reproduce,
         "labels": report.labels,
@@ -316,8 +324,9 @@ def report_from_json(data: Any, source: str = "bisect report") -> BisectReport:
     validate_document(data, source)
     changed = None
     if data["baseline"] is not None:
-        sites = [SiteChange(**site) for site in data["sites"]]
-        changed = WhatChanged(data["baseline"], data["changes"], sites, data["verdict"] or "", data["reasons"])
+        sites = [SiteChange(**{**site, "site_class": SiteClass(site["site_class"])}) for site in data["sites"]]
+        verdict = Verdict(data["verdict"]) if data["verdict"] is not None else None
+        changed = WhatChanged(data["baseline"], data["changes"], sites, verdict, data["reasons"])
     steps = [Step(s["target"], s["outcome"], s["detail"], s["cached"], s["ran"], s["seconds"]) for s in data["steps"]]
     return BisectReport(
         kind=data["kind"],
@@ -395,7 +404,7 @@ def _what_changed(report: BisectReport) -> list[str]:
         f"  outcome {report.good_outcome!r} -> {report.first_bad_outcome!r} (no difference in the observed breaks)"
     ]
     why = f" ({'; '.join(changed.reasons)})" if changed.reasons else ""
-    lines.append(f"verdict against {report.label(changed.baseline)}: {changed.verdict}{why}")
+    lines.append(f"verdict against {report.label(changed.baseline)}: {changed.verdict or ''}{why}")
     return lines
 
 

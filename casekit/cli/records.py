@@ -11,6 +11,7 @@ import typer
 from casekit.archive.store import Archive, archive_dir
 from casekit.cli.common import ArchiveOption, FailOnOption, emit_json, examples, notice, open_archive, report_invalid
 from casekit.fsutil import STDOUT
+from casekit.model import ScriptRole
 from casekit.outcome import FailOn
 from casekit.report.formats import DEFAULT_FORMAT, DEFAULT_OUT, format_names
 
@@ -124,7 +125,7 @@ def import_runs(
         f"{len(result.sites)} distinct site(s), {len(result.recompiles)} recompile(s) -> {len(result.drafts)} draft(s)"
     )
     for case in result.drafts:
-        pre = case.observations["pre"]
+        pre = case.observations[ScriptRole.PRE]
         typer.echo(f"  {case.id}: {case.title} [{len(pre.sites)} site(s), {len(pre.recompiles)} recompile(s)]")
     if dry_run or not result.drafts:
         return
@@ -175,15 +176,15 @@ def merge(
     data = merged.data
     to_stderr = json_out == STDOUT  # stdout holds the JSON alone
     if json_out:
-        emit_json(data, json_out)
+        emit_json(data.to_json(), json_out)
     typer.echo("\n" + replay_document_text(data), err=to_stderr)
     typer.echo(
-        f"\n{len(data['results'])} result(s) from {len(results)} file(s); worst severity: {merged.worst.value}",
+        f"\n{len(data.results)} result(s) from {len(results)} file(s); worst severity: {merged.worst.value}",
         err=to_stderr,
     )
     if json_out and not to_stderr:
         typer.echo(f"wrote {json_out}")
-    failed = [target["label"] for target in data["targets"] if target.get("error")]
+    failed = [target.label for target in data.failed_targets()]
     if failed:  # the why is in the report above, once
         typer.echo(f"casekit: error: {len(failed)} target(s) could not run: {', '.join(failed)}", err=True)
     raise typer.Exit(merged.exit_code(threshold))

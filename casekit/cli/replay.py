@@ -211,7 +211,7 @@ def replay(
     with progress_view() as progress:
         outcome = run_replay(request, open_archive(archive), default_runner_factory, progress, notice)
     if json_out == STDOUT:
-        emit_json(outcome.document, STDOUT)
+        emit_json(outcome.document.to_json(), STDOUT)
     typer.echo(render(outcome), err=human_to_stderr(json_out))
     if outcome.failed_targets:  # the why is in the report above, once; this line is for the exit code
         labels = ", ".join(line.split(": ", 1)[0] for line in outcome.failed_targets)
@@ -230,7 +230,7 @@ def render(outcome: ReplayOutcome) -> str:
 
     lines = []
     if outcome.report is None:
-        lines.append(f"shard {outcome.document.get('shard')}: nothing to run")
+        lines.append(f"shard {outcome.document.shard}: nothing to run")
     else:
         lines.append(
             replay_document_text(outcome.document, verbose=verbosity() is Verbosity.VERBOSE, marks=outcome.marks)

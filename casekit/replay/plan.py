@@ -8,17 +8,19 @@ empty shard, the exit code) is testable in-process with a fake runner.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import assert_never
 
 from casekit.archive.index import CaseDigest
 from casekit.archive.store import Archive
 from casekit.errors import BundleError, CasekitError
 from casekit.fsutil import STDOUT
-from casekit.model import DRAFT_TAG, Case, Severity, SiteClass
+from casekit.model import DRAFT_TAG, Case, Severity, SiteClass, Verdict
 from casekit.outcome import ExitCode, FailOn, exit_code
 from casekit.replay.document import (
     Matrix,
@@ -173,8 +175,7 @@ def _select(request: ReplayRequest, cases: Sequence[Case]) -> _Selection:
     cells = plan[k - 1]
     chosen_cases = [c for c in cases if any(case_id == c.id for case_id, _ in cells)]
     chosen_specs = [s for s in specs if registry.label(s) in {label for _, label in cells}]
-    matrix: Matrix = {"cases": all_ids, "targets": all_labels}
-    return _Selection(chosen_cases, chosen_specs, cells, matrix, shard_layout(plan))
+    return _Selection(chosen_cases, chosen_specs, cells, Matrix(cases=all_ids, targets=all_labels), shard_layout(plan))
 
 
 def run_replay(
@@ -260,35 +261,31 @@ def run_replay(
 def _sliced(document: ReplayDocument, request: ReplayRequest, selection: _Selection) -> ReplayDocument:
     """A shard's document says which plan it is a slice of (the layout) and where its shard came from."""
     if selection.layout is not None:
-        document["layout"] = selection.layout
+        document.layout = selection.layout
     if request.shard_source is not None and request.shard is not None:
-        document["shard_source"] = request.shard_source
+        document.shard_source = request.shard_source
     return document
 
 
 def per_target_documents(document: ReplayDocument) -> dict[str, ReplayDocument]:
     """A (shard's) document split by target: label -> that target's entry and results, and the slice fields."""
-    documents: dict[str, ReplayDocument] = {}
-    for target in document["targets"]:
-        label = target["label"]
-        part: ReplayDocument = {
-            **document,
-            "targets": [target],
-            "results": [r for r in document["results"] if r["target"] == label],
-        }
-        documents[label] = part
-    return documents
+    return {
+        target.label: dataclasses.replace(
+            document, targets=[target], results=[r for r in document.results if r.target == target.label]
+        )
+        for target in document.targets
+    }
 
 
 def write_results_dir(document: ReplayDocument, folder: Path, now: Callable[[], datetime]) -> list[Path]:
     """One file per target under FOLDER/<target>/shard-K-of-N.json, each written atomically: a retried
     shard replaces its own files (one attempt more than the file it replaces), never another shard's."""
-    k, n = parse_shard(document.get("shard") or "1/1")
+    k, n = parse_shard(document.shard or "1/1")
     written = []
     for label, part in per_target_documents(document).items():
         path = result_file(folder, label, k, n)
-        part["attempt"] = _previous_attempt(path) + 1
-        part["written"] = now().isoformat(timespec="microseconds")
+        part.attempt = _previous_attempt(path) + 1
+        part.written = now().isoformat(timespec="microseconds")
         written.append(write_replay_document(part, path))
     return written
 
@@ -301,7 +298,7 @@ def _previous_attempt(path: Path) -> int:
         previous = read_replay_document(path)
     except ReplayDocumentError:
         return 1  # a file is there, whatever it holds: this is at least the second attempt
-    attempt = previous.get("attempt")
+    attempt = previous.attempt
     return attempt if isinstance(attempt, int) and attempt > 0 else 1
 
 
@@ -331,7 +328,25 @@ def _utc_now() -> datetime:
 
 # Site classes in the order a commit subject lists them (persists says nothing changed).
 MESSAGE_CLASSES = [SiteClass.MOVED, SiteClass.REAPPEARED, SiteClass.NEW, SiteClass.GONE]
-MESSAGE_VERDICTS = {"fix_broken": "fix broken", "regressed": "regressed", "env_failed": "env failed"}
+
+
+def message_words(verdict: Verdict) -> str | None:
+    """How a commit subject counts cases of this verdict ("2 regressed"); None: not counted there."""
+    match verdict:
+        case Verdict.FIX_BROKEN:
+            return "fix broken"
+        case Verdict.REGRESSED:
+            return "regressed"
+        case Verdict.ENV_FAILED:
+            return "env failed"
+        case Verdict.CHANGED | Verdict.IMPROVED | Verdict.UNCHANGED:
+            return None
+        case _:
+            assert_never(verdict)
+
+
+# The order a commit subject counts in: the verdicts worth naming, then the site classes.
+MESSAGE_ORDER = [words for verdict in Verdict if (words := message_words(verdict))] + [c.value for c in MESSAGE_CLASSES]
 
 
 def _torch_name(torch: str, bases: Counter[str]) -> str:
@@ -357,8 +372,9 @@ def replay_message(report: ReplayReport) -> str:
             continue
         counts: Counter[str] = Counter()
         for result in run.results:
-            if result.verdict in MESSAGE_VERDICTS:
-                counts[MESSAGE_VERDICTS[result.verdict]] += 1
+            words = message_words(result.verdict)
+            if words:
+                counts[words] += 1
             for site_class in MESSAGE_CLASSES:
                 counts[site_class.value] += sum(script.count(site_class) for script in result.scripts.values())
             changes = [
@@ -366,13 +382,12 @@ def replay_message(report: ReplayReport) -> str:
                 for which, script in result.scripts.items()
                 if any(script.count(c) for c in MESSAGE_CLASSES)
             ]
-            if result.verdict != "unchanged" or changes:
+            if result.verdict is not Verdict.UNCHANGED or changes:
                 body.append(
                     f"- {result.case_id} on {run.label}: {result.verdict} ({result.severity.value})"
                     + (f"; {'; '.join(changes)}" if changes else "")
                 )
-        order = list(MESSAGE_VERDICTS.values()) + [c.value for c in MESSAGE_CLASSES]
-        summary = ", ".join(f"{counts[key]} {key}" for key in order if counts[key])
+        summary = ", ".join(f"{counts[key]} {key}" for key in MESSAGE_ORDER if counts[key])
         parts.append(f"{name}: {summary or f'no change ({len(run.results)} case(s))'}")
     subject = "replay " + "; ".join(parts) if parts else "replay: no targets"
     return subject + ("\n\n" + "\n".join(body) if body else "")

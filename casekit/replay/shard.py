@@ -15,6 +15,7 @@ of several attempts at one shard's per-target file it keeps the latest.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import heapq
 import json
@@ -23,25 +24,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from casekit.errors import CasekitError
 from casekit.model import Severity
 from casekit.outcome import ExitCode, FailOn, exit_code
-from casekit.replay.document import (
-    REPLAY_SCHEMA,
-    ReplayDocument,
-    TargetEntry,
-    failed_targets,
-    read_replay_document,
-    worst_severity,
-)
+from casekit.replay.document import Matrix, ReplayDocument, ResultEntry, TargetEntry, read_replay_document
 
 SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 # Per-target fields that differ between a sharded and an unsharded run of the same matrix.
 VOLATILE_TARGET_FIELDS = ("seconds", "import_s")
-# What a shard's document says about the slice it ran, not about the results: none survives a merge.
-SLICE_FIELDS = ("shard", "shards", "matrix", "layout", "attempt", "written", "shard_source")
 DEFAULT_CASE_COST_S = 1.0  # a case that recorded no run times (captured before they were kept)
 MIN_CASE_COST_S = 0.01  # a case that recorded 0 s still costs its forks and result files
 
@@ -163,33 +155,32 @@ class MergedReport:
 
     def exit_code(self, fail_on: FailOn | str) -> ExitCode:
         """The same rule as replay: a target whose environment failed is a problem (2), whatever the verdicts."""
-        return exit_code(self.worst, fail_on, problems=len(failed_targets(self.data)))
+        return exit_code(self.worst, fail_on, problems=len(self.data.failed_targets()))
 
 
-def _merge_target(into: dict[str, Any], other: TargetEntry) -> None:
-    for key, value in other.items():
-        if key == "warnings":
-            into["warnings"] = list(dict.fromkeys([*(into.get("warnings") or []), *(other.get("warnings") or [])]))
-        elif key in VOLATILE_TARGET_FIELDS:
-            if isinstance(value, (int, float)):
-                into[key] = (
-                    round((into.get(key) or 0) + value, 2) if key == "seconds" else max(into.get(key) or 0, value)
-                )
-        elif into.get(key) is None:
-            into[key] = value
-        elif key == "error" and value and value != into[key]:
-            into[key] = f"{into[key]}; {value}"
+def _merge_target(into: TargetEntry, other: TargetEntry) -> None:
+    """One target seen by several shards: warnings joined, timings summed (seconds) or the largest (import),
+    what one shard did not know taken from another, errors joined."""
+    into.warnings = list(dict.fromkeys([*into.warnings, *other.warnings]))
+    if other.seconds is not None:
+        into.seconds = round((into.seconds or 0) + other.seconds, 2)
+    if other.import_s is not None:
+        into.import_s = max(into.import_s or 0, other.import_s)
+    for name in ("torch", "cuda", "python", "runner", "sandbox"):
+        if getattr(into, name) is None:
+            setattr(into, name, getattr(other, name))
+    if into.error is None:
+        into.error = other.error
+    elif other.error and other.error != into.error:
+        into.error = f"{into.error}; {other.error}"
 
 
-def canonical(data: ReplayDocument | dict[str, Any]) -> ReplayDocument:
-    """A replay document in canonical order: targets by label, results by (target, case)."""
-    out: dict[str, Any] = {
-        key: value for key, value in data.items() if key not in ("targets", "results", *SLICE_FIELDS)
-    }
-    out["schema"] = REPLAY_SCHEMA
-    out["targets"] = sorted(data.get("targets", []), key=lambda t: str(t.get("label")))
-    out["results"] = sorted(data.get("results", []), key=lambda r: (r["target"], r["case"]))
-    return cast(ReplayDocument, out)
+def canonical(document: ReplayDocument) -> ReplayDocument:
+    """A replay document in canonical order: targets by label, results by (target, case); no slice fields."""
+    return ReplayDocument(
+        targets=sorted(document.targets, key=lambda t: t.label),
+        results=sorted(document.results, key=lambda r: (r.target, r.case)),
+    )
 
 
 def _shard_coverage(documents: list[tuple[Path, ReplayDocument]]) -> list[str]:
@@ -198,13 +189,12 @@ def _shard_coverage(documents: list[tuple[Path, ReplayDocument]]) -> list[str]:
     job, so without that `matrix` field the same K/N may legitimately repeat."""
     seen: dict[tuple[Any, ...], list[int]] = {}
     for path, data in documents:
-        if "shard" not in data:
+        if data.shard is None:
             continue
         k, n = _shard_of(path, data)
-        matrix = data.get("matrix")
         key: tuple[Any, ...] = (n,)
-        if isinstance(matrix, dict):
-            key = (n, tuple(sorted(matrix.get("cases") or [])), tuple(sorted(matrix.get("targets") or [])))
+        if data.matrix is not None:
+            key = (n, tuple(sorted(data.matrix.cases)), tuple(sorted(data.matrix.targets)))
         seen.setdefault(key, []).append(k)
     problems = []
     if len({key[0] for key in seen}) > 1:
@@ -228,7 +218,7 @@ def _shard_coverage(documents: list[tuple[Path, ReplayDocument]]) -> list[str]:
 
 def _shard_of(path: Path, data: ReplayDocument) -> tuple[int, int]:
     try:
-        return parse_shard(str(data["shard"]))
+        return parse_shard(str(data.shard))
     except ShardError as error:
         raise ShardError(f"{path}: field 'shard': {error}") from None
 
@@ -248,30 +238,29 @@ class _Slice:
 
     @property
     def attempt(self) -> int:
-        value = self.data.get("attempt")
-        return value if isinstance(value, int) else 1
+        return self.data.attempt if isinstance(self.data.attempt, int) else 1
 
     def rank(self) -> tuple[int, str, str]:
         """Later attempts win; then the later write; then the path, so the choice never depends on listing order."""
-        return (self.attempt, str(self.data.get("written") or ""), str(self.path))
+        return (self.attempt, str(self.data.written or ""), str(self.path))
 
     def where(self) -> str:
         return f"shard {self.k}/{self.n} (index {self.k - 1}) on {self.label}"
 
 
 def _slice_of(path: Path, data: ReplayDocument) -> _Slice:
-    labels = sorted({str(target.get("label")) for target in data["targets"]} | {r["target"] for r in data["results"]})
+    labels = sorted({target.label for target in data.targets} | {r.target for r in data.results})
     if len(labels) != 1:
         raise ShardError(
             f"{path}: a per-target result file (it has an 'attempt') must hold one target, not {len(labels)}"
         )
-    if "shard" not in data or "layout" not in data:
+    if data.shard is None or data.layout is None:
         raise ShardError(
-            f"{path}: field '{'shard' if 'shard' not in data else 'layout'}': missing from a per-target result file"
+            f"{path}: field '{'shard' if data.shard is None else 'layout'}': missing from a per-target result file"
         )
     k, n = _shard_of(path, data)
-    matrix = data.get("matrix") or {"cases": [], "targets": []}
-    plan = (n, tuple(sorted(matrix.get("cases") or [])), tuple(sorted(matrix.get("targets") or [])))
+    matrix = data.matrix or Matrix(cases=[], targets=[])
+    plan = (n, tuple(sorted(matrix.cases)), tuple(sorted(matrix.targets)))
     return _Slice(path, data, plan, labels[0], k, n)
 
 
@@ -304,14 +293,14 @@ def _layout_coverage(slices: list[_Slice], expected_targets: list[str]) -> list[
     for item in slices:
         by_plan.setdefault(item.plan, []).append(item)
     for items in by_plan.values():
-        layouts = {json.dumps(item.data.get("layout"), sort_keys=True) for item in items}
+        layouts = {json.dumps(item.data.layout, sort_keys=True) for item in items}
         if len(layouts) > 1:
             problems.append(
                 f"{items[0].path} and {items[-1].path}: results of the same matrix disagree on its shard "
                 "layout (the archive's recorded run times changed between shards?)"
             )
             continue
-        layout = items[0].data.get("layout") or {}
+        layout = items[0].data.layout or {}
         expected = {(label, k) for label, ks in layout.items() for k in ks}
         present = {(item.label, item.k) for item in items}
         n = items[0].n
@@ -319,7 +308,7 @@ def _layout_coverage(slices: list[_Slice], expected_targets: list[str]) -> list[
             problems.append(f"missing shard {k}/{n} (index {k - 1}) on {label}: no result file")
         for label, k in sorted(present - expected, key=lambda cell: (cell[1], cell[0])):
             problems.append(f"shard {k}/{n} on {label}: a result file its plan's layout does not expect")
-    covered = {label for item in slices for label in (item.data.get("layout") or {})}
+    covered = {label for item in slices for label in (item.data.layout or {})}
     for label in expected_targets:
         if label not in covered:
             problems.append(f"missing target {label}: no result file of any of its shards")
@@ -355,44 +344,42 @@ def merge_reports(
         raise ShardError("merge needs at least one result file")
     documents = [(path, read_replay_document(path)) for path in result_files(paths)]
     # per-target result files (replay --results-dir) carry an attempt; --json documents do not
-    plain = [(path, data) for path, data in documents if "attempt" not in data]
-    slices, retries = _latest_attempts([_slice_of(path, data) for path, data in documents if "attempt" in data])
+    plain = [(path, data) for path, data in documents if data.attempt is None]
+    slices, retries = _latest_attempts([_slice_of(path, data) for path, data in documents if data.attempt is not None])
     warnings: list[str] = []
     coverage = _shard_coverage(plain) + _layout_coverage(slices, expected_targets or [])
     if coverage and not allow_partial:
         raise ShardError("; ".join(coverage) + " (use --allow-partial to merge anyway)")
     warnings += coverage
-    targets: dict[str, dict[str, Any]] = {}
-    results: dict[tuple[str, str], Any] = {}
+    targets: dict[str, TargetEntry] = {}
+    results: dict[tuple[str, str], ResultEntry] = {}
     origin: dict[tuple[str, str], Path] = {}
     kept = plain + [(item.path, item.data) for item in sorted(slices, key=lambda item: str(item.path))]
     for path, data in kept:
-        for target in data["targets"]:
-            label = str(target.get("label"))
-            if label in targets:
-                _merge_target(targets[label], target)
+        for target in data.targets:
+            if target.label in targets:
+                _merge_target(targets[target.label], target)
             else:
-                targets[label] = dict(target)
-        for result in data["results"]:
-            key = (result["case"], result["target"])
+                targets[target.label] = dataclasses.replace(target, warnings=list(target.warnings))
+        for result in data.results:
+            key = (result.case, result.target)
             if key in results:
                 raise ShardError(f"{path}: case {key[0]!r} on {key[1]} is also in {origin[key]} (overlapping shards?)")
             results[key] = result
             origin[key] = path
-    merged = canonical({"targets": list(targets.values()), "results": list(results.values())})
-    merged["shards"] = sorted(
-        {str(data["shard"]) for _, data in kept if "shard" in data}, key=lambda text: parse_shard(text)[::-1]
+    merged = canonical(ReplayDocument(list(targets.values()), list(results.values())))
+    merged.shards = (
+        sorted({data.shard for _, data in kept if data.shard is not None}, key=lambda text: parse_shard(text)[::-1])
+        or None
     )
-    if not merged["shards"]:
-        del merged["shards"]
-    worst = worst_severity(merged)
-    if failed_targets(merged) and worst.rank < Severity.ERROR.rank:
+    worst = merged.worst_severity()
+    if merged.failed_targets() and worst.rank < Severity.ERROR.rank:
         worst = Severity.ERROR  # a target whose environment failed says nothing good about its cases
     return MergedReport(merged, worst, warnings, retries)
 
 
-def without_volatile(data: ReplayDocument | dict[str, Any]) -> dict[str, Any]:
-    """The document without timings, for comparing two runs of the same matrix."""
-    out: dict[str, Any] = dict(canonical(data))
+def without_volatile(document: ReplayDocument) -> dict[str, Any]:
+    """The document as JSON data without timings, for comparing two runs of the same matrix."""
+    out = canonical(document).to_json()
     out["targets"] = [{k: v for k, v in t.items() if k not in VOLATILE_TARGET_FIELDS} for t in out["targets"]]
     return out

@@ -315,7 +315,7 @@ def forge_header_types(document: dict) -> None:
     for entry in document["entries"].values():
         entry[3][1] = ["a", "title"]  # the title: a list
         entry[3][4] = 7  # the tags: a number
-        entry[3][9] = ["pre"]  # the break counts: a list
+        entry[3][9] = {"pre": "one"}  # the break counts: not numbers
 
 
 def forge_history_types(document: dict) -> None:
@@ -323,7 +323,18 @@ def forge_history_types(document: dict) -> None:
         rows = json.loads(entry[4])
         for row in rows:
             row[RECORD_FIELDS.index("at")] = 20991231  # a number, not a time stamp
-            row[RECORD_FIELDS.index("statuses")] = ["ok"]
+            row[RECORD_FIELDS.index("reasons")] = 7  # a number, not a list of lines
+        entry[4] = json.dumps(rows)
+
+
+def forge_enum_values(document: dict) -> None:
+    """Values no enum has, where the readers turn strings into enum members (verdicts, statuses, roles)."""
+    for entry in document["entries"].values():
+        entry[3][9] = {"middle": 1}  # the break counts of a script that is neither pre nor post
+        rows = json.loads(entry[4])
+        for row in rows:
+            row[RECORD_FIELDS.index("verdict")] = "worse"
+            row[RECORD_FIELDS.index("statuses")] = {"pre": "fine"}
         entry[4] = json.dumps(rows)
 
 
@@ -338,7 +349,7 @@ def test_a_forged_index_is_rebuilt(archive: Path) -> None:
     listed = casekit("list", archive=archive)
     assert (listed.returncode, listed.stdout) == (0, table), listed.stderr
     expected = casekit("report", "-f", "json", "--out", "-", archive=archive).stdout
-    for forge in (forge_header_types, forge_history_types):
+    for forge in (forge_header_types, forge_history_types, forge_enum_values):
         signed_index(archive, forge)
         listed = casekit("list", archive=archive)
         assert (listed.returncode, listed.stdout) == (0, table), listed.stderr
