@@ -3,7 +3,7 @@ PYTHON ?= python3
 STAMP := .casekit-cache/setup.stamp
 OUT ?= out
 
-.PHONY: run test setup bench lint format starter report clean identity
+.PHONY: run test test-fast setup bench lint format starter report clean identity
 
 # The main job: replay the starter archive on the locally installed torch,
 # write the JSON and the HTML report to out/ (replay records history only with
@@ -16,6 +16,10 @@ run: $(STAMP)
 # Every test: real torch, real subprocesses, real git, real Docker (when an engine runs).
 test: $(STAMP)
 	$(PYTHON) -m pytest -q -ra $(PYTEST_ARGS)
+
+# The fast tier: no process, no git, no torch (a spawn outside it fails the test; see tests/conftest.py).
+test-fast: $(STAMP)
+	$(PYTHON) -m pytest -q -m "not process" $(PYTEST_ARGS)
 
 setup: $(STAMP)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing.util
 import os
 import shutil
 import signal
@@ -10,8 +11,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import git  # noqa: F401 - gitpython runs `git version` on import: never first inside a guarded test
 import pytest
+
+from casekit.runners.docker import images
+
+from . import docker_fixtures
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -54,6 +61,34 @@ def run_casekit(
         text=True,
         timeout=timeout,
     )
+
+
+# The fast tier is `-m "not process"`: tests that start no process, no git, no torch (under a minute).
+# A test that spawns is marked `process` (slow, docker, browser and torch251 tests are marked by
+# their own markers); the guard below makes the mark honest: outside the tier a spawn fails the test.
+SPAWNING_MARKERS = ("slow", "docker", "browser", "torch251")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(name) for name in SPAWNING_MARKERS):
+            item.add_marker(pytest.mark.process)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_start_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    if request.node.get_closest_marker("process"):
+        yield
+        return
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"{request.node.nodeid} started a process: mark it @pytest.mark.process")
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system"):
+        monkeypatch.setattr(os, name, refuse)
+    monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", refuse)  # multiprocessing's spawn, forkserver
+    yield
 
 
 @pytest.fixture(scope="session")
@@ -158,3 +193,18 @@ def actionlint(path: Path, tmp_path: Path) -> list[str]:
     )
     assert done.returncode == 0, done.stderr
     return [f"{p['line']}:{p['column']}: {p['message']} [{p['kind']}]" for p in json.loads(done.stdout)]
+
+
+# The real Docker engine and the torch 2.13.0 replay image, for every docker test (tests/docker_fixtures.py).
+@pytest.fixture(scope="module")
+def engine() -> Any:
+    client = docker_fixtures.docker_engine()
+    if not os.environ.get("DOCKER_HOST"):
+        subprocess.run([str(ROOT / ".ci" / "docker-setup.sh")], check=True, capture_output=True)
+    return client
+
+
+@pytest.fixture(scope="module")
+def replay_image(engine: Any) -> Any:
+    """The torch 2.13.0 image, built on first use (about 90 s) and reused after."""
+    return images.ensure_image(docker_fixtures.torch_spec(), lambda line: None, engine)

@@ -17,7 +17,7 @@ from casekit.bisect.releases import ReleaseSeams
 from casekit.bisect.report import BISECT_SCHEMA, MULTI_SCHEMA
 from casekit.errors import BisectError, CasekitError, Stopped
 from casekit.outcome import ExitCode
-from tests.test_bisect_releases_fast import HISTORY, VERSIONS, FakeReplay, make_case, no_runner
+from tests.bisect_fakes import HISTORY, VERSIONS, FakeReplay, make_case, no_runner
 
 
 @pytest.fixture

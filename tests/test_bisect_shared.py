@@ -25,7 +25,7 @@ from casekit.model import Case, ScriptObservation
 from casekit.replay.run import ReplayOptions, TargetRun
 from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec
 from casekit.runners.registry import label
-from tests.test_bisect_releases_fast import HISTORY, VERSIONS, make_case, no_runner
+from tests.bisect_fakes import HISTORY, VERSIONS, make_case, no_runner
 
 MORE = [f"2.{minor}.0" for minor in range(11, 16)]
 ALL = VERSIONS + MORE
@@ -234,7 +234,7 @@ def test_cli_bisects_several_cases_together(tmp_path: Path, monkeypatch: pytest.
 
     from casekit.archive.store import Archive
     from casekit.bisect import releases
-    from tests.test_bisect_cli import invoke
+    from tests.bisect_fakes import invoke
 
     archive = tmp_path / "cases"
     for name in HISTORIES:

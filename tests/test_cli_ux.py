@@ -23,14 +23,18 @@ from casekit.errors import CasekitError, CaseNotFound
 from casekit.progress import ProgressView, Verbosity, plain_output, set_verbosity
 from casekit.report.text import describe_fallback, table
 
-from .fakes import Target, recorded_targets
-from .test_replay_fast import archive  # noqa: F401  (the five-case archive fixture)
+from .fakes import Target, captured_archive, recorded_targets
 
 PLAIN = {"NO_COLOR": "1", "COLUMNS": "80", "TERM": "dumb"}
 
 
 def invoke(*args: str):
     return CliRunner().invoke(app, list(args), prog_name="casekit", env=PLAIN)
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> Archive:
+    return captured_archive(tmp_path / "cases")
 
 
 @pytest.fixture(autouse=True)
@@ -122,6 +126,7 @@ def test_a_plain_replay_changes_no_bundle_and_record_does(archive: Archive, serv
     assert "no replays recorded yet" not in report.stderr
 
 
+@pytest.mark.process
 def test_commit_records_the_history_too(archive: Archive, served: None):  # noqa: F811
     root = archive.root
     subprocess.run(["git", "init", "-q", str(root)], check=True)
@@ -136,6 +141,7 @@ def test_commit_records_the_history_too(archive: Archive, served: None):  # noqa
     assert status.strip() in ("", "?? .gitignore")
 
 
+@pytest.mark.process
 def test_the_lock_is_ignored_by_a_gitignore_casekit_writes_and_keeps_the_users_lines(tmp_path: Path):
     store = Archive(tmp_path / "cases")
     store.root.mkdir()
@@ -243,7 +249,7 @@ def test_bisect_json_dash_puts_the_document_alone_on_stdout(tmp_path: Path, monk
     """The same --json convention as replay, merge and show: '-' is stdout, the report text goes to stderr."""
     from casekit.bisect import releases
 
-    from .test_bisect_releases_fast import HISTORY, VERSIONS, FakeReplay, make_case
+    from .bisect_fakes import HISTORY, VERSIONS, FakeReplay, make_case
 
     Archive(tmp_path / "cases").save(make_case())
     monkeypatch.setattr(releases, "run_target", FakeReplay(HISTORY))

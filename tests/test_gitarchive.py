@@ -76,6 +76,7 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> git.Repo:
     return repository
 
 
+@pytest.mark.process
 def test_commit_paths_commits_only_the_bundles(repo: git.Repo) -> None:
     root = Path(repo.working_tree_dir or "")
     archive = Archive(root / "cases")
@@ -94,6 +95,7 @@ def test_commit_paths_commits_only_the_bundles(repo: git.Repo) -> None:
     assert "README" in repo.git.diff("--name-only")
 
 
+@pytest.mark.process
 def test_unchanged_bundles_make_no_commit(repo: git.Repo) -> None:
     archive = Archive(Path(repo.working_tree_dir or "") / "cases")
     bundle = archive.save(make_case())
@@ -111,6 +113,7 @@ def test_an_archive_outside_git_is_a_clear_error(tmp_path: Path) -> None:
     assert issubclass(GitError, CasekitError)
 
 
+@pytest.mark.process
 def test_first_commit_without_identity_uses_casekit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "empty-gitconfig"))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
@@ -171,6 +174,7 @@ def test_replay_message_names_a_failed_environment() -> None:
 # ------------------------------------------------------------------ log
 
 
+@pytest.mark.process
 def test_case_log_merges_commits_and_replay_records(repo: git.Repo) -> None:
     root = Path(repo.working_tree_dir or "")
     archive = Archive(root / "cases")

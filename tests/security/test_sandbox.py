@@ -147,6 +147,7 @@ def test_unknown_sandbox_option_is_one_clear_error() -> None:
         Sandbox.from_options((("network", "internet"),))
 
 
+@pytest.mark.process
 def test_opting_out_is_said_in_one_line_and_keeps_the_environment_an_allow_list(monkeypatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "casekit-test-secret")
     sandbox = Sandbox.from_options((("sandbox", "none"),))
