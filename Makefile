@@ -20,15 +20,20 @@ ARGS ?=
 run: $(STAMP)
 	@rm -f $(OUT)/replay.json
 	@code=0; $(PYTHON) -m casekit replay --archive cases --json $(OUT)/replay.json $(ARGS) || code=$$?; \
-	if [ "$$code" -ge 2 ]; then \
+	if [ "$$code" -ge 2 ] && $(PYTHON) -c "$$NOTHING_RAN" $(OUT)/replay.json; then \
 	    rm -f $(OUT)/replay.json; \
-	    echo "make run: the replay could not run (exit $$code), so there is no $(OUT)/replay.json: do what the" \
+	    echo "make run: nothing could run (replay exit $$code), so $(OUT)/replay.json is removed: do what the" \
 	         "error line says, or pass replay options with make run ARGS='...' (a host that cannot sandbox:" \
 	         "make run ARGS='--allow sandbox=none', or CASEKIT_ALLOW=sandbox=none make run)" >&2; \
 	    exit "$$code"; \
 	fi; \
 	$(PYTHON) -m casekit report --archive cases --results $(OUT)/replay.json --format html --format md --out $(OUT)/report \
 	    && echo "report: $(OUT)/report/index.html" && exit "$$code"
+
+# A replay document in which no target ran (each one's environment failed), or none at all.
+export NOTHING_RAN := import json, sys; from pathlib import Path; p = Path(sys.argv[1]); \
+    d = json.loads(p.read_text()) if p.is_file() else {}; \
+    sys.exit(0 if all(t.get("error") for t in d.get("targets", [])) else 1)
 
 # Every test: real torch, real subprocesses, real git, real Docker (when an engine runs).
 test: $(STAMP)
