@@ -75,7 +75,7 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         capture_output=True,
         text=True,
         check=True,
-        cwd=root,
+        cwd=system,  # not the folder holding the copy: its casekit/ would import as a namespace package
         env={**os.environ, "PYTHONPATH": ""},
     ).stdout.strip()
     assert located == str(copy / "casekit" / "__init__.py"), located
