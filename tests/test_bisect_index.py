@@ -180,10 +180,12 @@ def test_uv_toml_and_pip_precedence(tmp_path: Path, html_index: str) -> None:
     uv_toml.write_text(f'[[index]]\nurl = "{html_index}"\ndefault = true\n\n[[index]]\nurl = "https://extra/simple"\n')
     config = index.read_config(_isolated(tmp_path, UV_CONFIG_FILE=str(uv_toml), UV_NO_CONFIG=""))
     assert config.indexes == (html_index, "https://extra/simple")
-    # pip's index URL wins as the default (uv's extras still count); --index-url wins over all of them.
+    # pip's index URL wins as the default (uv's extras still count); --index-url replaces the default only.
     config = index.read_config(_isolated(tmp_path, UV_CONFIG_FILE=str(uv_toml), UV_NO_CONFIG="", PIP_INDEX_URL="x"))
     assert config.indexes == ("x", "https://extra/simple")
-    assert index.read_config(_isolated(tmp_path), index_url="https://only/simple").indexes == ("https://only/simple",)
+    given = index.read_config(_isolated(tmp_path, PIP_EXTRA_INDEX_URL="https://more/simple"), index_url="https://x/s")
+    assert given.indexes == ("https://x/s", "https://more/simple")
+    assert index.read_config(_isolated(tmp_path, CASEKIT_CA_BUNDLE="/ca.pem", PIP_CERT="/pip.pem")).cert == "/ca.pem"
 
 
 def test_nothing_readable_is_one_error_naming_versions(tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ from packaging.utils import (
 from packaging.version import Version
 
 from casekit.errors import CasekitError
+from casekit.settings import CA_BUNDLE_ENV
 
 PYPI_SIMPLE = "https://pypi.org/simple/"
 _ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
@@ -104,6 +105,10 @@ def read_config(
 ) -> IndexConfig:
     """The index configuration pip would use, with uv's filling what pip leaves unset.
 
+    The CA bundle is casekit's own ($CASEKIT_CA_BUNDLE, as for docker builds), else pip's
+    `cert`, else SSL_CERT_FILE / REQUESTS_CA_BUNDLE; `index_url` (bisect --index-url)
+    replaces the default index only, as pip's --index-url does.
+
     pip's settings win where both name a default index (casekit's venv runner
     installs with uv when it can, which reads both the same way here); extra
     indexes and find-links of both are all asked, as each installer would.
@@ -162,9 +167,14 @@ def read_config(
         sources.append("UV_FIND_LINKS")
 
     default = index_url or pip.get("index-url", "").strip() or uv_default or PYPI_SIMPLE
-    extras = [*_words(pip.get("extra-index-url", "")), *uv_extra] if not index_url else []
+    extras = [*_words(pip.get("extra-index-url", "")), *uv_extra]  # --index-url keeps them, as pip's does
     links = [*_words(pip.get("find-links", "")), *uv_links]
-    cert = pip.get("cert", "").strip() or env.get("SSL_CERT_FILE") or env.get("REQUESTS_CA_BUNDLE") or None
+    cert = (
+        env.get(CA_BUNDLE_ENV)
+        or pip.get("cert", "").strip()
+        or env.get("SSL_CERT_FILE")
+        or env.get("REQUESTS_CA_BUNDLE")
+    ) or None
     return IndexConfig(
         index_url=default.strip(),
         extra_index_urls=tuple(dict.fromkeys(url.strip() for url in extras if url.strip() != default.strip())),
