@@ -42,7 +42,7 @@ test: $(STAMP)
 setup: $(STAMP)
 
 # The project venv, then host tool + test tools + torch 2.13.0 (a local CPU wheel on these
-# machines) into it; pip shows what it does (the first time takes minutes: torch is large).
+# machines) into it; pip shows what it does, with its bars on a terminal (the first time takes minutes).
 $(VENV)/bin/python:
 	@echo "setup: creating the project venv $(VENV) (from $(BOOTSTRAP_PYTHON))"
 	@$(BOOTSTRAP_PYTHON) -m venv --system-site-packages $(VENV) \
@@ -53,7 +53,7 @@ $(VENV)/bin/python:
 $(STAMP): pyproject.toml | $(VENV)/bin/python
 	@echo "setup: installing casekit (editable), the dev tools, uv, torch 2.13.0 and transformers into $(VENV) ..."
 	@start=$$(date +%s); \
-	$(PYTHON) -m pip install --progress-bar off -e '.[dev]' 'torch==2.13.0' 'transformers==5.24.0' uv || exit 1; \
+	$(PYTHON) -m pip install -e '.[dev]' 'torch==2.13.0' 'transformers==5.24.0' uv || exit 1; \
 	echo "setup: done in $$(( $$(date +%s) - start )) s"
 	@touch $@
 
