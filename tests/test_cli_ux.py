@@ -11,6 +11,7 @@ import io
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,44 @@ def test_plain_progress_is_one_line_per_step_and_hides_tool_output(monkeypatch: 
     view("[t] 1/4 a.pre done")
     view("[t]   uv: Resolved 12 packages")  # indented: tool output
     assert stream.getvalue().splitlines() == ["  ... [t] running 4 script(s) of 2 case(s)", "  ... [t] 1/4 a.pre done"]
+
+
+def test_a_phase_on_a_terminal_counts_its_elapsed_time_and_prints_what_it_took(monkeypatch: pytest.MonkeyPatch):
+    """Importing torch, building an env, verifying rollbacks: a message ending in "…" stays on screen with
+    its elapsed time until its label says the next thing, then is printed once with the seconds it took."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    terminal = Terminal()
+    with ProgressView.for_stderr(terminal) as view:
+        view("[venv:torch-2.5.1] probe started in /x/python (pid 1): importing torch, warming Dynamo up …")
+        (live,) = [task for task in view._bars.tasks if "importing torch" in task.description]  # type: ignore[union-attr]
+        assert live.total is None and "[venv:torch-2.5.1]" in live.description  # a label, not rich markup
+        view("[other] 1/2 a.pre done")  # another target's progress leaves this phase running
+        assert "venv:torch-2.5.1" in view._phases
+        time.sleep(2.1)
+        assert live.elapsed is not None and live.elapsed >= 2.0  # what the elapsed column shows
+        view("[venv:torch-2.5.1]   uv: tool output")  # tool output belongs to the phase
+        assert "venv:torch-2.5.1" in view._phases
+        view("[venv:torch-2.5.1] torch 2.5.1 imported in 2.1 s")
+        assert "venv:torch-2.5.1" not in view._phases and live.id not in view._bars.task_ids  # type: ignore[union-attr]
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.getvalue())
+    assert re.search(r"importing torch, warming\s+Dynamo up … 2\.\d s\n", shown), shown[-800:]  # (may wrap)
+
+
+def test_a_phase_off_a_terminal_is_one_line():
+    stream = io.StringIO()
+    view = ProgressView(stream, plain=True)
+    view("[t] installing torch==2.5.1 numpy with uv (this can take minutes) …")
+    view("[t]   uv: Resolved 12 packages")
+    view("[t] verifying rollback for 1 case(s) with fullgraph=False …")
+    view("[t] 1/1 a.post.rollback done")
+    view.stop()
+    assert stream.getvalue().splitlines() == [
+        "  ... [t] installing torch==2.5.1 numpy with uv (this can take minutes) …",
+        "  ... [t] verifying rollback for 1 case(s) with fullgraph=False …",
+        "  ... [t] 1/1 a.post.rollback done",
+    ]
+    assert "\x1b" not in stream.getvalue()
 
 
 def test_verbose_shows_tool_output_and_quiet_shows_nothing():

@@ -265,3 +265,13 @@ def test_the_process_walk_finds_live_descendants_and_skips_zombies() -> None:
     while grandchild in process.live_processes() and time.monotonic() < deadline:
         time.sleep(0.05)  # SIGKILL was sent; dead (or a zombie of whoever adopted it) in a moment
     assert grandchild not in process.live_processes()
+
+
+def test_the_torch_import_is_a_phase_a_terminal_times(
+    current: tuple[PythonRunner, ProbeBatchResult, list[str]],
+) -> None:
+    """The import and warm-up (36-103 s on a loaded machine) open a phase: nothing is silent while it runs."""
+    _, _, lines = current
+    opened = next(i for i, line in enumerate(lines) if "importing torch" in line)
+    closed = next(i for i, line in enumerate(lines) if " imported in " in line)
+    assert opened < closed and lines[opened].endswith("…") and "warming Dynamo up" in lines[opened]

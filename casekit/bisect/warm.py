@@ -97,7 +97,7 @@ class WarmProbe:
         finally:
             log.close()
         self.process, self.imports = process, self.imports + 1
-        progress(f"warm probe started in {self.python} (pid {process.pid}); importing torch once")
+        progress(f"warm probe started in {self.python} (pid {process.pid}); importing torch once …")
         progress(self.sandbox.summary())
         deadline = time.monotonic() + IMPORT_MARGIN_S
         env_path = self.state / "env.json"

@@ -37,7 +37,11 @@ JsonOut = Annotated[
     typer.Option("--json", metavar="FILE", help="Write the casekit.bisect/1 report here; '-' prints it to stdout."),
 ]
 HtmlOut = Annotated[
-    Path | None, typer.Option("--html", help="Write the bisection as a static HTML page (steps drawn as a strip).")
+    Path | None,
+    typer.Option(
+        "--html",
+        help="Write a static HTML page: each bisection (every case of --all) drawn as a strip of steps.",
+    ),
 ]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the result cache.")]
 CacheFile = Annotated[

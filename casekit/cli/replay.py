@@ -21,6 +21,7 @@ from casekit.cli.common import (
 from casekit.fsutil import STDOUT
 from casekit.outcome import FailOn
 from casekit.runners.registry import allow_help
+from casekit.settings import ALLOW_ENV
 
 if TYPE_CHECKING:  # the replay core (runners, classification) is imported only when the command runs
     from casekit.replay.plan import ReplayOutcome
@@ -114,6 +115,7 @@ Allow = Annotated[
     typer.Option(
         "--allow",
         metavar="KEY=VALUE",
+        envvar=ALLOW_ENV,  # CASEKIT_ALLOW="sandbox=none network=host": for make run and CI jobs
         help=allow_help(),  # each runner's keys, from the registry
     ),
 ]
@@ -241,7 +243,10 @@ def render(outcome: ReplayOutcome) -> str:
     elif outcome.recorded:
         lines.append(f"recorded this replay in {outcome.recorded} bundle(s) (not committed)")
     if outcome.json_written:
-        lines.append(f"\nwrote {outcome.json_written}")
+        targets = outcome.document.targets
+        nothing_ran = bool(targets) and all(target.error for target in targets)
+        said = ": no case ran (it records each target's error, no verdict)" if nothing_ran else ""
+        lines.append(f"\nwrote {outcome.json_written}{said}")
     for path in outcome.results_written:
         lines.append(f"wrote {path}")
     return "\n".join(lines)

@@ -207,7 +207,7 @@ def _verify_rollbacks(
                         includes=tuple(cases[result.case_id].includes),
                     )
                 )
-    progress(f"verifying rollback for {len(needing)} case(s) with fullgraph=False")
+    progress(f"verifying rollback for {len(needing)} case(s) with fullgraph=False …")
     batch = runner.run_probe(jobs, progress)
     for result in needing:
         rollback = result.rollback

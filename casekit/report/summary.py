@@ -25,6 +25,7 @@ from casekit.model import (
     SiteClass,
     Verdict,
 )
+from casekit.outcome import FailOn
 from casekit.versions import version_order
 
 if TYPE_CHECKING:
@@ -97,6 +98,14 @@ class ArchiveSummary:
     generated: str
     title: str = "casekit archive"
     warnings: list[str] = field(default_factory=list)
+    fail_on: FailOn = FailOn.ERROR  # what the JUnit file and the step summary count as failing (`--fail-on`)
+
+    def fails(self, cell: Cell) -> bool:
+        """Whether this result counts as a failure at the report's `--fail-on` level."""
+        return self.fail_on.reached_by(cell.severity)
+
+    def failing(self) -> list[Cell]:
+        return [cell for cell in self.cells() if self.fails(cell)]
 
     def worst(self) -> Severity | None:
         severities = [c.severity for c in self.cases if c.severity is not None]
@@ -175,6 +184,7 @@ def summarize(
     results: list[tuple[str, ReplayDocument]] | None = None,
     title: str = "casekit archive",
     now: dt.datetime | None = None,
+    fail_on: FailOn = FailOn.ERROR,
 ) -> ArchiveSummary:
     """The matrix: per case, the newest history record per target, overlaid by results documents."""
     summaries = []
@@ -202,4 +212,4 @@ def summarize(
         key=lambda t: (version_order(t.torch), t.label),
     )
     moment = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
-    return ArchiveSummary(summaries, targets, moment.isoformat(), title, warnings)
+    return ArchiveSummary(summaries, targets, moment.isoformat(), title, warnings, fail_on)

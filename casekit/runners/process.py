@@ -173,7 +173,10 @@ def _run_probe_once(
             start_new_session=True,  # its own process group: killable as a whole, deaf to our Ctrl-C
         )
     try:
-        progress(f"probe started in {python} (pid {process.pid}, {len(jobs)} script(s), limit {limit:g} s)")
+        progress(
+            f"probe started in {python} (pid {process.pid}, {len(jobs)} script(s), limit {limit:g} s): "
+            "importing torch, warming Dynamo up …"
+        )
         timed_out = _wait_reporting(process, batch_dir, jobs, progress, limit)
     except BaseException:
         kill_process_tree(process)
