@@ -188,6 +188,7 @@ def test_uv_toml_and_pip_precedence(tmp_path: Path, html_index: str) -> None:
     assert index.read_config(_isolated(tmp_path, CASEKIT_CA_BUNDLE="/ca.pem", PIP_CERT="/pip.pem")).cert == "/ca.pem"
 
 
+@pytest.mark.process
 def test_nothing_readable_is_one_error_naming_versions(tmp_path: Path) -> None:
     environ = _isolated(tmp_path, PIP_INDEX_URL="http://127.0.0.1:9/simple/")
     saved = os.environ.copy()
@@ -210,6 +211,7 @@ def _python_without_pip(tmp_path: Path) -> str:
     return str(target / "bin" / "python")
 
 
+@pytest.mark.process
 def test_an_interpreter_without_pip_lists_what_pip_lists(tmp_path: Path) -> None:
     """The uv-tool case on the machine's real configuration: the same candidates as pip index versions."""
     python = _python_without_pip(tmp_path)
