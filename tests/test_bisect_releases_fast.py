@@ -33,9 +33,10 @@ from casekit.model import (
     ScriptSource,
     ScriptStatus,
     Site,
+    SiteKind,
 )
-from casekit.replay.run import ReplayOptions, RunnerFactory, TargetRun
-from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.replay.run import ReplayOptions, TargetRun
+from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec
 from casekit.runners.registry import label
 
 PRE = "import torch\n\n\ndef f(x):\n    n = x.sum().item()\n    return x * n\n\n\nprint(torch.compile(f)(torch.ones(2)))\n"
@@ -314,7 +315,7 @@ def test_cached_observation_round_trips_everything_classification_reads() -> Non
         "GB0124",
         call_site=Frame("repro.py", 9, "forward", "y = self.m(x)"),
         stack=[Frame("repro.py", 9, "forward")],
-        kind="skip",
+        kind=SiteKind.SKIP,
         excerpt="long log text",
     )
     original = ScriptObservation(

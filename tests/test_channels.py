@@ -122,7 +122,9 @@ def test_replay_targets_carry_the_channel_and_labels_and_flags_say_it_again() ->
         "venv:torch-pypi-2.13",
     ]
     assert registry.replay_flags(specs[2]) == ["--torch", "nightly:2026-01-05"]
-    with pytest.raises(CasekitError, match="--runner docker cannot provide nightly builds of torch .--runner venv does"):
+    with pytest.raises(
+        CasekitError, match="--runner docker cannot provide nightly builds of torch .--runner venv does"
+    ):
         TargetChoice(torches=("nightly",), runner="docker").specs()
 
 
@@ -145,7 +147,9 @@ def test_a_pytorch_page_is_read_with_its_quoted_names_and_without_fragments() ->
     assert "torch-2.14.0.dev20260104+cpu-cp311-cp311-manylinux_2_28_x86_64.whl" in names
     assert not any(name.startswith("torchvision") for name in names)
     release = next(b for b in builds if not b.version.is_devrelease)
-    assert release.url == "https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert (
+        release.url == "https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    )
     here = installable(builds, "3.11")
     assert {b.filename.split("-", 3)[2] for b in here} == {"cp311"} and all("win" not in b.filename for b in here)
     assert [str(b.date) for b in here if b.date] == ["2026-01-04", "2026-01-05"]
@@ -246,7 +250,9 @@ def test_the_env_key_holds_the_channel_and_variant_and_old_envs_keep_theirs() ->
     pypi = EnvRequest(None, "3.11", "2.5.1", find_links="/opt/wheels", extra_packages=("numpy",))
     assert pypi.key == old_key(pypi), "an env built before channels is reused, not rebuilt"
     cpu = EnvRequest(None, "3.11", "2.13.0", cuda="cpu", torch_index=f"{BASE}/cpu")
-    nightly_cpu = EnvRequest(None, "3.11", "2.14.0.dev20260105", cuda="cpu", channel="nightly", torch_index=f"{BASE}/nightly/cpu")
+    nightly_cpu = EnvRequest(
+        None, "3.11", "2.14.0.dev20260105", cuda="cpu", channel="nightly", torch_index=f"{BASE}/nightly/cpu"
+    )
     same_nightly_by_url = EnvRequest(
         None,
         "3.11",
@@ -257,7 +263,9 @@ def test_the_env_key_holds_the_channel_and_variant_and_old_envs_keep_theirs() ->
         torch_url=f"{BASE}/nightly/cpu/x.whl",
     )
     test_cpu = EnvRequest(None, "3.11", "2.13.0", cuda="cpu", channel="test", torch_index=f"{BASE}/test/cpu")
-    assert cpu.key.startswith("torch-2.13.0-cpu-py3.11-") and nightly_cpu.key.startswith("torch-2.14.0.dev20260105-cpu-")
+    assert cpu.key.startswith("torch-2.13.0-cpu-py3.11-") and nightly_cpu.key.startswith(
+        "torch-2.14.0.dev20260105-cpu-"
+    )
     assert len({pypi.key, cpu.key, nightly_cpu.key, test_cpu.key}) == 4
     assert same_nightly_by_url.key == nightly_cpu.key, "a build found below the horizon is the same env"
     assert same_nightly_by_url.torch_requirement == f"torch @ {BASE}/nightly/cpu/x.whl"
@@ -288,7 +296,6 @@ def make_case() -> Case:
         post=ScriptSource("fixed.py", sha256_text(POST), POST),
         observations={"pre": observed(item_break()), "post": observed(graphs=1)},
     )
-
 
 
 def nightly_history() -> dict[str, tuple[str, list]]:  # type: ignore[type-arg]

@@ -41,6 +41,8 @@ class TrivialRunner(RecordedRunner):
     name = "trivial"
     serves: ClassVar[dict[str, str]] = {}  # a release without recordings -> the recorded one it behaves as
     prepared: ClassVar[list[str]] = []  # what prepare() was asked, across instances
+    # the interface's own key check, not the recorded runner's stand-in that accepts every key
+    check_options = vars(Runner)["check_options"]
 
     def __init__(self, spec: TargetSpec) -> None:
         release = spec.torch or "?"
@@ -76,10 +78,10 @@ def test_a_runner_added_in_a_test_is_replayed_through_the_core(trivial: type[Run
         fail_on=FailOn.NEVER,
     )
     outcome = run_replay(request, archive, registry.make_runner, quiet)
-    assert [t["label"] for t in outcome.document["targets"]] == ["trivial:torch-2.13.0"]
-    [result] = outcome.document["results"]
-    assert result["target"] == "trivial:torch-2.13.0"
-    assert [s["class"] for s in result["scripts"]["pre"]["sites"]] == ["moved"]  # 2.13.0 breaks inside copy.py
+    assert [t.label for t in outcome.document.targets] == ["trivial:torch-2.13.0"]
+    [result] = outcome.document.results
+    assert result.target == "trivial:torch-2.13.0"
+    assert [s.site_class for s in result.scripts["pre"].sites] == ["moved"]  # 2.13.0 breaks inside copy.py
     assert TrivialRunner.prepared == ["2.13.0"]
     with pytest.raises(RunnerError, match=r"unknown trivial option\(s\): network \(known: none\)"):
         TargetChoice(torches=("2.13.0",), runner="trivial", allow=("network=host",)).specs()
@@ -182,7 +184,7 @@ def test_two_remote_engines_with_the_same_torch_are_two_targets(
         run_replay(request, archive, lambda spec: RecordedRunner(spec, Target("2.13.0"), []), quiet)
         paths.append(path)
     merged = merge_reports(paths[:2])
-    assert sorted(t["label"] for t in merged.data["targets"]) == [
+    assert sorted(t.label for t in merged.data.targets) == [
         "docker:torch-2.13.0@ssh://gpu-b",  # no user name in a label that goes into shared bundles
         "docker:torch-2.13.0@tcp://gpu-a:2376",
     ]

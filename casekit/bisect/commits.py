@@ -47,9 +47,8 @@ from casekit.bundle import sha256_text
 from casekit.errors import BisectError, CasekitError, EnvironmentFailed, GitError
 from casekit.model import ScriptSource
 from casekit.observe.batch import observe_batch
-from casekit.replay.run import RunnerFactory
 from casekit.runners import registry
-from casekit.runners.interface import ProbeJob, ProgressFn, Runner
+from casekit.runners.interface import ProbeJob, ProgressFn, Runner, RunnerFactory
 
 SKIP_EXIT_CODE = 125  # git bisect run's "cannot test this commit"
 COMMIT_ENV_VAR = "CASEKIT_BISECT_COMMIT"  # lets a command that lives outside the repo know the commit

@@ -29,18 +29,18 @@ from casekit.bisect.engine import (
     search_range,
     unknown_record,
 )
-from casekit.bisect.predicates import Predicate
+from casekit.bisect.predicates import Predicate, by_role
 from casekit.bisect.report import BisectReport, CommitRange, ReportHeader, build_report
 from casekit.bisect.search import UNKNOWN, BisectResult, likely_after
 from casekit.bisect.versions import fetch_available_versions, parse_version, versions_between
 from casekit.bundle import content_hash
 from casekit.classify import classify_case
 from casekit.errors import BisectError
-from casekit.model import Case, ScriptStatus
-from casekit.replay.run import ReplayOptions, RunnerFactory, TargetRun, run_target
+from casekit.model import Case, ScriptRole, ScriptStatus
+from casekit.replay.run import ReplayOptions, TargetRun, run_target
 from casekit.runners import registry
 from casekit.runners.channels import Channel, is_date, nightly_date, parse_date
-from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec
 
 RunTarget = Callable[[TargetSpec, list[Case], ReplayOptions, RunnerFactory, ProgressFn], TargetRun]
 ListVersions = Callable[..., list[str]]
@@ -254,7 +254,7 @@ def fresh_from_run(run: TargetRun, case_id: str, version: str) -> Fresh:
     return Fresh(observations_record({w: s.observation for w, s in scripts.items()}, **extra))
 
 
-def _release_subject(case: Case, config: ReleaseBisect, seams: ReleaseSeams) -> Subject:
+def release_subject(case: Case, config: ReleaseBisect, seams: ReleaseSeams) -> Subject:
     """How one release is run fresh, and how its cached record is read back into an outcome."""
     make_runner = seams.make_runner or registry_runner()
     replay_one = seams.run_target or run_target
@@ -271,9 +271,9 @@ def _release_subject(case: Case, config: ReleaseBisect, seams: ReleaseSeams) -> 
         if "unknown" in record:
             return Evaluated(UNKNOWN, str(record["unknown"]), {})
         observations = observations_from_record(record)
-        if observations is None:
+        if observations is None or not set(observations) <= set(ScriptRole):
             return None
-        result = classify_case(case, registry.label(config.spec(version)), observations)
+        result = classify_case(case, registry.label(config.spec(version)), by_role(observations))
         return Evaluated(config.predicate.outcome(result), config.predicate.detail(result), observations, result)
 
     name = f"case:{content_hash(case)}" + (f":backend={config.backend}" if config.backend else "")
@@ -296,7 +296,7 @@ def bisect_releases(case: Case, config: ReleaseBisect, seams: ReleaseSeams | Non
     candidates = listed.versions
     for note in listed.notes:
         seams.progress(note)
-    subject = _release_subject(case, config, seams)
+    subject = release_subject(case, config, seams)
     builder = release_builder(
         config.runner, config.spec, seams.make_runner or registry_runner(), config.ahead, seams.progress
     )

@@ -14,56 +14,26 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from casekit.bisect import releases as release_bisection
-from casekit.bisect.ahead import Ahead, AheadStats, BuildAhead, release_builder
+from casekit.bisect.ahead import Ahead, BuildAhead, release_builder
 from casekit.bisect.engine import Evaluator, Fresh, Subject, registry_runner
 from casekit.bisect.releases import (
     ReleaseBisect,
     ReleaseSeams,
-    _release_subject,
     candidates_for,
     finish_report,
     fresh_from_run,
+    release_subject,
 )
-from casekit.bisect.report import BisectReport, ReportHeader, build_report
+from casekit.bisect.report import BisectReport, ReportHeader, SharedBisection, SharedStats, build_report
 from casekit.bisect.search import EndsUnknown, Outcome, SharedResult, bisect_shared
 from casekit.errors import BisectError
 from casekit.model import Case
 from casekit.replay.run import ReplayOptions, TargetRun, case_pins
 from casekit.runners import registry
 from casekit.runners.interface import TargetSpec
-
-
-@dataclass
-class SharedStats:
-    """What the shared bisection cost: rounds (one release each), probe batches and case runs, envs built ahead."""
-
-    rounds: int = 0
-    batches: int = 0
-    case_runs: int = 0
-    from_cache: int = 0
-    seconds: float = 0.0
-    ahead: AheadStats = field(default_factory=AheadStats)
-
-    def summary(self, cases: int) -> str:
-        built = len(self.ahead.built)
-        return (
-            f"{cases} case(s): {self.rounds} release(s) evaluated, {self.batches} probe batch(es) run "
-            f"({self.case_runs} case run(s), {self.from_cache} from the cache), "
-            f"{built} env(s) prepared ahead of need, {self.seconds:.1f} s"
-        )
-
-
-@dataclass
-class SharedBisection:
-    """Per case: its report, or why it could not be bisected (an end unknown, a predicate it cannot follow)."""
-
-    reports: dict[str, BisectReport]
-    errors: dict[str, str]
-    stats: SharedStats
-    warnings: list[str] = field(default_factory=list)
 
 
 def _shared_spec(config: ReleaseBisect, cases: list[Case]) -> tuple[ReleaseBisect, list[str]]:
@@ -243,7 +213,7 @@ def _evaluator(
     case: Case, config: ReleaseBisect, seams: ReleaseSeams, pending: dict[tuple[str, str], Fresh]
 ) -> Evaluator:
     """The case's own evaluator (cache, steps, outcome); a fresh run is taken from the shared probe's results."""
-    own = _release_subject(case, config, seams)
+    own = release_subject(case, config, seams)
 
     def run_fresh(version: str) -> Fresh:
         fresh = pending.pop((case.id, version), None)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import datetime as dt
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -199,3 +199,19 @@ class Runner(abc.ABC):
         if unknown:
             known = ", ".join(sorted(cls.allow_options)) or "none"
             raise RunnerError(f"unknown {cls.name} option(s): {', '.join(unknown)} (known: {known})")
+
+
+# What makes the runner of a target: the registry's `make_runner`, or a fake in tests.
+RunnerFactory = Callable[[TargetSpec], Runner]
+
+
+def allow_options(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """`--allow KEY=VALUE` (repeatable) as a target's options, in the order given; which keys a runner
+    takes is the runner's to check (the sandbox's for python and venv, the container's for docker)."""
+    options = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise RunnerError(f"--allow takes KEY=VALUE, not {item!r}")
+        options.append((key, value))
+    return tuple(options)

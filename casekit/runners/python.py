@@ -12,6 +12,7 @@ from casekit.errors import RunnerError
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec, VersionSource
 from casekit.runners.process import EnvironmentUnusable, check_interpreter, run_probe_subprocess
 from casekit.runners.sandbox import BWRAP_ALLOW_EXAMPLES, KNOWN_OPTIONS, Sandbox, runtime_of
+from casekit.versions import matches_request
 
 
 def query_versions(python: str) -> tuple[str, str]:
@@ -64,14 +65,6 @@ def installed_version(name: str, import_path: Iterable[str]) -> str | None:
     return None
 
 
-def version_matches(installed: str, requested: str) -> bool:
-    """'2.13.0+cpu' satisfies '2.13', '2.13.0' and '2.13.0+cpu'; not '2.1' nor '2.13.1'."""
-    if "+" in requested:
-        return installed == requested
-    release = installed.split("+", 1)[0]
-    return release == requested or release.startswith(requested + ".")
-
-
 class PythonRunner(Runner):
     """Runs the probe with an existing interpreter; casekit installs nothing."""
 
@@ -113,7 +106,7 @@ class PythonRunner(Runner):
         progress(f"checking torch in {self.python} …")
         torch_version, python_version = query_versions(self.python)
         self.sandbox.check(self.python)
-        if self.spec.torch and not version_matches(torch_version, self.spec.torch):
+        if self.spec.torch and not matches_request(torch_version, self.spec.torch):
             raise EnvironmentUnusable(
                 f"python {self.python}: has torch {torch_version}, not the requested {self.spec.torch}"
             )

@@ -42,8 +42,8 @@ from casekit.errors import DockerUnavailable, RunnerError
 from casekit.runners.batch import UidIsolation, lay_out_batch, read_batch
 from casekit.runners.docker import images
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec, host_key
-from casekit.runners.process import FAST_FORK_TUNABLE, overall_timeout
-from casekit.runners.sandbox import _env_items
+from casekit.runners.process import overall_timeout
+from casekit.runners.sandbox import FAST_FORK_TUNABLE, env_items
 
 if TYPE_CHECKING:
     import docker
@@ -104,7 +104,7 @@ class DockerRunner(Runner):
         super().__init__(spec)
         given = {key: value for key, value in spec.options if key not in LIST_OPTIONS}
         self.options = {**DEFAULTS, "transfer": default_transfer(spec.host), **given}
-        self.env = _env_items(value for key, value in spec.options if key == "env")
+        self.env = env_items(value for key, value in spec.options if key == "env")
         if self.options["transfer"] not in ("bind", "copy"):
             raise RunnerError(f"docker option transfer={self.options['transfer']!r}: use bind or copy")
         self._client = client

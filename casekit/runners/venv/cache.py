@@ -24,7 +24,6 @@ from casekit import settings
 from casekit.errors import CasekitError
 from casekit.fsutil import exclusive_lock, shared_lock
 from casekit.runners.interface import ProgressFn
-from casekit.settings import cache_root
 
 MARKER = "casekit-env.json"
 BROKEN_NOTE = "casekit-env.broken"
@@ -38,7 +37,6 @@ __all__ = [
     "MARKER",
     "CachedEnv",
     "EnvRequest",
-    "cache_root",
     "envs_dir",
     "list_envs",
     "mark_broken",
@@ -371,7 +369,7 @@ def prune_envs(
     The caches go whatever is kept: an env kept holds its own links to what it uses, so clearing them
     frees only what no kept env uses; the next build downloads again. Bytes are measured on disk under
     the cache root, each file once, before and after."""
-    base = root or cache_root()
+    base = root or settings.cache_root()
     say = progress or (lambda _line: None)
     chosen = select_for_pruning(list_envs(base), older_than=older_than, keep=keep, everything=everything)
     result = PruneResult(before=disk_usage([base]).total)

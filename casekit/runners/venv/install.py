@@ -24,7 +24,7 @@ from pathlib import Path
 
 from casekit import settings
 from casekit.errors import EnvironmentFailed
-from casekit.fsutil import exclusive_lock, tail_text
+from casekit.fsutil import exclusive_lock, tail_text, write_atomic
 from casekit.runners.interface import ProgressFn, TargetSpec
 from casekit.runners.process import EnvironmentUnusable
 from casekit.runners.python import query_versions
@@ -53,7 +53,6 @@ RESOLVE_TIMEOUT_S = 120.0
 # (Python treats an empty PYTHON* variable as unset.)
 ISOLATING_ENV = {"PYTHONPATH": "", "PYTHONHOME": ""}
 
-__all__ = ["is_exact", "pick_newest"]  # re-exported: the venv runner's view of versions
 
 
 # --------------------------------------------------------------- installers
@@ -375,9 +374,7 @@ def _build(
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "build_s": round(time.monotonic() - started, 1),
     }
-    partial = building / f".{MARKER}.partial"
-    partial.write_text(json.dumps(marker, indent=1))
-    os.replace(partial, building / MARKER)  # written last: its presence means "complete"
+    write_atomic(building / MARKER, json.dumps(marker, indent=1))  # written last: its presence means "complete"
     progress(f"env {final.name} ready: torch {torch_version}, python {python_version} ({marker['build_s']} s)")
     return marker
 

@@ -11,10 +11,11 @@ from casekit.runners.channels import Channel, choose_source
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
 from casekit.runners.process import EnvironmentUnusable, run_probe_subprocess
 from casekit.runners.sandbox import BWRAP_ALLOW_EXAMPLES, KNOWN_OPTIONS, Sandbox
-from casekit.runners.venv.cache import CachedEnv, EnvRequest, cache_root, mark_broken, why_not_ready
+from casekit.runners.venv.cache import CachedEnv, EnvRequest, mark_broken, why_not_ready
 from casekit.runners.venv.install import ISOLATING_ENV, choose_installer, ensure_env, python_version_of
 from casekit.runners.venv.resolve import MIRROR_HINT, IndexSeams, resolve_request
 from casekit.runners.wheel_index import IndexUnreachable, nightly_range, read_listing
+from casekit.settings import cache_root
 
 
 class VenvRunner(Runner):
