@@ -101,7 +101,13 @@ def main() -> int:
         print(f"`{IMPORT}` medians (s): {medians}")
         print(f"ratios: {ratios} (bar: managed/reference <= 1.2)")
         if args.json:
-            document = {"medians_s": medians, "ratios": ratios, "samples_s": times, "bytecode": counts, "build_s": built}
+            document = {
+                "medians_s": medians,
+                "ratios": ratios,
+                "samples_s": times,
+                "bytecode": counts,
+                "build_s": built,
+            }
             args.json.write_text(json.dumps(document, indent=1) + "\n")
         return 0 if ratios["managed/reference"] <= 1.2 else 1
     finally:
