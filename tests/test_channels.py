@@ -51,6 +51,12 @@ TAGS = "cp311-cp311-manylinux_2_28_x86_64"
 BASE = "https://download.pytorch.org/whl"
 
 
+@pytest.fixture(autouse=True)
+def _pytorchs_own_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests read the mapping to PyTorch's own index (nothing here opens a connection)."""
+    monkeypatch.delenv("CASEKIT_TORCH_INDEX", raising=False)
+
+
 def nightly(date: str, base: str = "2.14.0", variant: str = "cpu") -> Build:
     day = date.replace("-", "")
     name = f"torch-{base}.dev{day}+{variant}-{TAGS}.whl"

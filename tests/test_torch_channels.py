@@ -22,7 +22,7 @@ import pytest
 
 from casekit.runners.interface import TargetSpec
 from casekit.runners.venv import VenvRunner
-from casekit.runners.venv.cache import bytecode_counts
+from casekit.runners.venv.cache import bytecode_counts, disk_usage
 from casekit.runners.venv.resolve import IndexSeams, resolve_request
 from tests.conftest import run_casekit
 from tests.torch_index import PLATFORM_TAG, REAL_CPU_WHEEL, Nightly, TorchIndex, downloaded, serving
@@ -192,8 +192,10 @@ def test_bisect_nightlies_rolls_over_fetches_hidden_builds_and_names_the_commit_
     assert "note: no nightly on 2026-01-03 (good end): starting from 2026-01-04, the first after it" in out
     assert "below the index listing's horizon" in out
     assert f"commits: {commits[last_good][:12]}..{commits[first_bad][:12]}" in out
-    assert f"reproduce the last good side with: casekit replay --case item-case --torch nightly:{last_good}" in out
-    assert f"reproduce the first bad side with: casekit replay --case item-case --torch nightly:{first_bad}" in out
+    assert report["reproduce_good"].startswith(f"casekit replay --case item-case --torch nightly:{last_good} ")
+    assert report["reproduce"].startswith(f"casekit replay --case item-case --torch nightly:{first_bad} ")
+    assert f"reproduce the last unfixed side with: {report['reproduce_good']}" in out
+    assert f"reproduce the first fixed side with: {report['reproduce']}" in out
     # the builds below the horizon were found by HEAD at their URLs, and installed from there
     for name in hidden[2:]:  # those in the range
         assert f"HEAD /whl/nightly/cpu/{name}" in index.requests, index.requests
@@ -217,3 +219,21 @@ def test_bisect_nightlies_rolls_over_fetches_hidden_builds_and_names_the_commit_
     )
     newest_date = FIRST + dt.timedelta(days=DAYS - 1)
     assert f"torch 2.15.0.dev{newest_date:%Y%m%d}" in newest.stdout + newest.stderr, newest.stdout + newest.stderr
+
+    # what it all cost on disk, seen and reclaimed: `envs list` sizes, `envs prune` by count, then all
+    listed = run_casekit("envs", "list", env=env)
+    assert listed.returncode == 0, listed.stderr
+    built = sorted(path.name for path in (hermetic / "envs").iterdir() if path.is_dir())
+    assert len(built) >= 4 and all(key in listed.stdout for key in built), listed.stdout
+    assert "size" in listed.stdout and "last use" in listed.stdout and "download caches (uv, pip): " in listed.stdout
+    before = disk_usage([hermetic]).total
+    kept = run_casekit("envs", "prune", "--keep", "2", env=env)
+    assert kept.returncode == 0, kept.stderr
+    assert f"removed {len(built) - 2} env(s), kept 2 and cleared the download caches: freed " in kept.stdout
+    assert len([path for path in (hermetic / "envs").iterdir() if path.is_dir()]) == 2
+    assert not (hermetic / "uv").exists()
+    gone = run_casekit("envs", "prune", "--all", env=env)
+    assert gone.returncode == 0 and "removed 2 env(s), kept 0" in gone.stdout, gone.stdout + gone.stderr
+    after = disk_usage([hermetic]).total
+    print(f"\nenvs prune: {before} bytes on disk under the cache before, {after} after")
+    assert after < 256 * 1024 < before, "everything casekit built or downloaded is reclaimed"
