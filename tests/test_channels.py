@@ -42,6 +42,7 @@ from casekit.runners.venv.cache import (
     EnvRequest,
     disk_usage,
     mark_used,
+    parse_age,
     prune_envs,
     select_for_pruning,
 )
@@ -397,6 +398,14 @@ def fake_env(envs: Path, key: str, used_days_ago: float, size: int = 4096) -> Ca
     when = dt.datetime.now().timestamp() - used_days_ago * 86400
     os.utime(envs / f"{key}.used", (when, when))
     return CachedEnv(key, path, None)
+
+
+def test_an_age_is_a_number_and_a_unit() -> None:
+    assert parse_age("30d") == dt.timedelta(days=30) and parse_age(" 12h ") == dt.timedelta(hours=12)
+    assert parse_age("90min") == dt.timedelta(minutes=90) and parse_age("1.5w") == dt.timedelta(days=10.5)
+    for bad in ("30", "d", "thirty days", "-3d", "3x"):
+        with pytest.raises(CasekitError, match="--older-than takes an age such as 30d"):
+            parse_age(bad)
 
 
 def test_disk_usage_counts_a_hard_linked_file_once_and_knows_what_is_own(tmp_path: Path) -> None:

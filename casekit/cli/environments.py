@@ -103,18 +103,6 @@ def _age(seconds: float) -> str:
     return "just now"
 
 
-def parse_age(text: str) -> float:
-    """'30d', '12h', '90min', '2w' as seconds; a CasekitError for anything else."""
-    from casekit.errors import CasekitError
-
-    units = {"w": 604800, "d": 86400, "h": 3600, "min": 60, "m": 60, "s": 1}
-    for unit, scale in units.items():
-        number = text.strip().removesuffix(unit)
-        if number != text.strip() and number.replace(".", "", 1).isdigit():
-            return float(number) * scale
-    raise CasekitError(f"--older-than takes an age such as 30d, 12h or 2w, not {text!r}")
-
-
 @envs_app.command("list", epilog=examples("casekit envs list", "CASEKIT_CACHE=/scratch/casekit casekit envs list"))
 def envs_list() -> None:
     """The cached environments with their size and last use, and the download caches.
@@ -189,11 +177,9 @@ def envs_prune(
 
     The download caches are uv's and pip's under $CASEKIT_CACHE, casekit's own. With both --keep and
     --older-than, an env goes when both say so."""
-    import datetime as dt
+    from casekit.runners.venv.cache import parse_age, prune_envs
 
-    from casekit.runners.venv.cache import prune_envs
-
-    age = dt.timedelta(seconds=parse_age(older_than)) if older_than is not None else None
+    age = parse_age(older_than) if older_than is not None else None
     with progress_view() as view:
         result = prune_envs(older_than=age, keep=keep, everything=everything, dry_run=dry_run, progress=view)
     if dry_run:

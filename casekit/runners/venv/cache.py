@@ -333,6 +333,19 @@ class PruneResult:
         return max(0, self.before - self.after)
 
 
+AGE_UNITS = {"w": 604800, "d": 86400, "h": 3600, "min": 60, "m": 60, "s": 1}
+
+
+def parse_age(text: str) -> dt.timedelta:
+    """'30d', '12h', '90min', '2w', '1.5d' as a timedelta; a CasekitError for anything else."""
+    stripped = text.strip()
+    for unit, scale in AGE_UNITS.items():
+        number = stripped.removesuffix(unit)
+        if number != stripped and number.replace(".", "", 1).isdigit():
+            return dt.timedelta(seconds=float(number) * scale)
+    raise CasekitError(f"--older-than takes an age such as 30d, 12h or 2w, not {text!r}")
+
+
 def select_for_pruning(
     envs: list[CachedEnv],
     *,
