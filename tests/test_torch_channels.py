@@ -191,6 +191,8 @@ def test_bisect_nightlies_rolls_over_fetches_hidden_builds_and_names_the_commit_
     assert commits_found["log"] == [f"{commits[first_bad][:7]} the change of {first_bad}"]
     assert "note: no nightly on 2026-01-03 (good end): starting from 2026-01-04, the first after it" in out
     assert "below the index listing's horizon" in out
+    two = "2026-01-20: two nightlies that day; taking 2.15.0.dev20260120 (not 2.14.0.dev20260120)"
+    assert two in out, "the day the version moves on: the higher build"
     assert f"commits: {commits[last_good][:12]}..{commits[first_bad][:12]}" in out
     assert report["reproduce_good"].startswith(f"casekit replay --case item-case --torch nightly:{last_good} ")
     assert report["reproduce"].startswith(f"casekit replay --case item-case --torch nightly:{first_bad} ")
