@@ -221,6 +221,32 @@ def test_probe_runs_inside_the_env(built: tuple[VenvRunner, float, list[str]], t
 
 @needs_local_wheel
 @pytest.mark.slow
+def test_env_built_with_bytecode_and_one_without_it_is_compiled_once_before_use(
+    built: tuple[VenvRunner, float, list[str]], cache: Path
+) -> None:
+    from casekit.runners.venv.cache import bytecode_counts, lacks_bytecode, site_folders
+
+    first, _, _ = built
+    assert first.env is not None
+    counts = marker_of(first)["bytecode"]
+    assert isinstance(counts, dict) and counts["pyc"] >= 0.99 * counts["py"] > 1000, counts
+    # as an env built before casekit compiled at build time: torch's top-level modules without bytecode
+    [site] = site_folders(first.env.path)
+    shutil.rmtree(site / "torch" / "__pycache__")
+    assert lacks_bytecode(first.env.path)
+    lines: list[str] = []
+    again = VenvRunner(SPEC, cache_dir=cache)
+    again.prepare(lines.append)
+    assert any("has no bytecode: compiling it once" in line for line in lines), lines
+    assert not lacks_bytecode(first.env.path)
+    assert marker_of(again)["bytecode"] == bytecode_counts(first.env.path)
+    lines.clear()
+    VenvRunner(SPEC, cache_dir=cache).prepare(lines.append)
+    assert lines == [f"reusing env {first.env.key}"], "compiled once: the next use just reuses it"
+
+
+@needs_local_wheel
+@pytest.mark.slow
 def test_env_without_marker_is_rebuilt(built: tuple[VenvRunner, float, list[str]], cache: Path) -> None:
     first, _, _ = built
     assert first.env is not None

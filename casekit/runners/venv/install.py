@@ -318,9 +318,7 @@ def _compile_in_place(path: Path, root: Path, progress: ProgressFn) -> None:
     if marker is not None:
         marker["bytecode"] = bytecode_counts(path)
         marker["bytecode_compiled_s"] = round(time.monotonic() - started, 1)
-        partial = path / f".{MARKER}.partial"
-        partial.write_text(json.dumps(marker, indent=1))
-        os.replace(partial, path / MARKER)
+        write_atomic(path / MARKER, json.dumps(marker, indent=1))
     progress(f"compiled env {path.name}'s bytecode in {time.monotonic() - started:.1f} s")
 
 
