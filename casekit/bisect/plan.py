@@ -109,7 +109,8 @@ class BisectRequest:
     predicate: Predicate = field(default_factory=Predicate)
     cuda: str | None = None
     index_url: str | None = None
-    nightlies: bool = False
+    nightlies: bool = False  # candidates are nightlies by date (--good/--bad YYYY-MM-DD)
+    torch_repo: Path | None = None  # a PyTorch checkout: the commits between two nightlies come from it
     backend: str | None = None
     timeout: float | None = None
     archive_dir: Path | None = None  # as given (only to print a reproduce command that finds the case)
@@ -149,6 +150,7 @@ class BisectRequest:
             cuda=self.cuda,
             index_url=self.index_url,
             nightlies=self.nightlies,
+            torch_repo=self.torch_repo,
             backend=self.backend,
             timeout=self.timeout,
             archive_dir=self.archive_dir,
@@ -202,7 +204,8 @@ def run_bisect(
     """
     config = request.release_config()
     seams = seams or ReleaseSeams(progress=progress)
-    between = f"between torch {config.good} (good) and {config.bad} (bad) with the {config.runner} runner"
+    what = "nightlies" if config.nightlies else "torch"
+    between = f"between {what} {config.good} (good) and {config.bad} (bad) with the {config.runner} runner"
     if request.several:
         cases = archive.load_all(list(request.case_ids) or None)
         if not cases:

@@ -23,6 +23,7 @@ BISECT_EXAMPLES = examples(
     "casekit bisect item-branch --good 2.5.1 --bad 2.13.0",
     "casekit bisect item-branch --good 2.5.1 --bad 2.13.0 --site repro.py:8 --json out/bisect.json --html out/bisect.html",
     "casekit bisect item-branch --good 2.5.1 --bad 2.8.0 --status post",
+    "casekit bisect item-branch --nightlies --good 2026-01-01 --bad 2026-02-01 --torch-repo ~/src/pytorch",
     "casekit bisect item-branch --good 2.5.1 --bad 2.13.0 --python-for 2.5.1=/opt/t251/bin/python --python-for 2.13.0=/opt/t213/bin/python",
 )
 BISECT_COMMITS_EXAMPLES = examples(
@@ -107,13 +108,25 @@ def bisect(
     ] = None,
     status: Annotated[str | None, typer.Option("--status", help="Follow a script's status: pre or post.")] = None,
     post_holds: Annotated[bool, typer.Option("--post-holds", help="Follow whether the post-fix still holds.")] = False,
-    cuda: Annotated[str | None, typer.Option("--cuda", help="CUDA tag for venv/docker targets, e.g. cu124.")] = None,
+    cuda: Annotated[
+        str | None,
+        typer.Option("--cuda", help="Build variant: cpu or a CUDA tag, e.g. cu124 [default: cpu without a GPU]."),
+    ] = None,
     index_url: Annotated[
         str | None, typer.Option("--index-url", help="Package index for torch (and for listing versions).")
     ] = None,
     nightlies: Annotated[
-        bool, typer.Option("--nightlies", help="List pre-releases / nightlies from the index too.")
+        bool,
+        typer.Option(
+            "--nightlies",
+            help="Bisect the nightly channel by date: --good/--bad YYYY-MM-DD; ends with the commit range between "
+            "the two nightlies and a compare URL.",
+        ),
     ] = False,
+    torch_repo: Annotated[
+        Path | None,
+        typer.Option("--torch-repo", help="A PyTorch checkout: list the commits between the two nightlies from it."),
+    ] = None,
     backend: Annotated[str | None, typer.Option("--backend", help="Override the case's recorded backend.")] = None,
     timeout: Annotated[
         float | None,
@@ -148,6 +161,7 @@ def bisect(
         cuda=cuda,
         index_url=index_url,
         nightlies=nightlies,
+        torch_repo=torch_repo,
         backend=backend,
         timeout=timeout,
         archive_dir=archive,

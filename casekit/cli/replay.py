@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the replay core (runners, classification) is imported only 
 REPLAY_EXAMPLES = examples(
     "casekit replay                                  (the local torch; the archive is not changed)",
     "casekit replay --torch 2.5.1 --torch 2.13 --json out/replay.json --fail-on warn",
+    "casekit replay --torch 2.13 --torch nightly     (the stable lane and the nightly lane, side by side)",
     "casekit report --results out/replay.json        (render what that replay found)",
     "casekit replay --record --commit                (append history to each bundle, commit it)",
     "casekit replay --json - | jq .results           (the JSON on stdout, the table on stderr)",
@@ -41,7 +42,11 @@ REPLAY_EXAMPLES = examples(
 # The replay flags, declared once here so the command reads as what it does.
 Torches = Annotated[
     list[str] | None,
-    typer.Option("--torch", help="A torch version for a managed target (repeatable; '2.13' = newest 2.13.x)."),
+    typer.Option(
+        "--torch",
+        help="A torch version for a managed target (repeatable): '2.13' = newest 2.13.x; 'nightly', "
+        "'nightly:YYYY-MM-DD', 'test:2.14' (a release candidate), 'pypi:2.13' (PyPI's own build).",
+    ),
 ]
 Pythons = Annotated[
     list[str] | None, typer.Option("--python", help="An existing interpreter as a target (repeatable).")
@@ -49,7 +54,12 @@ Pythons = Annotated[
 RunnerName = Annotated[
     str | None, typer.Option("--runner", help="How --torch targets are provided: venv (default) or docker.")
 ]
-Cuda = Annotated[str | None, typer.Option("--cuda", help="CUDA tag for --torch targets, e.g. cu124.")]
+Cuda = Annotated[
+    str | None,
+    typer.Option(
+        "--cuda", help="Build variant for --torch targets: cpu or a CUDA tag (cu126...) [default: cpu without a GPU]."
+    ),
+]
 IndexUrl = Annotated[str | None, typer.Option("--index-url", help="Package index for torch.")]
 FindLinks = Annotated[str | None, typer.Option("--find-links", help="A folder of wheels to install from.")]
 Image = Annotated[str | None, typer.Option("--image", help="Docker: use this image as is.")]

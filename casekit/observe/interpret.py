@@ -373,6 +373,20 @@ def _headline(message: str) -> str:
     return lines[0]
 
 
+# What torch raises when a script asks for CUDA that the target cannot give: a CPU build, or a CUDA
+# build on a host without a GPU or driver. The case is not broken; the target is the wrong one for it.
+NEEDS_GPU = re.compile(
+    r"Torch not compiled with CUDA enabled|Found no NVIDIA driver|No CUDA GPUs are available"
+    r"|no CUDA-capable device is detected|CUDA driver initialization failed"
+)
+
+
+def needs_gpu(run: dict[str, Any]) -> bool:
+    """The run raised because the script needs a GPU this target lacks (not a problem of the case)."""
+    exception = run.get("exception") or {}
+    return run.get("status") == "raised" and bool(NEEDS_GPU.search(str(exception.get("message") or "")))
+
+
 def _run_failure(run: dict[str, Any]) -> str | None:
     """None when the run finished normally; else a short why."""
     status = run.get("status")
@@ -456,7 +470,14 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
     )
     eager_failure = _run_failure(eager) if eager else None
     compiled_failure = _run_failure(compiled) if compiled else "no compiled run"
-    if eager_failure:
+    if eager_failure and needs_gpu(eager or {}):
+        observation.status = ScriptStatus.ENV_FAILED
+        observation.detail = (
+            f"the script needs a GPU this target lacks ({eager_failure}); not a broken case: "
+            "replay it on a GPU host (a CUDA build: --cuda cu126)"
+        )
+        observation.error = _error_info(eager or {}, namer)
+    elif eager_failure:
         observation.status = ScriptStatus.TIMEOUT if eager.get("status") == "timeout" else ScriptStatus.EAGER_FAILED  # type: ignore[union-attr]
         observation.detail = "eager baseline: " + eager_failure
         observation.error = _error_info(eager or {}, namer)

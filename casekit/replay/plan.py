@@ -34,6 +34,7 @@ from casekit.replay.run import ReplayOptions, ReplayReport, replay
 from casekit.replay.shard import parse_shard, result_file, shard_layout, shard_plan
 from casekit.replay.shard_env import shard_from_env
 from casekit.runners import registry
+from casekit.runners.channels import check_variant, parse_torch_request
 from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec, VersionSource
 from casekit.timeouts import recorded_run_seconds
 from casekit.versions import without_local
@@ -66,11 +67,14 @@ class TargetChoice:
         managed = registry.runner_class(self.runner or registry.DEFAULT_RUNNER)
         if managed.versions is VersionSource.INTERPRETERS and self.torches:
             raise CasekitError(f"--runner {managed.name} takes --python PATH, not --torch")
-        for version in self.torches:
+        cuda = check_variant(self.cuda)
+        for asked in self.torches:
+            channel, version = parse_torch_request(asked)  # "2.13", "nightly", "nightly:2026-01-05", "pypi:2.13"
             specs.append(
                 managed.target(
                     torch=version,
-                    cuda=self.cuda,
+                    channel=channel,
+                    cuda=cuda,
                     index_url=self.index_url,
                     find_links=self.find_links,
                     image=self.image,

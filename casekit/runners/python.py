@@ -65,6 +65,39 @@ def installed_version(name: str, import_path: Iterable[str]) -> str | None:
     return None
 
 
+def torch_without_bytecode(python: str) -> str | None:
+    """The site folder whose torch has no bytecode for this interpreter (None: it has, or no torch).
+
+    The sandbox shows an interpreter read-only, so Python can never write that cache there: every
+    target start compiles torch again (~9 s of a ~14 s import, measured in bench/bytecode_bench.py)."""
+    try:
+        runtime = runtime_of(python)
+    except RunnerError:
+        return None
+    tag = "cpython-" + "".join(runtime.python_version.split(".")[:2])
+    for folder in runtime.import_path:
+        init = os.path.join(folder, "torch", "__init__.py")
+        if os.path.isfile(init):
+            cached = os.path.join(folder, "torch", "__pycache__", f"__init__.{tag}.pyc")
+            return None if os.path.isfile(cached) else folder
+    return None
+
+
+_TOLD_BYTECODE: set[str] = set()  # interpreters already told (once per process)
+
+
+def bytecode_note(python: str) -> str | None:
+    """One line, once per interpreter, when its torch lacks bytecode: why it matters and the remedy."""
+    site = torch_without_bytecode(python)
+    if site is None or python in _TOLD_BYTECODE:
+        return None
+    _TOLD_BYTECODE.add(python)
+    return (
+        f"python {python}: torch has no bytecode in {site}, and the sandbox cannot write it: each target start "
+        f"compiles torch again (imports take ~3x); compile it once: {python} -m compileall -q -j 0 {site}"
+    )
+
+
 class PythonRunner(Runner):
     """Runs the probe with an existing interpreter; casekit installs nothing."""
 
@@ -112,6 +145,9 @@ class PythonRunner(Runner):
             )
         self.torch_version, self.python_version = torch_version, python_version
         progress(f"python {python_version} with torch {torch_version} at {self.python}")
+        note = bytecode_note(self.python)
+        if note is not None:
+            progress(note)
 
     def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
         self.prepare(progress)
