@@ -29,7 +29,7 @@ from casekit.model import (
 from casekit.observe.cause import NotRun, not_run_cause
 from casekit.observe.interpret import break_invariant
 from casekit.observe.reasons import named_subject
-from casekit.pysource import defined_names, used_names
+from casekit.pysource import defined_names, normalized_statement, used_names
 
 
 def functional_failure(status: ScriptStatus) -> bool:
@@ -231,12 +231,16 @@ def _same_library_frame(a: Site, b: Site) -> bool:
 
 
 def _statement(source: str) -> str:
+    """The text of a statement as the notes quote it: spacing collapsed."""
     return " ".join(source.split())
 
 
 def _same_statement(a: Site, b: Site) -> bool:
-    """One library statement that only renumbered: same frame, identical (normalized) source text."""
-    return _same_library_frame(a, b) and bool(_statement(a.source)) and _statement(a.source) == _statement(b.source)
+    """One library statement that only renumbered: same frame, the same source text once normalized
+    (spacing, quotes, parentheses, a trailing comment do not count)."""
+    if not (_same_library_frame(a, b) and _statement(a.source) and _statement(b.source)):
+        return False
+    return normalized_statement(a.source) == normalized_statement(b.source)
 
 
 def _rewritten_in_place(a: Site, b: Site) -> bool:
@@ -248,7 +252,7 @@ def _rewritten_in_place(a: Site, b: Site) -> bool:
         and a.category == b.category
         and bool(_statement(a.source))
         and bool(_statement(b.source))
-        and _statement(a.source) != _statement(b.source)
+        and normalized_statement(a.source) != normalized_statement(b.source)
     )
 
 

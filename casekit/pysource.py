@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import threading
+from functools import lru_cache
 
 _PARSE_LOCK = threading.Lock()
 
@@ -32,20 +33,22 @@ def _statement(line: str) -> ast.Module | None:
     return None
 
 
-def defined_names(line: str) -> set[str]:
+@lru_cache(maxsize=4096)
+def defined_names(line: str) -> frozenset[str]:
     """Names one source line binds (`p = x.data_ptr()`, `for n in sizes:`, `with f() as y:`)."""
     tree = _statement(line)
     if tree is None:
-        return set()
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        return frozenset()
+    return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
 
 
-def used_names(line: str) -> set[str]:
+@lru_cache(maxsize=4096)
+def used_names(line: str) -> frozenset[str]:
     """Names one source line reads (`if (p % 16) == 0:` reads p)."""
     tree = _statement(line)
     if tree is None:
-        return set()
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        return frozenset()
+    return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
 
 
 def first_statement_lines(source: str) -> set[int]:
@@ -72,3 +75,16 @@ def statement_lines(source: str) -> list[int]:
     except (SyntaxError, ValueError):
         return []
     return sorted({node.lineno for node in ast.walk(tree) if isinstance(node, ast.stmt)})
+
+
+@lru_cache(maxsize=4096)
+def normalized_statement(line: str) -> str:
+    """One source line in a canonical form: spacing, quotes, redundant parentheses and a trailing comment do
+    not count (`ast.unparse`); a line that is not a whole statement (`self.weight = Parameter(`) keeps its text
+    with spacing collapsed."""
+    text = " ".join(line.split())
+    tree = _statement(text)
+    if tree is None or not tree.body:
+        return text
+    unparsed = ast.unparse(tree.body[0])
+    return unparsed.removesuffix(":\n    pass").removesuffix(": pass")

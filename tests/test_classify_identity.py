@@ -64,7 +64,7 @@ def only(pairings):
 
 def test_a_library_statement_that_only_renumbered_persists():
     recorded = library_site(62, "if constraints.is_dependent(constraint):", via="__init__")
-    observed = library_site(68, "if constraints.is_dependent(constraint):   ", via="__init__")
+    observed = library_site(68, "if (constraints.is_dependent(constraint)):  # spacing, parentheses", via="__init__")
     pairing = only(pair_sites([recorded], [observed], set(), set()))
     assert pairing.site_class is SiteClass.PERSISTS
     assert "library line renumbered: torch/distributions/distribution.py:62 -> :68" in pairing.note
