@@ -256,3 +256,25 @@ def test_inline_in_skipfiles_is_gb0008_and_calling_a_skipped_function_stays_gb00
     assert cached.category == "GB0008"
     assert categorize("Attempted to inline function marked as skipped") == ("GB0008", "GB0008")
     assert categorize("'skip function span in file /usr/lib/python3.11/contextlib.py'")[0] == "GB0007"
+
+
+def test_no_function_is_ever_both_cleared_and_newly_falling_back_over_random_histories():
+    import random
+
+    rng = random.Random(20)
+    pool = [FallbackFrame(name, "repro.py", line) for name in ("forward", "span", "step") for line in (4, 9, 14, 17)]
+    for _ in range(500):
+        before = rng.sample(pool, rng.randint(0, 4))
+        after = rng.sample(pool, rng.randint(0, 4))
+        result = classify_case(
+            case_of(ScriptObservation(ScriptStatus.OK, fallback_frames=before)),
+            "t",
+            {PRE: ScriptObservation(ScriptStatus.OK, fallback_frames=after)},
+        ).scripts[PRE]
+        cleared = {f.function for f in result.cleared_fallbacks}
+        new = {f.function for f in result.new_fallbacks}
+        assert not cleared & new, (before, after)
+        notes = result.notes
+        for function in cleared | new:
+            said = [n for n in notes if n.startswith(f"{function} ")]
+            assert not (any("no longer" in n for n in said) and any("now falls back" in n for n in said)), notes
