@@ -485,6 +485,17 @@ def _same_fallback(a: FallbackFrame, b: FallbackFrame) -> bool:
     return (a.file, a.line) == (b.file, b.line) or (a.file, a.function) == (b.file, b.function)
 
 
+def _whole(fallback: FallbackFrame, observation: ScriptObservation | None) -> bool | None:
+    """Whether a fallback is the whole function (it is named where the function starts) or only the code after
+    a break in it (a resume function, named at that break's line); None when the start is not known."""
+    starts = [
+        e.line
+        for e in (observation.entries if observation else [])
+        if (e.file, e.name) == (fallback.file, fallback.function)
+    ]
+    return fallback.line in starts if starts else None
+
+
 def _fallback_notes(result: ScriptResult, recorded: ScriptObservation | None, observed: ScriptObservation) -> None:
     # once per function, so a note can never say both "no longer" and "now": a function is the same by where it
     # starts (releases name a module's frame differently: Net / forward) or by its name in its file (one
@@ -492,6 +503,20 @@ def _fallback_notes(result: ScriptResult, recorded: ScriptObservation | None, ob
     before = recorded.fallback_frames if recorded else []
     result.new_fallbacks = [f for f in observed.fallback_frames if not any(_same_fallback(f, b) for b in before)]
     result.cleared_fallbacks = [f for f in before if not any(_same_fallback(f, o) for o in observed.fallback_frames)]
+    widened: list[tuple[FallbackFrame, FallbackFrame]] = []  # (was, now): only its tail fell back, now all of it
+    narrowed: list[tuple[FallbackFrame, FallbackFrame]] = []  # the other way
+    for now in observed.fallback_frames:
+        if any((now.file, now.line) == (was.file, was.line) for was in before):
+            continue
+        was = next((was for was in before if _same_fallback(now, was)), None)
+        if was is None:
+            continue
+        whole_now, whole_was = _whole(now, observed), _whole(was, recorded)
+        if whole_now is True and whole_was is False:
+            widened.append((was, now))
+        elif whole_was is True and whole_now is False:
+            narrowed.append((was, now))
+    result.new_fallbacks += [now for _, now in widened]
     still_skipped = {f.function for f in observed.fallback_frames}
     for pairing in result.sites:
         r, o = pairing.recorded, pairing.observed
@@ -508,7 +533,16 @@ def _fallback_notes(result: ScriptResult, recorded: ScriptObservation | None, ob
     for fallback in result.cleared_fallbacks:
         result.notes.append(describe_fallback(fallback.function, "", now=False))
     for fallback in result.new_fallbacks:
-        result.notes.append(describe_fallback(fallback.function, f"{fallback.file}:{fallback.line}"))
+        note = describe_fallback(fallback.function, f"{fallback.file}:{fallback.line}")
+        tail = next((was for was, now in widened if now is fallback), None)
+        if tail is not None:
+            note += f" (before, only the code from line {tail.line} on ran eagerly)"
+        result.notes.append(note)
+    for _, now in narrowed:
+        result.notes.append(
+            f"{now.function} compiles again up to line {now.line}; only the code from there on runs eagerly "
+            f"(before, it fell back entirely)"
+        )
 
 
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<function>.+)_at_(?P<line>\d+)$")
