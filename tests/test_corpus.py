@@ -60,9 +60,12 @@ def test_docs_identity_is_regenerated():
 
 
 SAMPLE = [
+    "contextmanager_exit_helper",
     "contextmanager_span_helper",
     "data_ptr_def_use",
     "distributions_validate",
+    "functools_cached_property",
+    "nn_layernorm_in_forward",
     "graph_break_try_finally",
     "set_stance_api",
     "sorted_lambda_key",
