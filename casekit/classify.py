@@ -15,6 +15,7 @@ from typing import assert_never
 from casekit.model import (
     Case,
     FallbackFrame,
+    Frame,
     ReplayRecord,
     ScriptObservation,
     ScriptRole,
@@ -28,6 +29,7 @@ from casekit.model import (
 from casekit.observe.cause import NotRun, not_run_cause
 from casekit.observe.interpret import break_invariant
 from casekit.observe.reasons import named_subject
+from casekit.pysource import defined_names, normalized_statement, used_names
 
 
 def functional_failure(status: ScriptStatus) -> bool:
@@ -190,8 +192,90 @@ def _produced_then_used(a: Site, b: Site) -> bool:
     """The earlier line breaks on producing a data-dependent value, the later one on using it:
     one release lets the operation through and breaks on its use, the other breaks on the operation."""
     first, later = (a, b) if a.line < b.line else (b, a)
+    if first.line < later.line and _defines_what_is_used(first, later):
+        return True
     used = later.category == "GB0170" or bool(DATA_DEPENDENT_USE.search(f"{later.reason} {later.category}"))
     return first.category in PRODUCERS and used
+
+
+def _in_library(site: Site) -> bool:
+    """A break in a file below the script call site (torch, site-packages, the stdlib, a helper module)."""
+    return site.call_site is not None and site.file != site.call_site.file
+
+
+def _below_call_site(site: Site) -> list[Frame]:
+    """The frames from the script call site down to the break, the call site excluded."""
+    for index in range(len(site.stack) - 1, -1, -1):
+        if site.stack[index] == site.call_site:
+            return site.stack[index + 1 :] or [site.anchor]
+    return site.stack[-1:] or [site.anchor]
+
+
+def _subsequence(short: list[tuple[str, str]], long: list[tuple[str, str]]) -> bool:
+    frames = iter(long)
+    return all(any(frame == wanted for frame in frames) for wanted in short)
+
+
+def _same_library_frame(a: Site, b: Site) -> bool:
+    """The same function of the same library file reached the same way from the same script line.
+
+    A line number inside a library is evidence only (every release renumbers torch's files), and a frame
+    Dynamo's printed stack drops or replaces with a polyfill is no other way: the shorter path of
+    (file, function) must be a subsequence of the longer, ending in the same function."""
+    if not (_in_library(a) and _in_library(b) and _same_anchor(a, b)) or (a.file, a.function) != (b.file, b.function):
+        return False
+    path_a = [(f.file, f.function) for f in _below_call_site(a)]
+    path_b = [(f.file, f.function) for f in _below_call_site(b)]
+    short, long = sorted((path_a, path_b), key=len)
+    return _subsequence(short, long)
+
+
+def _statement(source: str) -> str:
+    """The text of a statement as the notes quote it: spacing collapsed."""
+    return " ".join(source.split())
+
+
+def _same_statement(a: Site, b: Site) -> bool:
+    """One library statement that only renumbered: same frame, the same source text once normalized
+    (spacing, quotes, parentheses, a trailing comment do not count)."""
+    if not (_same_library_frame(a, b) and _statement(a.source) and _statement(b.source)):
+        return False
+    return normalized_statement(a.source) == normalized_statement(b.source)
+
+
+def _rewritten_in_place(a: Site, b: Site) -> bool:
+    """A library statement rewritten in place: same frame, same cause (category), other text.
+    `if not valid.all():` -> `if not torch._is_all_true(valid):` in Distribution._validate_sample is torch's
+    own edit of the statement that breaks, not a change of the user's break: it persists, with a note."""
+    return (
+        _same_library_frame(a, b)
+        and a.category == b.category
+        and bool(_statement(a.source))
+        and bool(_statement(b.source))
+        and normalized_statement(a.source) != normalized_statement(b.source)
+    )
+
+
+def _reached_through(outer: Site, inner: Site) -> list[Frame] | None:
+    """The path from a break on a script line to a break its call leads to (a context manager's
+    __enter__, a decorator's wrapper, a property, __init__, a generator): None when inner's stack
+    does not run through outer's line."""
+    if outer.call_site is not None or outer.function in ("?", "<module>"):
+        return None
+    for index, frame in enumerate(inner.stack[:-1]):
+        if (frame.file, frame.line, frame.function) == (outer.file, outer.line, outer.function):
+            return inner.stack[index:]
+    return None
+
+
+def _path_text(path: list[Frame]) -> str:
+    head, *rest = path
+    return " -> ".join([f"{head.function} ({head.where()})", *(f"{f.function} ({f.where()})" for f in rest)])
+
+
+def _defines_what_is_used(first: Site, later: Site) -> bool:
+    """The earlier line binds a name the later line reads (`p = x.data_ptr()`, then `if (p % 16) == 0:`)."""
+    return bool(defined_names(first.source) & used_names(later.source))
 
 
 def _depth(site: Site) -> int:
@@ -237,6 +321,13 @@ def _link(recorded: Site, observed: Site) -> tuple[int, float] | None:
     Never across functions without a shared script call site.
     """
     tie = -_evidence(recorded, observed)
+    if _same_statement(recorded, observed):  # a library line that only renumbered: the same place
+        distance = abs(recorded.line - observed.line) * 0.001
+        if recorded.category == observed.category:
+            return (0 if recorded.kind == observed.kind else 1), tie + distance
+        return 2, tie + distance + (0.5 if recorded.kind != observed.kind else 0.0)
+    if _rewritten_in_place(recorded, observed):
+        return 2, tie + abs(recorded.line - observed.line) * 0.001
     if _same_place(recorded, observed) and not _same_frame(recorded, observed):
         return 3, tie + abs(len(recorded.stack) - len(observed.stack)) * 0.01
     if _same_place(recorded, observed):
@@ -245,6 +336,9 @@ def _link(recorded: Site, observed: Site) -> tuple[int, float] | None:
         return 2, tie + (0.5 if recorded.kind != observed.kind else 0.0)
     if _same_anchor(recorded, observed) and (recorded.call_site or observed.call_site):
         return 3, tie + abs(_depth(recorded) - _depth(observed)) * 0.01
+    path = _reached_through(recorded, observed) or _reached_through(observed, recorded)
+    if path:
+        return 3, tie + len(path) * 0.01
     if _same_function(recorded, observed) and _same_subject(recorded, observed):
         distance = abs(recorded.line - observed.line)
         if recorded.category == observed.category:
@@ -255,19 +349,36 @@ def _link(recorded: Site, observed: Site) -> tuple[int, float] | None:
 
 
 def _persist_note(recorded: Site, observed: Site) -> str:
+    notes = []
+    if _rewritten_in_place(recorded, observed):
+        notes.append(
+            f"statement rewritten in place in {observed.function} ({observed.file}): "
+            f"`{_statement(recorded.source)}` -> `{_statement(observed.source)}`"
+        )
+    elif not _same_place(recorded, observed):
+        notes.append(f"library line renumbered: {recorded.where()} -> :{observed.line}, same statement")
     if recorded.category != observed.category:
-        return f"reason changed: {recorded.category} ({recorded.reason[:60]}) -> {observed.category} ({observed.reason[:60]})"
-    return "reason reworded" if recorded.reason != observed.reason else ""
+        notes.append(
+            f"reason changed: {recorded.category} ({recorded.reason[:60]}) -> {observed.category} ({observed.reason[:60]})"
+        )
+    elif recorded.reason != observed.reason:
+        notes.append("reason reworded")
+    return "; ".join(notes)
 
 
 def _move_note(recorded: Site, observed: Site) -> str:
     note = f"from {recorded.where()} ({recorded.function}) to {observed.where()} ({observed.function})"
+    into, out_of = _reached_through(recorded, observed), _reached_through(observed, recorded)
     if _same_place(recorded, observed):
         how = "deeper" if len(observed.stack) > len(recorded.stack) else "less deep"
         note += f", traced {how} on the same script line"
+    elif into or out_of:
+        how = "deeper" if into else "less deep"
+        path = into or out_of or []
+        note += f", traced {how} through the same script line {path[0].where()}: {_path_text(path)}"
     elif _same_anchor(recorded, observed) and (recorded.call_site or observed.call_site):
-        deeper = _depth(observed) - _depth(recorded)
-        how = "deeper" if deeper > 0 else "less deep" if deeper < 0 else "elsewhere"
+        levels = _depth(observed) - _depth(recorded)
+        how = "deeper" if levels > 0 else "less deep" if levels < 0 else "elsewhere"
         note += f", traced {how} below the same script line {observed.anchor.where()}"
     elif _same_function(recorded, observed):
         note += f", {abs(recorded.line - observed.line)} line(s) away in the same function"
@@ -370,13 +481,42 @@ def script_ran(observed: ScriptObservation) -> bool:
     return ran_compiled(observed.status)
 
 
+def _same_fallback(a: FallbackFrame, b: FallbackFrame) -> bool:
+    return (a.file, a.line) == (b.file, b.line) or (a.file, a.function) == (b.file, b.function)
+
+
+def _whole(fallback: FallbackFrame, observation: ScriptObservation | None) -> bool | None:
+    """Whether a fallback is the whole function (it is named where the function starts) or only the code after
+    a break in it (a resume function, named at that break's line); None when the start is not known."""
+    starts = [
+        e.line
+        for e in (observation.entries if observation else [])
+        if (e.file, e.name) == (fallback.file, fallback.function)
+    ]
+    return fallback.line in starts if starts else None
+
+
 def _fallback_notes(result: ScriptResult, recorded: ScriptObservation | None, observed: ScriptObservation) -> None:
-    # a function is known by where it starts: releases name a module's frame differently (Net / forward)
+    # once per function, so a note can never say both "no longer" and "now": a function is the same by where it
+    # starts (releases name a module's frame differently: Net / forward) or by its name in its file (one
+    # release knows where it starts, the other only the line its skip-type break is on)
     before = recorded.fallback_frames if recorded else []
-    recorded_fallbacks = {(f.file, f.line) for f in before}
-    observed_fallbacks = {(f.file, f.line) for f in observed.fallback_frames}
-    result.new_fallbacks = [f for f in observed.fallback_frames if (f.file, f.line) not in recorded_fallbacks]
-    result.cleared_fallbacks = [f for f in before if (f.file, f.line) not in observed_fallbacks]
+    result.new_fallbacks = [f for f in observed.fallback_frames if not any(_same_fallback(f, b) for b in before)]
+    result.cleared_fallbacks = [f for f in before if not any(_same_fallback(f, o) for o in observed.fallback_frames)]
+    widened: list[tuple[FallbackFrame, FallbackFrame]] = []  # (was, now): only its tail fell back, now all of it
+    narrowed: list[tuple[FallbackFrame, FallbackFrame]] = []  # the other way
+    for now in observed.fallback_frames:
+        if any((now.file, now.line) == (was.file, was.line) for was in before):
+            continue
+        was = next((was for was in before if _same_fallback(now, was)), None)
+        if was is None:
+            continue
+        whole_now, whole_was = _whole(now, observed), _whole(was, recorded)
+        if whole_now is True and whole_was is False:
+            widened.append((was, now))
+        elif whole_was is True and whole_now is False:
+            narrowed.append((was, now))
+    result.new_fallbacks += [now for _, now in widened]
     still_skipped = {f.function for f in observed.fallback_frames}
     for pairing in result.sites:
         r, o = pairing.recorded, pairing.observed
@@ -393,7 +533,16 @@ def _fallback_notes(result: ScriptResult, recorded: ScriptObservation | None, ob
     for fallback in result.cleared_fallbacks:
         result.notes.append(describe_fallback(fallback.function, "", now=False))
     for fallback in result.new_fallbacks:
-        result.notes.append(describe_fallback(fallback.function, f"{fallback.file}:{fallback.line}"))
+        note = describe_fallback(fallback.function, f"{fallback.file}:{fallback.line}")
+        tail = next((was for was, now in widened if now is fallback), None)
+        if tail is not None:
+            note += f" (before, only the code from line {tail.line} on ran eagerly)"
+        result.notes.append(note)
+    for _, now in narrowed:
+        result.notes.append(
+            f"{now.function} compiles again up to line {now.line}; only the code from there on runs eagerly "
+            f"(before, it fell back entirely)"
+        )
 
 
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<function>.+)_at_(?P<line>\d+)$")
@@ -454,10 +603,13 @@ def classify_script(
     if not ran and result.count(SiteClass.UNOBSERVED):
         n = result.count(SiteClass.UNOBSERVED)
         result.notes.append(f"{n} recorded break(s) not observed: the run stopped early ({observed.detail})")
-    invariant = break_invariant(observed)
+    script = case.pre if which is ScriptRole.PRE else case.post
+    invariant = break_invariant(observed, script.source if script else "")
     if invariant:
         result.notes.append(invariant)
-    if which is ScriptRole.PRE and result.count(SiteClass.GONE) and case.post is not None:
+    # removable only when a break went and nothing took its place: no new break, none back, no new fallback
+    worse = result.count(SiteClass.NEW) or result.count(SiteClass.REAPPEARED) or result.new_fallbacks
+    if which is ScriptRole.PRE and result.count(SiteClass.GONE) and case.post is not None and not worse:
         result.notes.append("a pre-fix break is gone upstream: the workaround may be removable")
     return result
 

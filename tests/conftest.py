@@ -108,6 +108,18 @@ def torch251_python() -> str:
     return str(runner.env.python_executable)
 
 
+@pytest.fixture(scope="session")
+def torch2141_python() -> str:
+    """An interpreter with torch 2.14.1 (a CUDA build that runs on the CPU): the managed venv, like 2.5.1's."""
+    from casekit.runners.interface import TargetSpec
+    from casekit.runners.venv import VenvRunner
+
+    runner = VenvRunner(TargetSpec(runner="venv", torch="2.14.1"))
+    runner.prepare(lambda message: print(f"  ... {message}", file=sys.stderr))
+    assert runner.env is not None
+    return str(runner.env.python_executable)
+
+
 @pytest.fixture(autouse=True)
 def _bundles_written_by_tests_are_portable(request: pytest.FixtureRequest):
     """Every valid bundle a test leaves in its tmp_path holds no absolute path of this machine.

@@ -142,9 +142,7 @@ def test_golden_replay_text_with_an_error_a_warning_and_a_failed_target(tmp_path
 
     store = captured_archive(tmp_path / "cases")
     targets = {
-        "t-2.13.0": Target(
-            "2.13.0", serve_as={"deepcopy_state": "breaks"}
-        ),  # a broken fix (error), moved breaks (warn)
+        "t-2.13.0": Target("2.13.0", serve_as={"deepcopy_state": "breaks"}),  # a broken fix (error), a new break (warn)
         "t-broken": Target("2.13.0", prepare_error="no torch 9.9 wheel for cp311 on the index"),
     }
     _, factory, _ = recorded_targets(targets)
