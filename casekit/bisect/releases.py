@@ -36,6 +36,7 @@ from casekit.errors import BisectError
 from casekit.model import Case, ScriptRole, ScriptStatus
 from casekit.replay.run import ReplayOptions, TargetRun, run_target
 from casekit.runners import registry
+from casekit.runners.dynamo import variant_suffix
 from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec
 
 RunTarget = Callable[[TargetSpec, list[Case], ReplayOptions, RunnerFactory, ProgressFn], TargetRun]
@@ -62,6 +63,7 @@ class ReleaseBisect:
     ahead: Ahead = field(default_factory=lambda: Ahead(limit=0))  # envs built in the background ahead of need
     # pins installed beside torch (a shared bisection pins all its cases' libraries)
     extra_packages: tuple[str, ...] = ()
+    dynamo: tuple[tuple[str, str], ...] = ()  # --dynamo NAME=VALUE, set in every run of every release
 
     def spec(self, version: str) -> TargetSpec:
         return registry.target_spec(
@@ -71,11 +73,13 @@ class ReleaseBisect:
             cuda=self.cuda,
             index_url=self.index_url,
             extra_packages=self.extra_packages,
+            dynamo=self.dynamo,
         )
 
     def target_key(self, version: str) -> str:
         spec = self.spec(version)
-        return version_target_key(self.runner, version, python=spec.python, cuda=self.cuda, host=spec.host)
+        key = version_target_key(self.runner, version, python=spec.python, cuda=self.cuda, host=spec.host)
+        return key + variant_suffix(self.dynamo, ())  # other settings: another result in the cache
 
     def check_runner(self) -> None:
         """BisectError before any run: a runner of interpreters with none given."""

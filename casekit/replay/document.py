@@ -123,6 +123,10 @@ class TargetEntry:
     warnings: list[str] = field(default_factory=list)
     seconds: float | None = None
     import_s: float | None = None
+    # the Dynamo settings that change break shape, as this release has them: name -> {"value", "default"}
+    # ("set": true for those the replay set); None: not recorded (a probe before casekit recorded them)
+    dynamo: dict[str, dict[str, Any]] | None = None
+    libraries: dict[str, str] = field(default_factory=dict)  # what the scripts imported: dist -> version
 
 
 @dataclass
@@ -289,6 +293,8 @@ def target_entry(run: TargetRun) -> TargetEntry:
         warnings=list(run.warnings),
         seconds=round(run.seconds, 2),
         import_s=run.import_s,
+        dynamo=run.environment.get("dynamo_settings"),
+        libraries=run.libraries(),
     )
 
 
@@ -462,6 +468,8 @@ def _target_entry(data: dict[str, Any]) -> TargetEntry:
         warnings=list(data.get("warnings") or []),
         seconds=data.get("seconds"),
         import_s=data.get("import_s"),
+        dynamo=data.get("dynamo"),
+        libraries=dict(data.get("libraries") or {}),
     )
 
 

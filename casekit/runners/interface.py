@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from casekit.errors import RunnerError
 from casekit.model import IncludedFile
+from casekit.runners.dynamo import config_of, variant_suffix
 
 PROBE_PATH = Path(__file__).resolve().parent.parent / "probe.py"
 
@@ -38,6 +39,8 @@ class TargetSpec:
     extra_packages: tuple[str, ...] = ()  # "name==version" pins installed beside torch
     options: tuple[tuple[str, str], ...] = ()  # runner-specific relaxations (--allow KEY=VALUE)
     host: str | None = None  # where the target runs when not this machine (a remote engine); None = here
+    dynamo: tuple[tuple[str, str], ...] = ()  # torch._dynamo.config NAME=VALUE set in every run (--dynamo)
+    packages: tuple[str, ...] = ()  # library pins given for this target (--package): they replace the cases'
 
 
 class VersionSource(enum.Enum):
@@ -60,9 +63,10 @@ class ProbeJob:
     allow_network: bool = False
     argv: tuple[str, ...] = ()
     includes: tuple[IncludedFile, ...] = ()  # laid out beside the script (relative paths)
+    dynamo_config: tuple[tuple[str, str], ...] = ()  # the target's --dynamo settings, set before each run
 
     def to_request(self, script_path: str) -> dict[str, object]:
-        return {
+        request: dict[str, object] = {
             "id": self.id,
             "script": script_path,
             "modes": list(self.modes),
@@ -72,6 +76,9 @@ class ProbeJob:
             "allow_network": self.allow_network,
             "argv": list(self.argv),
         }
+        if self.dynamo_config:
+            request["dynamo_config"] = config_of(self.dynamo_config)
+        return request
 
 
 @dataclass
@@ -139,7 +146,10 @@ class Runner(abc.ABC):
 
     def describe(self) -> dict[str, object]:
         """Runner facts for the environment record (image id, venv path...)."""
-        return {"runner": self.name, "label": self.label_of(self.spec)}
+        return {
+            "runner": self.name,
+            "label": self.label_of(self.spec) + variant_suffix(self.spec.dynamo, self.spec.packages),
+        }
 
     # ------------------------------------------------------------ facts, asked before a runner exists
 
@@ -170,7 +180,7 @@ class Runner(abc.ABC):
         `say_runner` False leaves out `--runner NAME` (for the runner `--torch` gets by default)."""
         flags = ["--torch", spec.torch or "latest", *(["--runner", spec.runner] if say_runner else [])]
         flags += ["--cuda", spec.cuda] if spec.cuda else []
-        return flags + (["--index-url", spec.index_url] if spec.index_url else [])
+        return flags + (["--index-url", spec.index_url] if spec.index_url else []) + variant_flags(spec)
 
     @classmethod
     def free_build_bytes(cls) -> int | None:
@@ -200,3 +210,9 @@ def allow_options(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
             raise RunnerError(f"--allow takes KEY=VALUE, not {item!r}")
         options.append((key, value))
     return tuple(options)
+
+
+def variant_flags(spec: TargetSpec) -> list[str]:
+    """The flags that give a target its own Dynamo settings and pins again (a bisection's "reproduce with")."""
+    flags = [flag for name, value in spec.dynamo for flag in ("--dynamo", f"{name}={value}")]
+    return flags + [flag for pin in spec.packages for flag in ("--package", pin)]
