@@ -147,7 +147,11 @@ def fresh_from_run(run: TargetRun, case_id: str, version: str) -> Fresh:
     if result is None:
         return Fresh(unknown_record("the replay returned no result"))
     scripts = result.scripts
-    failed = [f"{w}: {s.observation.detail}" for w, s in scripts.items() if s.status is ScriptStatus.ENV_FAILED]
+    failed = [
+        f"{w}: {s.observation.detail}"
+        for w, s in scripts.items()
+        if s.status in (ScriptStatus.ENV_FAILED, ScriptStatus.UNOBSERVED)  # neither says what this release does
+    ]
     if failed:
         return Fresh(unknown_record("environment failed: " + "; ".join(failed)))
     torch = str(run.environment.get("torch") or version)

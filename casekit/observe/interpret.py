@@ -456,7 +456,12 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
     )
     eager_failure = _run_failure(eager) if eager else None
     compiled_failure = _run_failure(compiled) if compiled else "no compiled run"
-    if eager_failure:
+    lacks = _lacks(eager)
+    if eager_failure and lacks:  # the script uses what this release lacks: nothing about it can be observed
+        observation.status = ScriptStatus.UNOBSERVED
+        observation.detail = f"this release lacks {lacks}"
+        observation.error = _error_info(eager or {}, namer)
+    elif eager_failure:
         observation.status = ScriptStatus.TIMEOUT if eager.get("status") == "timeout" else ScriptStatus.EAGER_FAILED  # type: ignore[union-attr]
         observation.detail = "eager baseline: " + eager_failure
         observation.error = _error_info(eager or {}, namer)
@@ -488,6 +493,13 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
     if observation.fullgraph:
         observation.fullgraph.message = namer.scrub(observation.fullgraph.message)
     return observation
+
+
+def _lacks(run: dict[str, Any] | None) -> str | None:
+    """The dotted name the probe found missing in the exception that ended a run (its `lacks`), or None."""
+    exception = (run or {}).get("exception") if (run or {}).get("status") == "raised" else None
+    lacks = exception.get("lacks") if isinstance(exception, dict) else None
+    return lacks if isinstance(lacks, str) and re.fullmatch(r"[\w.]{1,300}", lacks) else None
 
 
 def break_invariant(observation: ScriptObservation) -> str | None:

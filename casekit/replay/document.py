@@ -63,6 +63,8 @@ class SiteEntry:
     observed: SideEntry | None
     recorded: SideEntry | None
     note: str
+    axis: str = ""  # what changed it, when the replay could tell: "torch", "library X", "setting X"
+    cause: str = ""  # that in words: "gone with nested_graph_breaks=True; persists with it False (...)"
 
     @property
     def side(self) -> SideEntry:
@@ -202,6 +204,8 @@ def _result_json(result: ResultEntry) -> dict[str, Any]:
                     "observed": _side_json(site.observed),
                     "recorded": _side_json(site.recorded),
                     "note": site.note,
+                    **({"axis": site.axis} if site.axis else {}),
+                    **({"cause": site.cause} if site.cause else {}),
                 }
                 for site in script.sites
             ],
@@ -263,7 +267,10 @@ def result_entry(result: CaseResult) -> ResultEntry:
             fallback_frames=[f"{f.function} ({f.file}:{f.line})" for f in observation.fallback_frames],
             recompiles=len(observation.recompiles),
             recompiles_recorded=script.recompiles_before,
-            sites=[SiteEntry(p.site_class, _side(p.observed), _side(p.recorded), p.note) for p in script.sites],
+            sites=[
+                SiteEntry(p.site_class, _side(p.observed), _side(p.recorded), p.note, p.axis, p.cause)
+                for p in script.sites
+            ],
             notes=list(script.notes),
         )
     rollback = result.rollback
@@ -424,6 +431,8 @@ def _script_entry(data: dict[str, Any], origin: Path | str, where: str) -> Scrip
                 _side_entry(site["observed"]),
                 _side_entry(site["recorded"]),
                 site["note"],
+                site.get("axis", ""),
+                site.get("cause", ""),
             )
             for j, site in enumerate(data["sites"])
         ],

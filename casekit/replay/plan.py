@@ -368,7 +368,7 @@ def message_words(verdict: Verdict) -> str | None:
             return "regressed"
         case Verdict.ENV_FAILED:
             return "env failed"
-        case Verdict.CHANGED | Verdict.IMPROVED | Verdict.UNCHANGED:
+        case Verdict.CHANGED | Verdict.IMPROVED | Verdict.UNCHANGED | Verdict.UNOBSERVED:
             return None
         case _:
             assert_never(verdict)

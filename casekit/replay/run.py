@@ -22,7 +22,7 @@ from typing import Any
 from casekit import settings
 from casekit.archive.store import Archive
 from casekit.bundle import check_case_id
-from casekit.classify import CaseResult, classify_case, site_key
+from casekit.classify import Axes, CaseResult, attribute_changes, classify_case, recorded_axes, settings_axes, site_key
 from casekit.errors import CasekitError, ScriptNameError
 from casekit.includes import check_script_name
 from casekit.model import (
@@ -411,4 +411,28 @@ def replay(
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for future in [pool.submit(one, i) for i in range(len(specs))]:
                 future.result()
-    return ReplayReport([run for run in runs if run is not None])
+    report = ReplayReport([run for run in runs if run is not None])
+    attribute(cases, report)
+    return report
+
+
+def result_axes(run: TargetRun, result: CaseResult) -> Axes:
+    """What the case ran on in this target: its torch, the libraries its scripts imported, the settings."""
+    libraries: dict[str, str] = {}
+    for script in result.scripts.values():
+        libraries.update({d: v for d, v in script.observation.packages.items() if d.lower() != "torch"})
+    return Axes(run.environment.get("torch"), libraries, settings_axes(run.environment.get("dynamo_settings")))
+
+
+def attribute(cases: list[Case], report: ReplayReport) -> None:
+    """Per case, over every target that ran: which axis (torch, a library, a Dynamo setting) changed each break."""
+    for case in cases:
+        runs = [
+            (run.label, result_axes(run, result), result)
+            for run in report.targets
+            if not run.error
+            for result in run.results
+            if result.case_id == case.id
+        ]
+        if runs:
+            attribute_changes(recorded_axes(case), runs)
