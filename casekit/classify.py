@@ -715,7 +715,7 @@ def _attribute(
             del left[between[0].axis]
             continue
         difference = left[between[0].axis]
-        shown = there.value if there is not None else "absent"
+        shown = there.value if there is not None else "not there"
         contrast = f"; {shown} {_with(between[0], between[0].before)} ({other})"
         left = {difference.axis: difference}
         break

@@ -39,6 +39,7 @@ import stat as stat_module  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
+import warnings  # noqa: E402
 
 PROBE_SCHEMA = "casekit.probe/1"
 REQUEST_SCHEMA = "casekit.probe-request/1"
@@ -390,8 +391,8 @@ def _config_entries(config):
     """name -> (default, alias or None) for every setting of a Dynamo config module, from its own tables
     (2.6+ keeps _ConfigEntry objects in `_config`; 2.5 keeps `_default` and `_allowed_keys`)."""
     entries = {}
-    table = getattr(config, "_config", None)
-    if isinstance(table, dict):
+    table = getattr(config, "_config", None)  # before 2.6 it holds the current values, not entries
+    if isinstance(table, dict) and table and all(hasattr(entry, "default") for entry in table.values()):
         for name, entry in table.items():
             entries[name] = (getattr(entry, "default", None), getattr(entry, "alias", None))
         return entries
@@ -438,7 +439,9 @@ def dynamo_settings(torch, config_asked=None):
             target = str(alias).rsplit(".", 1)[-1]
             default = entries.get(target, (default, None))[0]
         try:
-            value = getattr(config, str(alias).rsplit(".", 1)[-1] if alias else name)
+            with warnings.catch_warnings():  # a deprecated setting warns when read: the record is not the user's
+                warnings.simplefilter("ignore")
+                value = getattr(config, str(alias).rsplit(".", 1)[-1] if alias else name)
         except Exception:
             value = default
         settings[name] = {"value": _plain(value), "default": _plain(default)}
