@@ -670,11 +670,13 @@ def attribute_changes(recorded: Axes, runs: list[tuple[str, Axes, CaseResult]]) 
     `runs`: (target label, its axes, the case's result there), every target of one replay. A target
     that differs from the recording on one axis only names it. Otherwise a target of the same replay
     that differs from this one on one axis only tells: where the break did not change there, that axis
-    changed it ("gone with nested_graph_breaks=True; persists with it False"); where it changed alike,
-    that axis did not. What stays ambiguous names every axis still in question."""
+    changed it ("gone on torch 2.13.0; persists on torch 2.12.1 (venv:torch-2.12.1+mylib==2.0)");
+    where it changed alike, that axis did not. What stays ambiguous names every axis still in question.
+    (A sharded replay sees only its shard's targets: the single-axis answer is the same in any shard.)"""
     classes = {label: _classes(result) for label, _, result in runs}
     for label, axes, result in runs:
         candidates = axes_differences(recorded, axes)
+        values = {c.axis: f"{c.before} -> {c.after}" for c in candidates}
         named: Counter[tuple[ScriptRole, str]] = Counter()
         for which, script in result.scripts.items():
             for pairing in script.sites:
@@ -685,7 +687,8 @@ def attribute_changes(recorded: Axes, runs: list[tuple[str, Axes, CaseResult]]) 
                 if axis:
                     named[(which, axis)] += 1
         for (which, axis), n in sorted(named.items()):
-            result.reasons.append(f"{result.scripts[which].label}: {n} changed break(s) changed by {axis}")
+            said = f"{axis} {values[axis]}" if axis in values else axis
+            result.reasons.append(f"{result.scripts[which].label}: {n} break change(s) coincide with {said}")
 
 
 def _attribute(
@@ -701,6 +704,10 @@ def _attribute(
     what = pairing.site_class.value
     if not candidates:
         return "", f"{what} with nothing differing from the recording (torch, libraries, Dynamo settings)"
+    if len(candidates) == 1:  # the one thing that differs from the recording (the same answer in any shard)
+        (difference,) = candidates
+        recorded_as = _with(difference, difference.before).split(" ", 1)[1]
+        return difference.axis, f"{what} {_with(difference, difference.after)}; recorded {recorded_as}"
     identity = _identity(which, pairing)
     left = {c.axis: c for c in candidates}
     contrast = ""
@@ -721,7 +728,7 @@ def _attribute(
         break
     if len(left) == 1:
         difference = next(iter(left.values()))
-        told = contrast or f" (recorded {_with(difference, difference.before).split(' ', 1)[1]})"
+        told = contrast or f"; recorded {_with(difference, difference.before).split(' ', 1)[1]}"
         return difference.axis, f"{what} {_with(difference, difference.after)}{told}"
     if not left:
         return "", f"{what} on every target of this replay alike: not one of the axes they vary"

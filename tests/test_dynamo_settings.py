@@ -26,7 +26,7 @@ from tests.conftest import ROOT, run_casekit
 
 torch = pytest.importorskip("torch")
 
-NESTED = '''import torch
+NESTED = """import torch
 
 def inner(x):
     y = x * 2
@@ -41,7 +41,7 @@ def outer(x):
     return middle(x.sin()).cos()
 
 outer(torch.ones(3))
-'''
+"""
 
 
 # ------------------------------------------------------------------ the probe, on torch 2.13 itself
@@ -94,7 +94,9 @@ def test_the_probe_records_the_shape_settings_with_their_defaults():
 def test_the_probe_refuses_a_name_or_a_value_this_release_lacks():
     assert probe.check_dynamo_config(torch, {"nested_graph_breaks": True}) is None
     why = probe.check_dynamo_config(torch, {"nested_graph_breakz": True})
-    assert why.startswith(f"torch {torch.__version__} lacks the Dynamo setting torch._dynamo.config.nested_graph_breakz")
+    assert why.startswith(
+        f"torch {torch.__version__} lacks the Dynamo setting torch._dynamo.config.nested_graph_breakz"
+    )
     assert "nested_graph_breaks" in why  # the close name it has
     assert "takes True or False" in probe.check_dynamo_config(torch, {"nested_graph_breaks": 3})
 
@@ -156,10 +158,21 @@ def test_nested_graph_breaks_preview_names_the_setting_for_every_change(tmp_path
     script = tmp_path / "nested.py"
     script.write_text(NESTED)
     captured = run_casekit(
-        "capture", str(script), "--archive", str(archive), "--id", "nested-print", "--title", "print deep", "--waive", "fix"
+        "capture",
+        str(script),
+        "--archive",
+        str(archive),
+        "--id",
+        "nested-print",
+        "--title",
+        "print deep",
+        "--waive",
+        "fix",
     )
     assert captured.returncode == 0, captured.stderr[-2000:]
-    done, document = _replay_json(tmp_path, archive, "--python", sys.executable, "--vary-dynamo", "nested_graph_breaks=True")
+    done, document = _replay_json(
+        tmp_path, archive, "--python", sys.executable, "--vary-dynamo", "nested_graph_breaks=True"
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     off, on = sorted(document["targets"], key=lambda target: "+" in target["label"])
     assert on["dynamo"]["nested_graph_breaks"] == {"value": True, "default": False, "set": True}
@@ -174,10 +187,10 @@ def test_nested_graph_breaks_preview_names_the_setting_for_every_change(tmp_path
     assert changed, "metrics-disable changes with nested graph breaks on (2.13.0)"
     for site in changed:
         assert site["axis"] == "setting nested_graph_breaks"
-        assert "with nested_graph_breaks=True; " in site["cause"]
-        assert "with nested_graph_breaks=False" in site["cause"]
+        assert site["cause"].endswith(" with nested_graph_breaks=True; recorded nested_graph_breaks=False")
     assert all(s["class"] == "persists" for s in _sites(document, "metrics-disable", sys.executable))
     assert "changed by setting nested_graph_breaks: " in done.stdout + done.stderr
+    assert "pre: 1 break change(s) coincide with setting nested_graph_breaks False -> True" in done.stdout + done.stderr
     assert "Dynamo nested_graph_breaks=True (defaults otherwise)" in done.stdout + done.stderr
 
 
@@ -260,3 +273,46 @@ def test_a_library_change_with_torch_fixed_is_named_as_the_librarys(tmp_path):
     assert site["class"] == "new"
     assert site["axis"] == "library brklib"
     assert site["cause"].startswith("new with brklib 2.0")
+
+
+# ------------------------------------------------------------------- API drift, on torch 2.5.1
+
+
+DRIFT = {
+    "new-config-name": "torch._dynamo.config.recompile_limit = 4  # cache_size_limit before 2.7\n",
+    "new-stance-api": "torch.compiler.set_stance('default')  # 2.6+\n",
+}
+
+
+def test_a_script_using_what_the_release_lacks_is_unobserved_not_regressed(tmp_path, torch251_python):
+    """Captured on 2.13, replayed on 2.5.1: each script names the one thing 2.5.1 lacks; and the twin
+    asking 2.5.1 for nested graph breaks is refused in one line."""
+    archive = tmp_path / "cases"
+    for case_id, line in DRIFT.items():
+        script = tmp_path / f"{case_id}.py"
+        script.write_text(
+            "import torch\n"
+            + line
+            + "\n\n@torch.compile(backend='eager')\ndef f(x):\n    return x.sin() + 1\n\n\nf(torch.ones(3))\n"
+        )
+        captured = run_casekit(
+            "capture", str(script), "--archive", str(archive), "--id", case_id, "--title", case_id, "--waive", "fix"
+        )
+        assert captured.returncode == 0, captured.stderr[-2000:]
+    done, document = _replay_json(
+        tmp_path, archive, "--python", torch251_python, "--vary-dynamo", "nested_graph_breaks=True"
+    )
+    plain, twin = sorted(document["targets"], key=lambda target: "+" in target["label"])
+    assert plain["error"] is None and plain["torch"].startswith("2.5.1")
+    assert "nested_graph_breaks" not in plain["dynamo"] and plain["dynamo"]["cache_size_limit"]["default"] == 8
+    assert twin["error"].endswith("lacks the Dynamo setting torch._dynamo.config.nested_graph_breaks")
+    lacks = {"new-config-name": "torch._dynamo.config.recompile_limit", "new-stance-api": "torch.compiler.set_stance"}
+    for result in document["results"]:
+        if result["target"] != plain["label"]:
+            continue
+        assert (result["verdict"], result["severity"]) == ("unobserved", "info")
+        pre = result["scripts"]["pre"]
+        assert pre["status"] == "unobserved"
+        assert pre["detail"] == f"this release lacks {lacks[result['case']]}"
+        assert result["reasons"] == [f"pre: unobserved: this release lacks {lacks[result['case']]}"]
+    assert done.returncode == 2  # the refused twin, not the verdicts

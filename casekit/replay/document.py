@@ -158,7 +158,7 @@ class ReplayDocument:
         """The document as JSON data (enums as their string values), in the order casekit writes it."""
         data: dict[str, Any] = {
             "schema": REPLAY_SCHEMA,
-            "targets": [dataclasses.asdict(target) for target in self.targets],
+            "targets": [_target_json(target) for target in self.targets],
             "results": [_result_json(result) for result in self.results],
         }
         if self.shard is not None:
@@ -181,6 +181,15 @@ class ReplayDocument:
     def failed_targets(self) -> list[TargetEntry]:
         """Targets whose environment never ran: the document says nothing about their cases."""
         return [target for target in self.targets if target.error]
+
+
+def _target_json(target: TargetEntry) -> dict[str, Any]:
+    """A target as JSON; what a probe before settings were recorded did not say is left out, not null."""
+    data = dataclasses.asdict(target)
+    for key in ("dynamo", "libraries"):
+        if not data[key]:
+            del data[key]
+    return data
 
 
 def _side_json(side: SideEntry | None) -> dict[str, Any] | None:
