@@ -686,9 +686,28 @@ def attribute_changes(recorded: Axes, runs: list[tuple[str, Axes, CaseResult]]) 
                 pairing.axis, pairing.cause = axis, cause
                 if axis:
                     named[(which, axis)] += 1
+        if len(candidates) == 1:  # the one difference: every change of a script coincides with it
+            only = candidates[0]
+            for script in result.scripts.values():
+                if _script_changed(script):
+                    result.reasons.append(
+                        f"{script.label}: its changes coincide with {only.axis} {values[only.axis]}, "
+                        "the only difference from the recording"
+                    )
+            continue
         for (which, axis), n in sorted(named.items()):
             said = f"{axis} {values[axis]}" if axis in values else axis
             result.reasons.append(f"{result.scripts[which].label}: {n} break change(s) coincide with {said}")
+
+
+def _script_changed(script: ScriptResult) -> bool:
+    """Whether anything a verdict reads changed: a break, the recompiles, a fallback, the status."""
+    return (
+        any(p.site_class in CHANGED_CLASSES for p in script.sites)
+        or script.recompiles_after != script.recompiles_before
+        or bool(script.new_fallbacks or script.cleared_fallbacks)
+        or (script.recorded_status is not None and script.status is not script.recorded_status)
+    )
 
 
 def _attribute(

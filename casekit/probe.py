@@ -517,6 +517,7 @@ _NO_ATTRIBUTE = re.compile(r"^module '(?P<owner>[\w.]+)' has no attribute '(?P<n
 _DOES_NOT_EXIST = re.compile(r"^(?P<owner>[\w.]+)\.(?P<name>\w+) does not exist")  # a config module's setattr
 _CANNOT_IMPORT = re.compile(r"^cannot import name '(?P<name>\w+)' from '(?P<owner>[\w.]+)'")
 _NO_MODULE = re.compile(r"^No module named '(?P<owner>[\w.]+)\.(?P<name>\w+)'")
+_NO_STANCE = re.compile(r"^invalid torch\.compile stance '.*?stance='(?P<name>\w+)'")  # raised when compiling
 
 
 def missing_api(error):
@@ -525,6 +526,9 @@ def missing_api(error):
     From the real exception: an AttributeError on a module (torch.compiler, torch._dynamo.config, a
     library's module), a name that cannot be imported from one, a submodule that does not exist, where
     that module belongs to torch or an installed distribution (never the script's own modules)."""
+    stance = _NO_STANCE.match(str(error)) if isinstance(error, RuntimeError) else None
+    if stance:
+        return f"the compiler stance {stance['name']!r}"
     if not isinstance(error, (AttributeError, ImportError)):
         return None
     owner = name = None
