@@ -202,6 +202,11 @@ def test_nested_graph_breaks_preview_names_the_setting_for_every_change(tmp_path
     said = "pre: its changes coincide with setting nested_graph_breaks False -> True, the only difference from the recording"
     assert said in done.stdout + done.stderr
     assert "Dynamo nested_graph_breaks=True (defaults otherwise)" in done.stdout + done.stderr
+    for form in ("md", "json"):  # every report format says it too
+        report = run_casekit(
+            "report", "--results", str(tmp_path / "replay.json"), "--archive", str(archive), "-f", form, "--out", "-"
+        )
+        assert "changed by setting nested_graph_breaks: new with nested_graph_breaks=True" in report.stdout, form
 
 
 def test_a_setting_the_release_lacks_fails_the_target_in_one_line(tmp_path):
@@ -337,3 +342,25 @@ def test_bisect_sets_the_setting_on_every_release_and_keeps_its_results_apart():
     assert config.target_key("2.13.0") == plain.target_key("2.13.0") + "+nested_graph_breaks=True"
     with pytest.raises(CasekitError, match="--dynamo takes NAME=VALUE"):
         BisectRequest("2.5.1", "2.13.0", case_ids=("c",), dynamo=("nested_graph_breaks",))
+
+
+def test_a_package_pin_replaces_the_cases_pin_and_the_setting_reaches_every_job(tmp_path):
+    """Managed targets: --package / --vary-package replace the pin the cases recorded (one version of a
+    library per env); --dynamo travels in each job's request. Through the replay core, with recorded
+    probe results served at the runner interface (the venv build itself is tested in test_runner_venv)."""
+    from casekit.bundle import load_case
+    from casekit.replay.run import ReplayOptions, run_target
+    from tests.fakes import RecordedRunner, Target
+
+    case = load_case(ROOT / "cases" / "module-break.toml")
+    case.environment["packages"] = {"mylib": "1.0", "other": "3.1"}
+    specs = TargetChoice(
+        torches=("2.13.0",), dynamo=("nested_graph_breaks=True",), vary_packages=("mylib==2.0",)
+    ).specs()
+    log: list = []
+    runs = [
+        run_target(spec, [case], ReplayOptions(record=False), lambda s: RecordedRunner(s, Target("2.13.0"), log), print)
+        for spec in specs
+    ]
+    assert [r.spec.extra_packages for r in runs] == [("mylib==1.0", "other==3.1"), ("other==3.1", "mylib==2.0")]
+    assert all(job.to_request("x")["dynamo_config"] == {"nested_graph_breaks": True} for _, job in log)
