@@ -364,3 +364,13 @@ def test_a_package_pin_replaces_the_cases_pin_and_the_setting_reaches_every_job(
     ]
     assert [r.spec.extra_packages for r in runs] == [("mylib==1.0", "other==3.1"), ("other==3.1", "mylib==2.0")]
     assert all(job.to_request("x")["dynamo_config"] == {"nested_graph_breaks": True} for _, job in log)
+
+
+def test_a_scheduled_job_gets_the_settings_so_it_cuts_the_same_matrix():
+    from casekit.schedule.emit import replay_flags
+
+    choice = TargetChoice(
+        torches=("2.13",), dynamo=("capture_scalar_outputs=True",), vary_dynamo=("nested_graph_breaks=True",)
+    )
+    flags = replay_flags(choice)
+    assert flags[-4:] == ["--dynamo", "capture_scalar_outputs=True", "--vary-dynamo", "nested_graph_breaks=True"]
