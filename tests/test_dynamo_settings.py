@@ -374,3 +374,21 @@ def test_a_scheduled_job_gets_the_settings_so_it_cuts_the_same_matrix():
     )
     flags = replay_flags(choice)
     assert flags[-4:] == ["--dynamo", "capture_scalar_outputs=True", "--vary-dynamo", "nested_graph_breaks=True"]
+
+
+def test_on_torch_2_5_1_the_probe_reads_the_older_config_tables(torch251_python):
+    """2.5's config module keeps current values in `_config` and defaults in `_default`; no stances yet."""
+    code = (
+        "import json, sys, torch; sys.path.insert(0, sys.argv[1]); import probe; "
+        "print(json.dumps([probe.dynamo_settings(torch), probe.check_dynamo_config(torch, {'recompile_limit': 4})]))"
+    )
+    done = subprocess.run(
+        [torch251_python, "-c", code, str(ROOT / "casekit")], capture_output=True, text=True, timeout=300, check=True
+    )
+    settings, refused = json.loads(done.stdout.strip().splitlines()[-1])
+    assert settings["cache_size_limit"] == {"value": 8, "default": 8}
+    assert settings["capture_scalar_outputs"] == {"value": False, "default": False}
+    assert "nested_graph_breaks" not in settings and "stance" not in settings and "recompile_limit" not in settings
+    assert (
+        refused.startswith("torch 2.5.1") and "lacks the Dynamo setting torch._dynamo.config.recompile_limit" in refused
+    )
