@@ -147,7 +147,7 @@ def _run_gates(which: ScriptRole, observation: ScriptObservation) -> list[GateFa
     status = observation.status
     if status is ScriptStatus.TIMEOUT:
         return [GateFailure(Gate.TIMEOUT, which, observation.detail or "a run timed out", _TIMEOUT_ADVICE)]
-    if status in (ScriptStatus.EAGER_FAILED, ScriptStatus.ENV_FAILED):
+    if status in (ScriptStatus.EAGER_FAILED, ScriptStatus.ENV_FAILED, ScriptStatus.UNOBSERVED):
         return [GateFailure(Gate.EAGER, which, f"the eager run failed: {_last_line(observation)}", _EAGER_ADVICE)]
     called = sum(entry.calls for entry in observation.entries) or len(observation.calls)
     if not called:

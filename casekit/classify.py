@@ -8,6 +8,7 @@ severity (error = functional, warn = performance, info = nothing to act on).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import assert_never
@@ -35,7 +36,7 @@ from casekit.pysource import defined_names, normalized_statement, used_names
 def functional_failure(status: ScriptStatus) -> bool:
     """Whether a script status is a functional failure (error level): anything but a clean run."""
     match status:
-        case ScriptStatus.OK:
+        case ScriptStatus.OK | ScriptStatus.UNOBSERVED:  # unobserved: the release lacks what the script uses
             return False
         case (
             ScriptStatus.EAGER_FAILED
@@ -61,6 +62,7 @@ def ran_compiled(status: ScriptStatus) -> bool:
             | ScriptStatus.TIMEOUT
             | ScriptStatus.CRASHED
             | ScriptStatus.ENV_FAILED
+            | ScriptStatus.UNOBSERVED
         ):
             return False
         case _:
@@ -70,7 +72,7 @@ def ran_compiled(status: ScriptStatus) -> bool:
 def ran_eager(status: ScriptStatus) -> bool:
     """Whether the eager baseline ran (the environment worked and the script itself runs without compile)."""
     match status:
-        case ScriptStatus.EAGER_FAILED | ScriptStatus.ENV_FAILED:
+        case ScriptStatus.EAGER_FAILED | ScriptStatus.ENV_FAILED | ScriptStatus.UNOBSERVED:
             return False
         case (
             ScriptStatus.OK
@@ -92,6 +94,8 @@ class SitePairing:
     observed: Site | None
     recorded: Site | None
     note: str = ""
+    axis: str = ""  # what changed it, when a replay can tell (see attribute_changes): "torch", "library X", ...
+    cause: str = ""  # that, in words: "gone with nested_graph_breaks=True; persists with it False on ..."
 
     @property
     def site(self) -> Site:
@@ -624,7 +628,9 @@ def post_fix_broken(post: ScriptResult | None, pre: ScriptResult | None = None) 
         # changed: a torch.cond fix that no longer runs even eagerly).
         pre_ran = pre is not None and ran_eager(pre.status)
         unchanged = post.status == post.recorded_status  # it failed so at capture too: nothing new about the fix
-        if not pre_ran or unchanged or post.not_run.pinned or post.status is ScriptStatus.ENV_FAILED:
+        if not pre_ran or unchanged or post.not_run.pinned:
+            return None
+        if post.status in (ScriptStatus.ENV_FAILED, ScriptStatus.UNOBSERVED):  # the target's doing, not the fix's
             return None
         return f"post-fix {post.status.value}: {post.observation.detail}"
     if (
@@ -658,6 +664,9 @@ def judge(case: Case, target: str, scripts: dict[ScriptRole, ScriptResult]) -> C
 
     for result in scripts.values():
         which = result.label
+        if result.status is ScriptStatus.UNOBSERVED:  # the release lacks what the script uses: not a regression
+            raise_to(Severity.INFO, Verdict.UNOBSERVED, f"{which}: unobserved: {result.observation.detail}")
+            continue
         if result.status is ScriptStatus.ENV_FAILED:
             raise_to(Severity.ERROR, Verdict.ENV_FAILED, f"{which}: environment failed: {result.observation.detail}")
             if result.not_run:
@@ -713,3 +722,186 @@ def classify_case(
         which: classify_script(case, which, obs, target, (names or {}).get(which, "")) for which, obs in roles.items()
     }
     return judge(case, target, scripts)
+
+
+# ------------------------------------------------------------ whose change it was: torch, a library, a setting
+
+CHANGED_CLASSES = (SiteClass.MOVED, SiteClass.GONE, SiteClass.NEW, SiteClass.REAPPEARED)
+
+
+@dataclass(frozen=True)
+class Axes:
+    """What a run depends on besides its scripts: the torch release, the libraries the scripts
+    imported, and the Dynamo settings that change break shape (name -> (value, default))."""
+
+    torch: str | None
+    libraries: Mapping[str, str] = field(default_factory=dict)
+    dynamo: Mapping[str, tuple[object, object]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One axis on which two runs differ: its name ("torch", "library X", "setting X") and both values."""
+
+    axis: str
+    name: str  # the thing itself: "torch", the distribution, the setting
+    before: object
+    after: object
+
+
+def _release(torch: str | None) -> str | None:
+    return torch.split("+", 1)[0] if torch else None
+
+
+def axes_differences(before: Axes, after: Axes) -> list[Difference]:
+    """Where `after` differs from `before`. A side that did not record a setting (a bundle captured
+    before casekit recorded them) is taken at the other side's default; a library one side did not
+    import is not compared."""
+    found = []
+    if _release(before.torch) and _release(after.torch) and _release(before.torch) != _release(after.torch):
+        found.append(Difference("torch", "torch", _release(before.torch), _release(after.torch)))
+    for dist in sorted(set(before.libraries) & set(after.libraries)):
+        if before.libraries[dist] != after.libraries[dist]:
+            found.append(Difference(f"library {dist}", dist, before.libraries[dist], after.libraries[dist]))
+    for name in sorted(set(before.dynamo) | set(after.dynamo)):
+        value_a, default_a = before.dynamo.get(name, after.dynamo.get(name, (None, None)))
+        value_b, default_b = after.dynamo.get(name, before.dynamo.get(name, (None, None)))
+        if name not in before.dynamo:
+            value_a = default_b
+        if name not in after.dynamo:
+            value_b = default_a
+        if value_a != value_b:
+            found.append(Difference(f"setting {name}", name, value_a, value_b))
+    return found
+
+
+def recorded_axes(case: Case) -> Axes:
+    """The axes a case was captured on, from its environment record."""
+    env = case.environment
+    libraries = {d: str(v) for d, v in (env.get("packages") or {}).items() if str(d).lower() != "torch"}
+    for observation in case.observations.values():
+        libraries.update({d: v for d, v in observation.packages.items() if d.lower() != "torch"})
+    return Axes(env.get("torch"), libraries, settings_axes(env.get("dynamo_settings")))
+
+
+def settings_axes(settings: object) -> dict[str, tuple[object, object]]:
+    """The probe's dynamo_settings record as name -> (value, default); {} when there is none."""
+    if not isinstance(settings, Mapping):
+        return {}
+    return {
+        str(name): (entry.get("value"), entry.get("default"))
+        for name, entry in settings.items()
+        if isinstance(entry, Mapping) and "alias_of" not in entry  # an old name: its new name carries it
+    }
+
+
+def _with(difference: Difference, value: object) -> str:
+    if difference.axis == "torch":
+        return f"on torch {value}"
+    return (
+        f"with {difference.name}={value}"
+        if difference.axis.startswith("setting")
+        else f"with {difference.name} {value}"
+    )
+
+
+def _identity(which: ScriptRole, pairing: SitePairing) -> str:
+    side = pairing.recorded if pairing.recorded is not None else pairing.observed
+    assert side is not None
+    return f"{which}|{site_key(side)}"
+
+
+def _classes(result: CaseResult) -> dict[str, SiteClass]:
+    """Each site of a result by identity (the recorded side when there is one) -> its class there."""
+    return {_identity(which, p): p.site_class for which, script in result.scripts.items() for p in script.sites}
+
+
+def attribute_changes(recorded: Axes, runs: list[tuple[str, Axes, CaseResult]]) -> None:
+    """Say, for every changed break of one case on each target, which axis changed it.
+
+    `runs`: (target label, its axes, the case's result there), every target of one replay. A target
+    that differs from the recording on one axis only names it. Otherwise a target of the same replay
+    that differs from this one on one axis only tells: where the break did not change there, that axis
+    changed it ("gone on torch 2.13.0; persists on torch 2.12.1 (venv:torch-2.12.1+mylib==2.0)");
+    where it changed alike, that axis did not. What stays ambiguous names every axis still in question.
+    (A sharded replay sees only its shard's targets: the single-axis answer is the same in any shard.)"""
+    classes = {label: _classes(result) for label, _, result in runs}
+    for label, axes, result in runs:
+        candidates = axes_differences(recorded, axes)
+        values = {c.axis: f"{c.before} -> {c.after}" for c in candidates}
+        named: Counter[tuple[ScriptRole, str]] = Counter()
+        for which, script in result.scripts.items():
+            for pairing in script.sites:
+                if pairing.site_class not in CHANGED_CLASSES:
+                    continue
+                axis, cause = _attribute(pairing, which, label, axes, recorded, candidates, runs, classes)
+                pairing.axis, pairing.cause = axis, cause
+                if axis:
+                    named[(which, axis)] += 1
+        if len(candidates) == 1:  # the one difference: every change of a script coincides with it
+            only = candidates[0]
+            for script in result.scripts.values():
+                if _script_changed(script):
+                    result.reasons.append(
+                        f"{script.label}: its changes coincide with {only.axis} {values[only.axis]}, "
+                        "the only difference from the recording"
+                    )
+            continue
+        for (which, axis), n in sorted(named.items()):
+            said = f"{axis} {values[axis]}" if axis in values else axis
+            result.reasons.append(f"{result.scripts[which].label}: {n} break change(s) coincide with {said}")
+
+
+def _script_changed(script: ScriptResult) -> bool:
+    """Whether anything a verdict reads changed: a break, the recompiles, a fallback, the status."""
+    return (
+        any(p.site_class in CHANGED_CLASSES for p in script.sites)
+        or script.recompiles_after != script.recompiles_before
+        or bool(script.new_fallbacks or script.cleared_fallbacks)
+        or (script.recorded_status is not None and script.status is not script.recorded_status)
+    )
+
+
+def _attribute(
+    pairing: SitePairing,
+    which: ScriptRole,
+    label: str,
+    axes: Axes,
+    recorded: Axes,
+    candidates: list[Difference],
+    runs: list[tuple[str, Axes, CaseResult]],
+    classes: dict[str, dict[str, SiteClass]],
+) -> tuple[str, str]:
+    what = pairing.site_class.value
+    if not candidates:
+        return "", f"{what} with nothing differing from the recording (torch, libraries, Dynamo settings)"
+    if len(candidates) == 1:  # the one thing that differs from the recording (the same answer in any shard)
+        (difference,) = candidates
+        recorded_as = _with(difference, difference.before).split(" ", 1)[1]
+        return difference.axis, f"{what} {_with(difference, difference.after)}; recorded {recorded_as}"
+    identity = _identity(which, pairing)
+    left = {c.axis: c for c in candidates}
+    contrast = ""
+    for other, other_axes, _ in runs:
+        if other == label:
+            continue
+        between = axes_differences(other_axes, axes)
+        if len(between) != 1 or between[0].axis not in left:
+            continue
+        there = classes[other].get(identity)
+        if there is pairing.site_class:  # changed alike without it: not this axis
+            del left[between[0].axis]
+            continue
+        difference = left[between[0].axis]
+        shown = there.value if there is not None else "not there"
+        contrast = f"; {shown} {_with(between[0], between[0].before)} ({other})"
+        left = {difference.axis: difference}
+        break
+    if len(left) == 1:
+        difference = next(iter(left.values()))
+        told = contrast or f"; recorded {_with(difference, difference.before).split(' ', 1)[1]}"
+        return difference.axis, f"{what} {_with(difference, difference.after)}{told}"
+    if not left:
+        return "", f"{what} on every target of this replay alike: not one of the axes they vary"
+    names = " and ".join(sorted(left))
+    return "", f"{what}: {names} all differ from the recording; a target that varies one alone tells (--vary-*)"

@@ -39,6 +39,7 @@ from casekit.errors import BisectError, CasekitError
 from casekit.fsutil import STDOUT, write_atomic
 from casekit.outcome import ExitCode
 from casekit.runners import registry
+from casekit.runners.dynamo import parse_dynamo
 from casekit.runners.interface import ProgressFn
 
 AHEAD_FOR_SEVERAL = 2  # several cases share each release: building the next ones ahead pays off
@@ -116,8 +117,10 @@ class BisectRequest:
     archive_dir: Path | None = None  # as given (only to print a reproduce command that finds the case)
     cache: CacheSettings = field(default_factory=CacheSettings)
     outputs: Outputs = field(default_factory=Outputs)
+    dynamo: tuple[str, ...] = ()  # --dynamo NAME=VALUE, set on every release
 
     def __post_init__(self) -> None:
+        parse_dynamo(self.dynamo)  # a malformed setting: one line now, not after the first build
         if self.all_cases and self.case_ids:
             raise BisectError("give case ids or --all, not both")
         if not self.all_cases and not self.case_ids:
@@ -156,6 +159,7 @@ class BisectRequest:
             archive_dir=self.archive_dir,
             cache=self.cache,
             ahead=Ahead(limit=self.ahead_limit),
+            dynamo=parse_dynamo(self.dynamo),
         )
 
 

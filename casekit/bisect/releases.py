@@ -40,6 +40,7 @@ from casekit.model import Case, ScriptRole, ScriptStatus
 from casekit.replay.run import ReplayOptions, TargetRun, run_target
 from casekit.runners import registry
 from casekit.runners.channels import Channel, is_date, nightly_date, parse_date
+from casekit.runners.dynamo import variant_suffix
 from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec
 
 RunTarget = Callable[[TargetSpec, list[Case], ReplayOptions, RunnerFactory, ProgressFn], TargetRun]
@@ -69,6 +70,7 @@ class ReleaseBisect:
     ahead: Ahead = field(default_factory=lambda: Ahead(limit=0))  # envs built in the background ahead of need
     # pins installed beside torch (a shared bisection pins all its cases' libraries)
     extra_packages: tuple[str, ...] = ()
+    dynamo: tuple[tuple[str, str], ...] = ()  # --dynamo NAME=VALUE, set in every run of every release
 
     @property
     def channel(self) -> Channel:
@@ -83,6 +85,7 @@ class ReleaseBisect:
             index_url=self.index_url,
             extra_packages=self.extra_packages,
             channel=self.channel,
+            dynamo=self.dynamo,
         )
 
     def label(self, version: str) -> str:
@@ -92,7 +95,8 @@ class ReleaseBisect:
 
     def target_key(self, version: str) -> str:
         spec = self.spec(version)
-        return version_target_key(self.runner, version, python=spec.python, cuda=self.cuda, host=spec.host)
+        key = version_target_key(self.runner, version, python=spec.python, cuda=self.cuda, host=spec.host)
+        return key + variant_suffix(self.dynamo, ())  # other settings: another result in the cache
 
     def check_runner(self) -> None:
         """BisectError before any run: a runner of interpreters with none given."""
@@ -244,7 +248,11 @@ def fresh_from_run(run: TargetRun, case_id: str, version: str) -> Fresh:
     if result is None:
         return Fresh(unknown_record("the replay returned no result"))
     scripts = result.scripts
-    failed = [f"{w}: {s.observation.detail}" for w, s in scripts.items() if s.status is ScriptStatus.ENV_FAILED]
+    failed = [
+        f"{w}: {s.observation.detail}"
+        for w, s in scripts.items()
+        if s.status in (ScriptStatus.ENV_FAILED, ScriptStatus.UNOBSERVED)  # neither says what this release does
+    ]
     if failed:
         return Fresh(unknown_record("environment failed: " + "; ".join(failed)))
     torch = str(run.environment.get("torch") or version)

@@ -110,7 +110,8 @@ class WarmProbe:
         record = json.loads(env_path.read_text())
         if not record.get("ok"):
             self.close()
-            raise EnvironmentUnusable(f"python {self.python}: torch is not importable: {record.get('error')}")
+            why = record.get("error") if record.get("refused") else f"torch is not importable: {record.get('error')}"
+            raise EnvironmentUnusable(f"python {self.python}: {why}")
         self.import_s = record.get("import_s")
         progress(f"torch {(record.get('environment') or {}).get('torch')} imported in {self.import_s:.1f} s (once)")
         return process

@@ -143,6 +143,15 @@ def bisect(
         bool, typer.Option("--retry-unknown", help="Re-run targets the cache knows as unknown.")
     ] = False,
     cache: CacheFile = None,
+    dynamo: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dynamo",
+            metavar="NAME=VALUE",
+            help="Set a torch._dynamo.config setting (or stance=NAME) in every run of every release "
+            "(repeatable), e.g. nested_graph_breaks=True; a release that lacks the name is said so.",
+        ),
+    ] = None,
 ) -> None:
     """Find the first torch version between --good and --bad where the case's outcome changes."""
     from casekit.bisect.engine import CacheSettings
@@ -167,6 +176,7 @@ def bisect(
         archive_dir=archive,
         cache=CacheSettings.chosen(cache, off=no_cache, retry_unknown=retry_unknown),
         outputs=Outputs(json_out, html_out),
+        dynamo=tuple(dynamo or ()),
     )
     with progress_view() as progress:
         outcome = run_bisect(request, open_archive(archive), progress, notice)

@@ -36,6 +36,8 @@ REPLAY_EXAMPLES = examples(
     "casekit replay --runner docker --torch 2.13.0 --base-image casekit-base:bookworm --find-links /opt/wheels",
     "casekit replay --python ~/envs/nightly/bin/python --case item-branch",
     "casekit replay --torch 2.13 --shard-from-env --results-dir results/   (an array task: casekit plan --emit ...)",
+    "casekit replay --torch 2.13 --vary-dynamo nested_graph_breaks=True   (preview a flip: each target with it and without)",
+    "casekit replay --torch 2.13.0 --vary-package transformers==4.57.1     (torch fixed, the library varied)",
 )
 
 
@@ -141,6 +143,43 @@ Commit = Annotated[
 ]
 
 
+Dynamo = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--dynamo",
+        metavar="NAME=VALUE",
+        help="Set a torch._dynamo.config setting (or stance=NAME) in every run of every target (repeatable), "
+        "e.g. nested_graph_breaks=True; a target whose release lacks the name fails with one line naming it.",
+    ),
+]
+VaryDynamo = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--vary-dynamo",
+        metavar="NAME=VALUE",
+        help="Run each target once more with this setting (repeatable: one more target per setting); the "
+        "report says, per changed break, whether the setting changed it.",
+    ),
+]
+Packages = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--package",
+        metavar="NAME==VERSION",
+        help="Managed targets: install this library version in place of the one the cases recorded (repeatable).",
+    ),
+]
+VaryPackages = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--vary-package",
+        metavar="NAME==VERSION",
+        help="Managed targets: run each target once more with this library version, torch fixed (repeatable); "
+        "the report says, per changed break, whether torch or the library changed it.",
+    ),
+]
+
+
 Jobs = Annotated[
     int | None,
     typer.Option(
@@ -184,6 +223,10 @@ def replay(
     commit: Commit = False,
     jobs: Jobs = None,
     serial_timings: SerialTimings = False,
+    dynamo: Dynamo = None,
+    vary_dynamo: VaryDynamo = None,
+    package: Packages = None,
+    vary_package: VaryPackages = None,
 ) -> None:
     """Replay the archive on one or more targets and classify every break."""
     import os
@@ -202,6 +245,10 @@ def replay(
             image=image,
             allow=tuple(allow or ()),
             base_image=base_image,
+            dynamo=tuple(dynamo or ()),
+            packages=tuple(package or ()),
+            vary_dynamo=tuple(vary_dynamo or ()),
+            vary_packages=tuple(vary_package or ()),
         ),
         case_ids=tuple(case or ()),
         options=ReplayOptions(

@@ -498,6 +498,12 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
     )
     eager_failure = _run_failure(eager) if eager else None
     compiled_failure = _run_failure(compiled) if compiled else "no compiled run"
+    # the script uses what this release lacks: nothing about it can be observed (a stance's name is
+    # checked only when compiling; anything else the compiled run lacks is the compiler's failure)
+    failed_run = eager if eager_failure else compiled
+    lacks = _lacks(failed_run)
+    if lacks and not eager_failure and not lacks.startswith("the compiler stance "):
+        lacks = None
     if eager_failure and needs_gpu(eager or {}):
         observation.status = ScriptStatus.ENV_FAILED
         observation.detail = (
@@ -505,6 +511,10 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
             "replay it on a GPU host (a CUDA build: --cuda cu126)"
         )
         observation.error = _error_info(eager or {}, namer)
+    elif lacks:
+        observation.status = ScriptStatus.UNOBSERVED
+        observation.detail = f"this release lacks {lacks}"
+        observation.error = _error_info(failed_run or {}, namer)
     elif eager_failure:
         observation.status = ScriptStatus.TIMEOUT if eager.get("status") == "timeout" else ScriptStatus.EAGER_FAILED  # type: ignore[union-attr]
         observation.detail = "eager baseline: " + eager_failure
@@ -554,6 +564,14 @@ def _graphless_breaks(breaks: list[Site], script_source: str) -> int:
         after_break = bool(earlier) and (function, max(earlier)) in anchors
         graphless += line in first or after_break
     return graphless
+
+
+def _lacks(run: dict[str, Any] | None) -> str | None:
+    """The dotted name the probe found missing in the exception that ended a run (its `lacks`), or None."""
+    exception = (run or {}).get("exception") if (run or {}).get("status") == "raised" else None
+    lacks = exception.get("lacks") if isinstance(exception, dict) else None
+    shaped = r"[\w.]{1,300}|the compiler stance '\w{1,100}'"
+    return lacks if isinstance(lacks, str) and re.fullmatch(shaped, lacks) else None
 
 
 def break_invariant(observation: ScriptObservation, script_source: str = "") -> str | None:

@@ -63,6 +63,8 @@ class SiteEntry:
     observed: SideEntry | None
     recorded: SideEntry | None
     note: str
+    axis: str = ""  # what changed it, when the replay could tell: "torch", "library X", "setting X"
+    cause: str = ""  # that in words: "gone with nested_graph_breaks=True; persists with it False (...)"
 
     @property
     def side(self) -> SideEntry:
@@ -123,6 +125,10 @@ class TargetEntry:
     warnings: list[str] = field(default_factory=list)
     seconds: float | None = None
     import_s: float | None = None
+    # the Dynamo settings that change break shape, as this release has them: name -> {"value", "default"}
+    # ("set": true for those the replay set); None: not recorded (a probe before casekit recorded them)
+    dynamo: dict[str, dict[str, Any]] | None = None
+    libraries: dict[str, str] = field(default_factory=dict)  # what the scripts imported: dist -> version
 
 
 @dataclass
@@ -152,7 +158,7 @@ class ReplayDocument:
         """The document as JSON data (enums as their string values), in the order casekit writes it."""
         data: dict[str, Any] = {
             "schema": REPLAY_SCHEMA,
-            "targets": [dataclasses.asdict(target) for target in self.targets],
+            "targets": [_target_json(target) for target in self.targets],
             "results": [_result_json(result) for result in self.results],
         }
         if self.shard is not None:
@@ -177,6 +183,15 @@ class ReplayDocument:
         return [target for target in self.targets if target.error]
 
 
+def _target_json(target: TargetEntry) -> dict[str, Any]:
+    """A target as JSON; what a probe before settings were recorded did not say is left out, not null."""
+    data = dataclasses.asdict(target)
+    for key in ("dynamo", "libraries"):
+        if not data[key]:
+            del data[key]
+    return data
+
+
 def _side_json(side: SideEntry | None) -> dict[str, Any] | None:
     return None if side is None else dataclasses.asdict(side)
 
@@ -198,6 +213,8 @@ def _result_json(result: ResultEntry) -> dict[str, Any]:
                     "observed": _side_json(site.observed),
                     "recorded": _side_json(site.recorded),
                     "note": site.note,
+                    **({"axis": site.axis} if site.axis else {}),
+                    **({"cause": site.cause} if site.cause else {}),
                 }
                 for site in script.sites
             ],
@@ -259,7 +276,10 @@ def result_entry(result: CaseResult) -> ResultEntry:
             fallback_frames=[f"{f.function} ({f.file}:{f.line})" for f in observation.fallback_frames],
             recompiles=len(observation.recompiles),
             recompiles_recorded=script.recompiles_before,
-            sites=[SiteEntry(p.site_class, _side(p.observed), _side(p.recorded), p.note) for p in script.sites],
+            sites=[
+                SiteEntry(p.site_class, _side(p.observed), _side(p.recorded), p.note, p.axis, p.cause)
+                for p in script.sites
+            ],
             notes=list(script.notes),
         )
     rollback = result.rollback
@@ -289,6 +309,8 @@ def target_entry(run: TargetRun) -> TargetEntry:
         warnings=list(run.warnings),
         seconds=round(run.seconds, 2),
         import_s=run.import_s,
+        dynamo=run.environment.get("dynamo_settings"),
+        libraries=run.libraries(),
     )
 
 
@@ -418,6 +440,8 @@ def _script_entry(data: dict[str, Any], origin: Path | str, where: str) -> Scrip
                 _side_entry(site["observed"]),
                 _side_entry(site["recorded"]),
                 site["note"],
+                site.get("axis", ""),
+                site.get("cause", ""),
             )
             for j, site in enumerate(data["sites"])
         ],
@@ -462,6 +486,8 @@ def _target_entry(data: dict[str, Any]) -> TargetEntry:
         warnings=list(data.get("warnings") or []),
         seconds=data.get("seconds"),
         import_s=data.get("import_s"),
+        dynamo=data.get("dynamo"),
+        libraries=dict(data.get("libraries") or {}),
     )
 
 

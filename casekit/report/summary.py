@@ -143,6 +143,13 @@ def cell_from_record(case_id: str, record: ReplayRecord) -> Cell:
     )
 
 
+def attribution(axis: str, cause: str) -> str:
+    """Which axis changed a break, as every report says it ("changed by setting X: gone with X=True; ...")."""
+    if not cause:
+        return ""
+    return f"changed by {axis}: {cause}" if axis else f"cause unknown: {cause}"
+
+
 def cells_from_results(data: ReplayDocument, source: str) -> list[Cell]:
     """Cells from a `casekit.replay/1` document (`replay --json`, `merge --json`)."""
     torch_of = {t.label: t.torch or "?" for t in data.targets}
@@ -155,8 +162,9 @@ def cells_from_results(data: ReplayDocument, source: str) -> list[Cell]:
             statuses[which] = script.status
             for site in script.sites:
                 classes[site.site_class] += 1
-                if site.site_class is not SiteClass.PERSISTS and site.note:
-                    details.append(f"{which} {site.site_class} {site.side.where()}: {site.note}")
+                if site.site_class is not SiteClass.PERSISTS and (site.note or site.cause):
+                    said = "; ".join(part for part in (site.note, attribution(site.axis, site.cause)) if part)
+                    details.append(f"{which} {site.site_class} {site.side.where()}: {said}")
             details += [f"{which}: {note}" for note in script.notes]
         rollback = result.rollback
         if rollback and rollback.needed:

@@ -11,6 +11,7 @@ from casekit.archive.index import CaseDigest
 from casekit.classify import describe_fallback
 from casekit.model import SITE_CLASS_ORDER, Case, ScriptObservation, ScriptRole, Severity, Site, SiteClass, Verdict
 from casekit.observe.reasons import describe_category
+from casekit.report.summary import attribution
 
 if TYPE_CHECKING:
     from casekit.replay.document import ReplayDocument, ResultEntry, SiteEntry, TargetEntry
@@ -226,7 +227,8 @@ def _reworded(note: str) -> str:
 def _site_line(which: ScriptRole, site: SiteEntry) -> str:
     side = site.side
     note = f"  [{site.note}]" if site.note else ""
-    return f"  {which:4} {site.site_class:10} {side.where():24} {side.reason[:60]}{note}"
+    cause = f"\n         {attribution(site.axis, site.cause)}" if site.cause else ""
+    return f"  {which:4} {site.site_class:10} {side.where():24} {side.reason[:60]}{note}{cause}"
 
 
 def result_text(result: ResultEntry) -> str:
@@ -261,7 +263,9 @@ def _target_header(target: TargetEntry, cases: int) -> str:
     torch = target.torch or "?"
     cuda = f", cuda {target.cuda}" if target.cuda else ""
     took = f" in {target.seconds:.1f} s" if target.seconds is not None else ""
-    return f"target {target.label}: torch {torch}{cuda}, python {target.python or '?'}, {cases} case(s){took}"
+    changed = [f"{name}={entry.get('value')}" for name, entry in (target.dynamo or {}).items() if entry.get("set")]
+    dynamo = f", Dynamo {' '.join(changed)} (defaults otherwise)" if changed else ""
+    return f"target {target.label}: torch {torch}{cuda}, python {target.python or '?'}{dynamo}, {cases} case(s){took}"
 
 
 def replay_document_text(document: ReplayDocument, verbose: bool = False, marks: dict[str, str] | None = None) -> str:

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from casekit.errors import RunnerError
 from casekit.model import IncludedFile
 from casekit.runners.channels import Channel, describe, format_torch_request
+from casekit.runners.dynamo import config_of, variant_suffix
 
 PROBE_PATH = Path(__file__).resolve().parent.parent / "probe.py"
 
@@ -42,6 +43,8 @@ class TargetSpec:
     options: tuple[tuple[str, str], ...] = ()  # runner-specific relaxations (--allow KEY=VALUE)
     host: str | None = None  # where the target runs when not this machine (a remote engine); None = here
     channel: Channel = Channel.RELEASE  # which stream of builds `torch` is asked in (release, pypi, nightly, test)
+    dynamo: tuple[tuple[str, str], ...] = ()  # torch._dynamo.config NAME=VALUE set in every run (--dynamo)
+    packages: tuple[str, ...] = ()  # library pins given for this target (--package): they replace the cases'
 
 
 class VersionSource(enum.Enum):
@@ -64,9 +67,10 @@ class ProbeJob:
     allow_network: bool = False
     argv: tuple[str, ...] = ()
     includes: tuple[IncludedFile, ...] = ()  # laid out beside the script (relative paths)
+    dynamo_config: tuple[tuple[str, str], ...] = ()  # the target's --dynamo settings, set before each run
 
     def to_request(self, script_path: str) -> dict[str, object]:
-        return {
+        request: dict[str, object] = {
             "id": self.id,
             "script": script_path,
             "modes": list(self.modes),
@@ -76,6 +80,9 @@ class ProbeJob:
             "allow_network": self.allow_network,
             "argv": list(self.argv),
         }
+        if self.dynamo_config:
+            request["dynamo_config"] = config_of(self.dynamo_config)
+        return request
 
 
 @dataclass
@@ -144,7 +151,10 @@ class Runner(abc.ABC):
 
     def describe(self) -> dict[str, object]:
         """Runner facts for the environment record (image id, venv path...)."""
-        return {"runner": self.name, "label": self.label_of(self.spec)}
+        return {
+            "runner": self.name,
+            "label": self.label_of(self.spec) + variant_suffix(self.spec.dynamo, self.spec.packages),
+        }
 
     # ------------------------------------------------------------ facts, asked before a runner exists
 
@@ -179,7 +189,7 @@ class Runner(abc.ABC):
             *(["--runner", spec.runner] if say_runner else []),
         ]
         flags += ["--cuda", spec.cuda] if spec.cuda else []
-        return flags + (["--index-url", spec.index_url] if spec.index_url else [])
+        return flags + (["--index-url", spec.index_url] if spec.index_url else []) + variant_flags(spec)
 
     @classmethod
     def nightlies_between(cls, spec: TargetSpec, good: dt.date, bad: dt.date) -> tuple[list[str], list[str]]:
@@ -215,3 +225,9 @@ def allow_options(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
             raise RunnerError(f"--allow takes KEY=VALUE, not {item!r}")
         options.append((key, value))
     return tuple(options)
+
+
+def variant_flags(spec: TargetSpec) -> list[str]:
+    """The flags that give a target its own Dynamo settings and pins again (a bisection's "reproduce with")."""
+    flags = [flag for name, value in spec.dynamo for flag in ("--dynamo", f"{name}={value}")]
+    return flags + [flag for pin in spec.packages for flag in ("--package", pin)]

@@ -224,7 +224,11 @@ def _describe_import(env_path: Path) -> str:
     if not isinstance(record, dict):
         return "torch import finished"
     if not record.get("ok"):
-        return f"torch import failed: {record.get('error')}"
+        return (
+            f"target refused: {record.get('error')}"
+            if record.get("refused")
+            else f"torch import failed: {record.get('error')}"
+        )
     environment = record.get("environment") or {}
     seconds = record.get("import_s")
     took = f" in {seconds:.1f} s" if isinstance(seconds, (int, float)) else ""
@@ -244,6 +248,8 @@ def _describe_runs(result_path: Path) -> str:
 def _raise_if_unusable(python: str, batch_dir: Path, returncode: int | None, probe_log: str) -> None:
     record = read_env_record(batch_dir)
     if record is not None:
+        if record.get("refused"):  # torch imported; this release cannot take what the target asks (--dynamo)
+            raise EnvironmentUnusable(f"python {python}: {record.get('error')}")
         if not record.get("ok"):
             raise EnvironmentUnusable(f"python {python}: torch is not importable: {record.get('error')}")
         return

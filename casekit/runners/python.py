@@ -9,7 +9,15 @@ import sys
 from collections.abc import Iterable
 
 from casekit.errors import RunnerError
-from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec, VersionSource
+from casekit.runners.interface import (
+    ProbeBatchResult,
+    ProbeJob,
+    ProgressFn,
+    Runner,
+    TargetSpec,
+    VersionSource,
+    variant_flags,
+)
 from casekit.runners.process import EnvironmentUnusable, check_interpreter, run_probe_subprocess
 from casekit.runners.sandbox import BWRAP_ALLOW_EXAMPLES, KNOWN_OPTIONS, Sandbox, runtime_of
 from casekit.versions import matches_request
@@ -122,7 +130,7 @@ class PythonRunner(Runner):
     @classmethod
     def replay_flags(cls, spec: TargetSpec, *, say_runner: bool = True) -> list[str]:
         """`--python PATH` alone selects an interpreter target (a placeholder where none was given)."""
-        return ["--python", spec.python or f"PYTHON_WITH_TORCH_{spec.torch or 'VERSION'}"]
+        return ["--python", spec.python or f"PYTHON_WITH_TORCH_{spec.torch or 'VERSION'}", *variant_flags(spec)]
 
     @staticmethod
     def _locate(python: str | None) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from casekit.errors import CasekitError, RunnerError
 from casekit.runners.channels import Channel
 from casekit.runners.docker.runner import DockerRunner
+from casekit.runners.dynamo import variant_suffix
 from casekit.runners.interface import Runner, TargetSpec, VersionSource
 from casekit.runners.python import PythonRunner
 from casekit.runners.venv.runner import VenvRunner
@@ -80,12 +81,12 @@ def takes_interpreters(runner: str) -> bool:
 
 def label(spec: TargetSpec) -> str:
     """The target's stable key (shard cells, merged documents, histories, bisect records)."""
-    return runner_class(spec.runner).label_of(spec)
+    return runner_class(spec.runner).label_of(spec) + variant_suffix(spec.dynamo, spec.packages)
 
 
 def display(spec: TargetSpec) -> str:
     """The target as progress lines and notices show it."""
-    return runner_class(spec.runner).display_of(spec)
+    return runner_class(spec.runner).display_of(spec) + variant_suffix(spec.dynamo, spec.packages)
 
 
 def replay_flags(spec: TargetSpec) -> list[str]:
