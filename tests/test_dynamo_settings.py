@@ -158,6 +158,7 @@ def _sites(document: dict, case: str, label_part: str) -> list[dict]:
     return result["scripts"]["pre"]["sites"]
 
 
+@pytest.mark.process
 def test_nested_graph_breaks_preview_names_the_setting_for_every_change(tmp_path):
     """The flip previewed on 2.13: the starter's metrics-disable gains a break with it on, and the
     report says so; a break three frames deep is one site either way, in fewer graphs with it on."""
@@ -209,6 +210,7 @@ def test_nested_graph_breaks_preview_names_the_setting_for_every_change(tmp_path
         assert "changed by setting nested_graph_breaks: new with nested_graph_breaks=True" in report.stdout, form
 
 
+@pytest.mark.process
 def test_a_setting_the_release_lacks_fails_the_target_in_one_line(tmp_path):
     archive = tmp_path / "cases"
     archive.mkdir()
@@ -266,6 +268,7 @@ def _env_with(tmp_path: Path, version: str) -> str:
     return str(python)
 
 
+@pytest.mark.process
 def test_a_library_change_with_torch_fixed_is_named_as_the_librarys(tmp_path):
     old, new = _env_with(tmp_path, "1.0"), _env_with(tmp_path, "2.0")
     script = tmp_path / "uses_lib.py"
@@ -299,6 +302,7 @@ DRIFT = {
 }
 
 
+@pytest.mark.process
 def test_a_script_using_what_the_release_lacks_is_unobserved_not_regressed(tmp_path, torch251_python):
     """Captured on 2.13, replayed on 2.5.1: each script names the one thing 2.5.1 lacks; and the twin
     asking 2.5.1 for nested graph breaks is refused in one line."""
@@ -376,6 +380,7 @@ def test_a_scheduled_job_gets_the_settings_so_it_cuts_the_same_matrix():
     assert flags[-4:] == ["--dynamo", "capture_scalar_outputs=True", "--vary-dynamo", "nested_graph_breaks=True"]
 
 
+@pytest.mark.process
 def test_on_torch_2_5_1_the_probe_reads_the_older_config_tables(torch251_python):
     """2.5's config module keeps current values in `_config` and defaults in `_default`; no stances yet."""
     code = (
