@@ -21,11 +21,25 @@ from typing import Any
 
 # Where a path token starts: the start of the text or a delimiter.
 _TOKEN_START = r"(?:^|(?<=[\s\"'`(\[{<#=:,;]))"
-# A leftover temporary batch folder of any runner (python/venv runners use mkdtemp(prefix="casekit-")).
-_BATCH_DIR = re.compile(_TOKEN_START + r"[^\s\"'`]*?casekit-[A-Za-z0-9_]{4,}(?=/|\b)")
+# The temporary folders casekit makes itself (mkdtemp(prefix=temp_prefix(kind))): only these are batch folders.
+TEMP_FOLDER_KINDS = ("batch", "replay", "warm", "bisect", "query", "docker", "build")
+# A leftover one, whole or cut on the left (`mp/casekit-batch-...`); never a folder that merely starts with
+# "casekit-" (a user's `~/envs/casekit-nightly`), and never the text before a path (`python:` stays).
+_BATCH_DIR = re.compile(
+    _TOKEN_START
+    + r"(?:[^\s\"'`:]*/)?casekit-(?:"
+    + "|".join(TEMP_FOLDER_KINDS)
+    + r")-[A-Za-z0-9_-]*[A-Za-z0-9_](?![A-Za-z0-9_.-])"
+)
 # Absolute paths no bundle should hold, whatever machine captured it (the test greps for these).
 MACHINE_PATH = re.compile(r"(?<![\w.])/(?:tmp|root|home|work|Users|private|var/folders)/[^\s\"']+")
 _MIN_TAIL = 6  # shorter tails ("/a", "ot/") are too likely to be ordinary text
+
+
+def temp_prefix(kind: str) -> str:
+    """The mkdtemp prefix of one of casekit's own temporary folders (what the scrubber knows as a batch)."""
+    assert kind in TEMP_FOLDER_KINDS, kind
+    return f"casekit-{kind}-"
 
 
 @dataclasses.dataclass(frozen=True)

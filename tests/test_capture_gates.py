@@ -186,7 +186,9 @@ def test_scrubber_replaces_known_folders_and_their_left_truncated_tails():
     assert scrubber.text("at /home/alice/.cache and ome/alice/.cache/x") == "at ~/.cache and ~/.cache/x"
     assert scrubber.text("see ce/x") == "see ce/x"  # a tail too short to tell from text stays
     assert scrubber.text("a pre-fix, the root cause") == "a pre-fix, the root cause"  # ordinary words stay
-    assert scrubber.text("left over /tmp/casekit-zz12ab/scripts/a.pre/x.py") == "left over <batch>/scripts/a.pre/x.py"
+    assert scrubber.text("left over /tmp/casekit-batch-9-zz12ab/scripts/a.pre/x.py") == (
+        "left over <batch>/scripts/a.pre/x.py"
+    )
 
 
 def test_scrubber_walks_every_field_and_keeps_enums_and_frozen_frames():
@@ -319,3 +321,28 @@ def test_run_capture_runs_the_asked_interpreter_with_the_allowed_options_and_com
     request.allow, request.force, request.commit = ["network"], True, False
     with pytest.raises(CasekitError, match="--allow takes KEY=VALUE, not 'network'"):
         run_capture(request, archive, factory, lambda message: None)
+
+
+def test_the_scrubber_knows_casekits_own_temporary_folders_and_no_others():
+    import re
+
+    from casekit import scrub
+
+    bare = Scrubber([])
+    # casekit's own batch folders, whole or cut on the left, become <batch>
+    assert bare.text('File "/tmp/casekit-batch-4242-k3j_9zq1/probe.py"') == 'File "<batch>/probe.py"'
+    assert bare.text("at mp/casekit-replay-17-abcd1234/x.py:3") == "at <batch>/x.py:3"
+    # a user's folder named casekit-something is no batch; the text before a path (python:) stays
+    for text in (
+        "python:/home/alice/envs/casekit-nightly/bin/python",
+        "see /srv/casekit-data/run.log and ~/casekit-old/x.py",
+    ):
+        assert bare.text(text) == text
+    # control: the previous rule (any casekit-XXXX folder, from the token start) ate the prefix
+    old_rule = re.compile(scrub._TOKEN_START + r"[^\s\"'`]*?casekit-[A-Za-z0-9_]{4,}(?=/|\b)")
+    assert old_rule.sub("<batch>", "python:/home/alice/envs/casekit-nightly/bin/python") == "<batch>/bin/python"
+    # every temporary folder casekit makes is one the scrubber knows (the prefixes come from one list)
+    sources = Path(scrub.__file__).parent.rglob("*.py")
+    made = {m for p in sources for m in re.findall(r"prefix=\"(casekit-[a-z]+-)\"", p.read_text())}
+    assert not made, f"temporary folders named outside scrub.temp_prefix: {made}"
+    assert all(bare.text(f"/tmp/{scrub.temp_prefix(k)}1-ab12/x") == "<batch>/x" for k in scrub.TEMP_FOLDER_KINDS)

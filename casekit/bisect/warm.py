@@ -35,6 +35,7 @@ from casekit.runners.process import (
     overall_timeout,
 )
 from casekit.runners.sandbox import Sandbox
+from casekit.scrub import temp_prefix
 
 POLL_S = 0.02
 
@@ -57,7 +58,7 @@ class WarmProbe:
         self.sandbox = sandbox or Sandbox.from_options()
         self.sandbox.check()
         self.writable = list(writable)
-        self.state = Path(tempfile.mkdtemp(prefix="casekit-warm-"))
+        self.state = Path(tempfile.mkdtemp(prefix=temp_prefix("warm")))
         self.stage = self.sandbox.stage_for(self.state)  # the sandbox launcher's, when casekit is root
         self.places = self.sandbox.place([self.state, *self.writable])  # host folder -> where the probe sees it
         self.process: subprocess.Popen[bytes] | None = None

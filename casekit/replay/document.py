@@ -123,6 +123,7 @@ class TargetEntry:
     warnings: list[str] = field(default_factory=list)
     seconds: float | None = None
     import_s: float | None = None
+    display: str | None = None  # the target as this machine names it (`python:/home/me/...`); the label is the key
 
 
 @dataclass
@@ -152,7 +153,7 @@ class ReplayDocument:
         """The document as JSON data (enums as their string values), in the order casekit writes it."""
         data: dict[str, Any] = {
             "schema": REPLAY_SCHEMA,
-            "targets": [dataclasses.asdict(target) for target in self.targets],
+            "targets": [_target_json(target) for target in self.targets],
             "results": [_result_json(result) for result in self.results],
         }
         if self.shard is not None:
@@ -175,6 +176,13 @@ class ReplayDocument:
     def failed_targets(self) -> list[TargetEntry]:
         """Targets whose environment never ran: the document says nothing about their cases."""
         return [target for target in self.targets if target.error]
+
+
+def _target_json(target: TargetEntry) -> dict[str, Any]:
+    data = dataclasses.asdict(target)
+    if data["display"] is None:  # the label says it all (every runner but an interpreter path)
+        del data["display"]
+    return data
 
 
 def _side_json(side: SideEntry | None) -> dict[str, Any] | None:
@@ -289,6 +297,7 @@ def target_entry(run: TargetRun) -> TargetEntry:
         warnings=list(run.warnings),
         seconds=round(run.seconds, 2),
         import_s=run.import_s,
+        display=run.display,
     )
 
 
@@ -462,6 +471,7 @@ def _target_entry(data: dict[str, Any]) -> TargetEntry:
         warnings=list(data.get("warnings") or []),
         seconds=data.get("seconds"),
         import_s=data.get("import_s"),
+        display=data.get("display"),
     )
 
 

@@ -81,7 +81,17 @@ class TargetChoice:
             specs.append(registry.image_runner().target(image=self.image, options=options))
         if not specs:
             specs.append(interpreters.target(options=options))  # the local torch
-        return [registry.check_target(spec) for spec in specs]
+        checked = [registry.check_target(spec) for spec in specs]
+        shown: dict[str, str] = {}
+        for spec in checked:  # one label is one target in every document and history: two may not share it
+            label, display = registry.label(spec), registry.display(spec)
+            if label in shown and shown[label] != display:
+                raise CasekitError(
+                    f"{shown[label]} and {display} would both be recorded as {label}: "
+                    "give one of them in another folder layout (a label keeps the path's last three parts)"
+                )
+            shown[label] = display
+        return checked
 
 
 @dataclass(frozen=True)

@@ -261,7 +261,7 @@ def _target_header(target: TargetEntry, cases: int) -> str:
     torch = target.torch or "?"
     cuda = f", cuda {target.cuda}" if target.cuda else ""
     took = f" in {target.seconds:.1f} s" if target.seconds is not None else ""
-    return f"target {target.label}: torch {torch}{cuda}, python {target.python or '?'}, {cases} case(s){took}"
+    return f"target {target.display or target.label}: torch {torch}{cuda}, python {target.python or '?'}, {cases} case(s){took}"
 
 
 def replay_document_text(document: ReplayDocument, verbose: bool = False, marks: dict[str, str] | None = None) -> str:

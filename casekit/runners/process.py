@@ -24,9 +24,10 @@ from casekit.fsutil import tail_text
 from casekit.runners.batch import lay_out_batch, read_batch, read_env_record, read_json_file, write_request
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProbeScheduling, ProgressFn
 from casekit.runners.sandbox import Sandbox
+from casekit.scrub import temp_prefix
 
-BATCH_PREFIX = "casekit-batch-"
-REPLAY_PREFIX = "casekit-replay-"  # replay's own script folder: swept the same way
+BATCH_PREFIX = temp_prefix("batch")
+REPLAY_PREFIX = temp_prefix("replay")  # replay's own script folder: swept the same way
 OWNED_PREFIXES = (BATCH_PREFIX, REPLAY_PREFIX)
 IMPORT_MARGIN_S = 120.0  # importing torch + dynamo takes 7-10 s here; slow disks and cold caches take longer
 POLL_S = 0.2
