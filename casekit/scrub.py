@@ -66,7 +66,7 @@ class Scrubber:
             value = value.replace(replacement.folder, replacement.placeholder or ".")
         for replacement, pattern in self._truncated:
             value = pattern.sub(lambda m, r=replacement: _replace_tail(m, r), value)  # type: ignore[misc]
-        return _BATCH_DIR.sub("<batch>", value)
+        return without_addresses(_BATCH_DIR.sub("<batch>", value))  # an address is as local as a path
 
     def walk(self, value: Any) -> Any:
         """Scrub every string inside dataclasses (in place; frozen ones are copied), dicts and lists."""
@@ -150,3 +150,53 @@ def machine_paths_in(text: str) -> list[str]:
         if len(folder) > 1 and folder in text:
             found.append(folder)
     return found
+
+
+# A repr's memory address (`<function f at 0x7f70d861b100>`), a bare one, and an object id in a guard
+# (`___check_obj_id(G['datetime'].now, 140122642294608)`): they differ on every run and mean nothing to a reader.
+_REPR_ADDRESS = re.compile(r"(<[^<>]*?) at 0x[0-9a-fA-F]+>")
+_BARE_ADDRESS = re.compile(r"(?<![\w.])0x[0-9a-fA-F]{6,}\b")
+_GUARD_ID = re.compile(r"(___check_(?:obj|type)_id\([^()]*?, )\d{6,}\)")
+_OPENERS, _CLOSERS = "([{<", ")]}>"
+_WORD_BACKOFF = 16
+
+
+def without_addresses(text: str) -> str:
+    """`text` without memory addresses and object ids (a repr keeps its name: `<function f>`)."""
+    if not text or ("0x" not in text and "_id(" not in text):
+        return text
+    text = _REPR_ADDRESS.sub(r"\1>", text)
+    text = _GUARD_ID.sub(r"\1<id>)", text)
+    return _BARE_ADDRESS.sub("0x…", text)
+
+
+def shorten(text: str, limit: int) -> str:
+    """One line of at most `limit` characters, cut at a word, never inside brackets or quotes it opened:
+    `builtin: repr [<class ...` becomes `builtin: repr …`, not a bracket left open."""
+    value = " ".join(without_addresses(text).split())
+    if len(value) <= limit:
+        return value
+    cut = value[: max(1, limit - 1)]
+    if " " in cut[-_WORD_BACKOFF:]:  # at a word when one ends near the cut; a long path is cut inside
+        cut = cut[: cut.rindex(" ")]
+    start = _first_unclosed(cut)
+    cut = cut[1:] if start == 0 else cut[:start]  # a text that opens at once loses that opener instead
+    return cut.rstrip(" ,;:.-(") + "…"
+
+
+def _first_unclosed(text: str) -> int:
+    """Where the earliest bracket or quote that `text` leaves open starts (len(text) when none is)."""
+    stack: list[tuple[str, int]] = []
+    for index, char in enumerate(text):
+        if char == "<" and not text[index + 1 : index + 2].isalpha():
+            continue  # a comparison (`u0 < N`), not a repr
+        if char in _OPENERS:
+            stack.append((char, index))
+        elif char in _CLOSERS and stack and stack[-1][0] == _OPENERS[_CLOSERS.index(char)]:
+            stack.pop()
+        elif char in "'\"`" and not (char == "'" and index and text[index - 1].isalnum()):  # not it's
+            if stack and stack[-1][0] == char:
+                stack.pop()
+            else:
+                stack.append((char, index))
+    return stack[0][1] if stack else len(text)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from casekit.archive.index import CaseDigest
+from casekit.classify import ran_compiled
 from casekit.model import (
     DRAFT_TAG,
     SITE_CLASS_ORDER,
@@ -25,6 +26,7 @@ from casekit.model import (
     SiteClass,
     Verdict,
 )
+from casekit.scrub import without_addresses
 from casekit.versions import version_order
 
 if TYPE_CHECKING:
@@ -56,7 +58,10 @@ class Cell:
         if moving:
             return ", ".join(moving)
         persists = self.classes.get(SiteClass.PERSISTS, 0)
-        return f"{persists} persist" if persists else "no breaks"
+        if persists:
+            return f"{persists} persist"
+        # a script that did not compile to the end shows no break: that is not "no breaks"
+        return "no breaks" if all(ran_compiled(status) for status in self.statuses.values()) else "none observed"
 
 
 @dataclass
@@ -129,7 +134,7 @@ def cell_from_record(case_id: str, record: ReplayRecord) -> Cell:
         severity=record.severity,
         statuses=dict(record.statuses),
         classes=dict(classes),
-        details=details,
+        details=[without_addresses(d) for d in details],
         at=record.at,
     )
 
@@ -163,7 +168,7 @@ def cells_from_results(data: ReplayDocument, source: str) -> list[Cell]:
                 severity=result.severity,
                 statuses=statuses,
                 classes=dict(classes),
-                details=details,
+                details=[without_addresses(d) for d in details],
                 source=source,
             )
         )

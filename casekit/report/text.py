@@ -8,9 +8,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from casekit.archive.index import CaseDigest
-from casekit.classify import describe_fallback
+from casekit.classify import describe_fallback, ran_compiled
 from casekit.model import SITE_CLASS_ORDER, Case, ScriptObservation, ScriptRole, Severity, Site, SiteClass, Verdict
 from casekit.observe.reasons import describe_category
+from casekit.scrub import shorten, without_addresses
 
 if TYPE_CHECKING:
     from casekit.replay.document import ReplayDocument, ResultEntry, SiteEntry, TargetEntry
@@ -68,7 +69,7 @@ def site_row(site: Site) -> list[str]:
         where,
         site.function,
         site.gb_id or "-",
-        site.reason if site.reason else describe_category(site.category),
+        shorten(site.reason, 60) if site.reason else describe_category(site.category),  # not cut inside brackets
         site.source,
     ]
 
@@ -85,7 +86,10 @@ def observation_summary(label: str, observation: ScriptObservation) -> str:
         )
     for fallback in observation.fallback_frames:
         where = f"{fallback.file}:{fallback.line}"
-        lines.append(f"  {describe_fallback(fallback.function, where)}: {fallback.reason}")
+        # at capture nothing is compared: the frame falls back, it does not "now" fall back
+        lines.append(
+            f"  {describe_fallback(fallback.function, where, since=False)}: {without_addresses(fallback.reason)}"
+        )
     for recompile in observation.recompiles:
         lines.append(
             f"  recompile: {recompile.function} ({recompile.file}:{recompile.line}): {'; '.join(recompile.reasons)}"
@@ -93,12 +97,12 @@ def observation_summary(label: str, observation: ScriptObservation) -> str:
     if observation.error:
         where = f" at {observation.error.location.where()}" if observation.error.location else ""
         lines.append(
-            f"  error{where}: {observation.error.type}: {observation.error.message.splitlines()[0] if observation.error.message else ''}"
+            f"  error{where}: {observation.error.type}: {without_addresses(_first_line(observation.error.message))}"
         )
     if observation.fullgraph_status:
         if observation.fullgraph:
             where = f" at {observation.fullgraph.location.where()}" if observation.fullgraph.location else ""
-            first = observation.fullgraph.message.splitlines()[0] if observation.fullgraph.message else ""
+            first = without_addresses(_first_line(observation.fullgraph.message))
             lines.append(
                 f"  fullgraph=True: {fullgraph_kind(observation)}{where}: {observation.fullgraph.type}: {first}"
             )
@@ -122,7 +126,11 @@ def observation_summary(label: str, observation: ScriptObservation) -> str:
     inputs = sorted({", ".join(call.inputs) for call in observation.calls})
     if inputs:
         lines.append("  inputs: " + " | ".join(f"({i})" for i in inputs[:6]))
-    return "\n".join(lines)
+    return without_addresses("\n".join(lines))  # bundles captured before addresses were dropped
+
+
+def _first_line(text: str) -> str:
+    return text.splitlines()[0] if text else ""
 
 
 def _indent(text: str, prefix: str = "  ") -> str:
@@ -226,14 +234,14 @@ def _reworded(note: str) -> str:
 def _site_line(which: ScriptRole, site: SiteEntry) -> str:
     side = site.side
     note = f"  [{site.note}]" if site.note else ""
-    return f"  {which:4} {site.site_class:10} {side.where():24} {side.reason[:60]}{note}"
+    return f"  {which:4} {site.site_class:10} {side.where():24} {shorten(side.reason, 60)}{note}"
 
 
 def result_text(result: ResultEntry) -> str:
     """One case on one target: the verdict, why (every reason), the breaks that changed, the way back."""
     lines = [f"{result.case} on {result.target}: {result.verdict} ({result.severity})"]
     reasons = list(result.reasons)
-    lines += [f"  why: {reason}" for reason in reasons]
+    lines += [f"  why: {without_addresses(reason)}" for reason in reasons]
     for which, script in result.scripts.items():  # the changes the reasons do not already name
         said = [reason for reason in reasons if reason.startswith(f"{which}: ")]
         if script.recorded_status and script.recorded_status != script.status:
@@ -242,11 +250,13 @@ def result_text(result: ResultEntry) -> str:
             lines.append(f"  recompiles: {which} {script.recompiles_recorded} -> {script.recompiles}")
     for which, script in result.scripts.items():
         counts = class_counts(site.site_class for site in script.sites)
+        if not script.sites and not ran_compiled(script.status):  # a script that did not compile shows no break
+            counts = f"no break observed ({script.status}: its compiled run did not finish)"
         lines.append(f"  {which}: {counts}")
         lines += [
             _site_line(which, site) for site in script.sites if site.site_class is not SiteClass.PERSISTS or site.note
         ]
-        lines += [f"  {which} note: {_reworded(note)}" for note in script.notes]
+        lines += [f"  {which} note: {without_addresses(_reworded(note))}" for note in script.notes]
     rollback = result.rollback
     if rollback:
         verified = rollback.verified
