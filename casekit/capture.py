@@ -149,15 +149,26 @@ def _run_gates(which: ScriptRole, observation: ScriptObservation) -> list[GateFa
         return [GateFailure(Gate.TIMEOUT, which, observation.detail or "a run timed out", _TIMEOUT_ADVICE)]
     if status in (ScriptStatus.EAGER_FAILED, ScriptStatus.ENV_FAILED):
         return [GateFailure(Gate.EAGER, which, f"the eager run failed: {_last_line(observation)}", _EAGER_ADVICE)]
-    called = sum(entry.calls for entry in observation.entries) or len(observation.calls)
-    if not called:
-        evidence = "no compiled entry point was called (torch.compile never ran, or the run ended before a call)"
-        return [GateFailure(Gate.COMPILED, which, evidence, _COMPILED_ADVICE)]
     crashed = status in (ScriptStatus.COMPILE_ERROR, ScriptStatus.CRASHED)
+    called = sum(entry.calls for entry in observation.entries) or len(observation.calls)
+    # a run that compiled graphs or met breaks before it raised did call its entry point (a probe older
+    # than the module hook that records a raising call saw no call)
+    if not called and not (crashed and (observation.graphs or observation.sites)):
+        return [GateFailure(Gate.COMPILED, which, _never_called(observation), _COMPILED_ADVICE)]
     if not crashed and observation.check.compared == 0:
         evidence = f"{called} compiled call(s) but 0 compared with eager (the compiled run ended early?)"
         return [GateFailure(Gate.COMPILED, which, evidence, _COMPILED_ADVICE)]
     return []
+
+
+def _never_called(observation: ScriptObservation) -> str:
+    """Why no compiled entry point ran, from what the run shows."""
+    if observation.status in (ScriptStatus.COMPILE_ERROR, ScriptStatus.CRASHED):
+        return f"the compiled run stopped before any compiled call: {_last_line(observation)}"
+    names = sorted({entry.name for entry in observation.entries})
+    if names:
+        return f"torch.compile'd {', '.join(names[:3])} never called (the compiled run reached its end without a call)"
+    return "the script never calls torch.compile (no compiled function or module)"
 
 
 def _remaining_sites(pre: ScriptObservation, after: set[str], script_name: str | None) -> list[str]:

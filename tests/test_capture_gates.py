@@ -100,6 +100,18 @@ def test_calls_that_were_never_compared_fail_the_compiled_gate():
     assert [f.gate for f in failures] == [Gate.COMPILED] and "0 compared" in failures[0].evidence
 
 
+def test_a_crash_after_graphs_and_breaks_called_its_entry_point_even_with_no_call_recorded():
+    """A bundle from a probe that saw no call of a module whose forward raised: the graphs say it ran."""
+    crash = ScriptObservation(
+        ScriptStatus.COMPILE_ERROR, graphs=2, sites=[site()], error=ErrorInfo("TypeError", "unexpected keyword")
+    )
+    assert check_gates({"pre": crash}) == []
+    before_any_call = ScriptObservation(ScriptStatus.COMPILE_ERROR, error=ErrorInfo("RuntimeError", "no weights"))
+    (failure,) = check_gates({"pre": before_any_call})
+    assert failure.gate is Gate.COMPILED
+    assert failure.evidence == "the compiled run stopped before any compiled call: RuntimeError: no weights"
+
+
 def test_a_compile_error_is_a_purpose_even_with_nothing_compared():
     crash = ran(ScriptStatus.COMPILE_ERROR, check=OutputCheck(), error=ErrorInfo("Unsupported", "boom"))
     assert check_gates({"pre": crash}) == [] and not is_sentinel({"pre": crash})
