@@ -26,6 +26,7 @@ from casekit.model import (
     ScriptStatus,
 )
 from casekit.observe.batch import observe_batch
+from casekit.observe.cause import NO_CUDA_ADVICE, failure_text, needs_cuda
 from casekit.runners import registry
 from casekit.runners.interface import (
     ProbeBatchResult,
@@ -148,7 +149,8 @@ def _run_gates(which: ScriptRole, observation: ScriptObservation) -> list[GateFa
     if status is ScriptStatus.TIMEOUT:
         return [GateFailure(Gate.TIMEOUT, which, observation.detail or "a run timed out", _TIMEOUT_ADVICE)]
     if status in (ScriptStatus.EAGER_FAILED, ScriptStatus.ENV_FAILED):
-        return [GateFailure(Gate.EAGER, which, f"the eager run failed: {_last_line(observation)}", _EAGER_ADVICE)]
+        advice = NO_CUDA_ADVICE if needs_cuda(observation) else _eager_advice(observation)
+        return [GateFailure(Gate.EAGER, which, f"the eager run failed: {_last_line(observation)}", advice)]
     crashed = status in (ScriptStatus.COMPILE_ERROR, ScriptStatus.CRASHED)
     called = sum(entry.calls for entry in observation.entries) or len(observation.calls)
     # a run that compiled graphs or met breaks before it raised did call its entry point (a probe older
@@ -193,7 +195,17 @@ def _fix_gate(before: set[str], after: set[str], post: ScriptObservation, remain
 
 
 _TIMEOUT_ADVICE = "make the repro smaller, or raise --timeout"
-_EAGER_ADVICE = "make `python repro.py` run without torch.compile first (a sibling file? pass --include)"
+_EAGER_ADVICE = "make `python repro.py` run without torch.compile first"
+# an error that names a file or module the script looked for beside it: --include brings it along
+_MISSING_FILE = re.compile(r"No module named|FileNotFoundError|No such file or directory|ImportError")
+
+
+def _eager_advice(observation: ScriptObservation) -> str:
+    if _MISSING_FILE.search(failure_text(observation)):
+        return _EAGER_ADVICE + " (a sibling file? pass --include)"
+    return _EAGER_ADVICE
+
+
 _COMPILED_ADVICE = "call the torch.compile'd function or module in the script, and let the run reach its end"
 
 

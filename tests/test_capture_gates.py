@@ -358,3 +358,19 @@ def test_the_scrubber_knows_casekits_own_temporary_folders_and_no_others():
     made = {m for p in sources for m in re.findall(r"prefix=\"(casekit-[a-z]+-)\"", p.read_text())}
     assert not made, f"temporary folders named outside scrub.temp_prefix: {made}"
     assert all(bare.text(f"/tmp/{scrub.temp_prefix(k)}1-ab12/x") == "<batch>/x" for k in scrub.TEMP_FOLDER_KINDS)
+
+
+def test_an_eager_failure_gets_the_advice_its_error_calls_for():
+    """From torch's own words: no CUDA -> a GPU target; a missing module or file -> --include; else neither."""
+    cpu_build = ErrorInfo("AssertionError", "Torch not compiled with CUDA enabled")  # torch 2.13.0+cpu, real text
+    no_driver = ErrorInfo("RuntimeError", "Found no NVIDIA driver on your system. Please check that you ...")
+    for error in (cpu_build, no_driver):
+        (failure,) = check_gates({"pre": ScriptObservation(ScriptStatus.EAGER_FAILED, error=error)})
+        assert "this interpreter has no CUDA: use a GPU target" in failure.line()
+        assert "--include" not in failure.line()
+    missing = ErrorInfo("FileNotFoundError", "[Errno 2] No such file or directory: 'weights.pt'")
+    (failure,) = check_gates({"pre": ScriptObservation(ScriptStatus.EAGER_FAILED, error=missing)})
+    assert "pass --include" in failure.line() and "CUDA" not in failure.line()
+    other = ErrorInfo("ValueError", "shapes do not match")
+    (failure,) = check_gates({"pre": ScriptObservation(ScriptStatus.EAGER_FAILED, error=other)})
+    assert "--include" not in failure.line() and "CUDA" not in failure.line()

@@ -58,6 +58,12 @@ BAD_SCRIPTS = {
         ["--timeout", "3"],
         "gate timeout (pre-fix)",
     ),
+    "needs-cuda": (  # on this CPU build of torch: the advice is a GPU target, not --include
+        "import torch\n\ncompiled = torch.compile(lambda x: x + 1)\nprint(compiled(torch.ones(3, device='cuda')))\n",
+        [],
+        "the eager run failed: AssertionError: Torch not compiled with CUDA enabled; "
+        "this interpreter has no CUDA: use a GPU target",
+    ),
     "never-compiles": (
         "import torch\n\nprint('fullgraph=True: compiles as one graph')\n",
         [],

@@ -33,6 +33,7 @@ from casekit.runners.process import (
     check_interpreter,
     kill_process_tree,
     overall_timeout,
+    torch_missing,
 )
 from casekit.runners.sandbox import Sandbox
 from casekit.scrub import temp_prefix
@@ -111,7 +112,7 @@ class WarmProbe:
         record = json.loads(env_path.read_text())
         if not record.get("ok"):
             self.close()
-            raise EnvironmentUnusable(f"python {self.python}: torch is not importable: {record.get('error')}")
+            raise EnvironmentUnusable(torch_missing(self.python, str(record.get("error"))))
         self.import_s = record.get("import_s")
         progress(f"torch {(record.get('environment') or {}).get('torch')} imported in {self.import_s:.1f} s (once)")
         return process

@@ -33,6 +33,25 @@ IMPORT_MARGIN_S = 120.0  # importing torch + dynamo takes 7-10 s here; slow disk
 POLL_S = 0.2
 
 
+def torch_missing(python: str, error: str) -> str:
+    """The line for an interpreter whose torch does not import, with the remedy that fits it: casekit's
+    own environment (a `uv tool` or pipx install holds no torch) takes another interpreter or torch beside
+    it; an interpreter the user named takes torch, or another name."""
+    if _same_file(python, sys.executable):
+        remedy = (
+            "name an interpreter that has torch with --python PATH, or install torch beside casekit "
+            "(uv tool install --with torch ..., pipx inject casekit torch)"
+        )
+    else:
+        remedy = "install torch into it, or name another interpreter with --python PATH"
+    return f"python {python}: torch is not importable: {error}; {remedy}"
+
+
+def _same_file(a: str, b: str) -> bool:
+    # by path, not by inode: a venv's python is a link to its base interpreter, yet another environment
+    return os.path.abspath(a) == os.path.abspath(b)
+
+
 class EnvironmentUnusable(EnvironmentFailed, RunnerError):
     """The interpreter is missing, does not run, or cannot import torch.
 
@@ -243,7 +262,7 @@ def _raise_if_unusable(python: str, batch_dir: Path, returncode: int | None, pro
     record = read_env_record(batch_dir)
     if record is not None:
         if not record.get("ok"):
-            raise EnvironmentUnusable(f"python {python}: torch is not importable: {record.get('error')}")
+            raise EnvironmentUnusable(torch_missing(python, str(record.get("error"))))
         return
     last = (probe_log.strip().splitlines() or ["no output"])[-1]
     raise RunnerError(f"python {python}: the probe did not start (exit status {returncode}): {last}")

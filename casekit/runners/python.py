@@ -11,7 +11,7 @@ from pathlib import PurePosixPath
 
 from casekit.errors import RunnerError
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec, VersionSource
-from casekit.runners.process import EnvironmentUnusable, check_interpreter, run_probe_subprocess
+from casekit.runners.process import EnvironmentUnusable, check_interpreter, run_probe_subprocess, torch_missing
 from casekit.runners.sandbox import BWRAP_ALLOW_EXAMPLES, KNOWN_OPTIONS, Sandbox, runtime_of
 from casekit.scrub import Scrubber, machine_folders
 from casekit.versions import matches_request
@@ -28,9 +28,7 @@ def query_versions(python: str) -> tuple[str, str]:
         raise EnvironmentUnusable(str(error)) from None
     version = installed_version("torch", runtime.import_path)
     if version is None:
-        raise EnvironmentUnusable(
-            f"python {python}: torch is not importable: ModuleNotFoundError: No module named 'torch'"
-        )
+        raise EnvironmentUnusable(torch_missing(python, "ModuleNotFoundError: No module named 'torch'"))
     return version, runtime.python_version
 
 
