@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from casekit.archive.store import Archive
-from casekit.bundle import MAX_SCRIPT_CHARS, check_case_id, sha256_text, slugify
+from casekit.bundle import MAX_SCRIPT_CHARS, case_id_from_title, check_case_id, sha256_text
 from casekit.errors import CasekitError, ScriptError, ScriptNameError
 from casekit.includes import check_script_name, collect_includes, missing_includes
 from casekit.model import (
@@ -378,7 +378,7 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
     waivable = check_waivers(request.waive)
     # `--id ''` is refused like any bad id, not taken as "the default"
     case_id = check_case_id(
-        request.case_id if request.case_id is not None else slugify(request.title or request.script.stem)
+        request.case_id if request.case_id is not None else case_id_from_title(request.title or request.script.stem)
     )
     pre = read_script(request.script)
     post = read_script(request.fixed) if request.fixed else None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import threading
 from collections.abc import Iterator
@@ -41,6 +42,7 @@ class Verbosity(IntEnum):
 
 _verbosity = Verbosity.NORMAL
 _COUNT = re.compile(r"^(?:\[(?P<label>[^\]]+)\] )?(?P<done>\d+)/(?P<total>\d+)\b")
+_PLAIN_LEAD = "  ... "
 _LABEL = re.compile(r"^\[(?P<label>[^\]]+)\] (?P<rest>.*)$", re.S)
 
 
@@ -79,6 +81,7 @@ class ProgressView:
     stream: TextIO
     plain: bool = True
     level: Verbosity = Verbosity.NORMAL
+    width: int | None = None  # a terminal's columns: each line is cut to fit (None: a log, kept whole)
     _bars: Progress | None = None
     _tasks: dict[str, Task] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -88,7 +91,7 @@ class ProgressView:
     def for_stderr(cls, stream: TextIO | None = None) -> Iterator[ProgressView]:
         """The view a command uses: stderr, plain or live by the rules above, the global verbosity."""
         out = stream or sys.stderr
-        view = cls(out, plain=plain_output(out), level=verbosity())
+        view = cls(out, plain=plain_output(out), level=verbosity(), width=terminal_width(out))
         view.start()
         try:
             yield view
@@ -101,7 +104,7 @@ class ProgressView:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-        console = Console(file=self.stream)
+        console = Console(file=self.stream, width=self.width)
         self._bars = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -138,7 +141,9 @@ class ProgressView:
     def _new_task(self, description: str, total: float) -> Task:
         task = Task(description, total)
         if self._bars is not None:
-            task.task_id = self._bars.add_task(description, total=total, amount=_counted(task))
+            # the bar, its count and its times need the rest of the line: a label gets a third of it
+            shown = fit_label(description, max(12, self.width // 3)) if self.width else description
+            task.task_id = self._bars.add_task(shown, total=total, amount=_counted(task))
         self._tasks[description] = task
         return task
 
@@ -148,10 +153,44 @@ class ProgressView:
 
     def _line(self, message: str) -> None:
         if self._bars is not None:
-            self._bars.console.print(message, markup=False, highlight=False)
+            line = fit_line(message, self.width) if self.width else message
+            self._bars.console.print(line, markup=False, highlight=False, no_wrap=True, overflow="ellipsis")
         else:
-            self.stream.write(f"  ... {message}\n")
+            shown = fit_line(message, self.width - len(_PLAIN_LEAD)) if self.width else message
+            self.stream.write(f"{_PLAIN_LEAD}{shown}\n")
             self.stream.flush()
+
+
+def terminal_width(stream: TextIO) -> int | None:
+    """The columns of the terminal `stream` writes to; None when it is not a terminal (a log keeps whole lines)."""
+    isatty = getattr(stream, "isatty", None)
+    if not (isatty and isatty()):
+        return None
+    return max(20, shutil.get_terminal_size().columns)
+
+
+def fit_line(line: str, width: int) -> str:
+    """One line that does not wrap: a long "[label] message" loses the middle of its label first (its
+    kind and its end say which target), then the end of the message."""
+    if len(line) <= width:
+        return line
+    match = _LABEL.match(line.lstrip()) if "\n" not in line else None
+    if match:
+        lead = line[: len(line) - len(line.lstrip())]
+        rest = match["rest"]
+        room = width - len(lead) - len(rest) - 3  # "[", "] "
+        label = fit_label(match["label"], max(12, room))
+        line = f"{lead}[{label}] {rest}"
+    return line if len(line) <= width else line[: width - 1] + "\u2026"
+
+
+def fit_label(label: str, room: int) -> str:
+    """A label in `room` characters: its kind and its end (`python:…/nightly/bin/python`), never its middle."""
+    if len(label) <= room:
+        return label
+    kind, sep, rest = label.partition(":")
+    head = kind + sep if sep and len(kind) + 2 < room // 2 else ""
+    return head + "\u2026" + (rest if head else label)[-(room - len(head) - 1) :]
 
 
 def _counted(task: Task) -> str:
