@@ -327,6 +327,10 @@ def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
             for which, script in result.scripts.items()
             if any(e.first_call_s is not None for e in script.observation.entries)
         },
+        fallbacks={
+            which: [f"{f.function} ({f.file}:{f.line})" for f in script.observation.fallback_frames]
+            for which, script in result.scripts.items()
+        },
         timing_load=next(
             (s.observation.timing_load for s in result.scripts.values() if s.observation.timing_load), None
         ),

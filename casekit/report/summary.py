@@ -24,13 +24,14 @@ from casekit.model import (
     ScriptStatus,
     Severity,
     SiteClass,
+    SiteVerdict,
     Verdict,
 )
 from casekit.scrub import without_addresses
 from casekit.versions import version_order
 
 if TYPE_CHECKING:
-    from casekit.replay.document import ReplayDocument
+    from casekit.replay.document import ReplayDocument, ResultEntry
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Cell:
     details: list[str] = field(default_factory=list)  # what changed, one line each
     at: str = ""  # ISO time of the replay ("" for results documents)
     source: str = "history"  # "history" (the bundle) | a results file name
+    record: ReplayRecord | None = None  # a results document's result in the history's form (the timeline draws it)
 
     def class_summary(self) -> str:
         """'2 moved, 1 gone' (persisting breaks only when nothing else happened)."""
@@ -139,6 +141,27 @@ def cell_from_record(case_id: str, record: ReplayRecord) -> Cell:
     )
 
 
+def record_from_result(result: ResultEntry, torch: str) -> ReplayRecord:
+    """A results document's result as a history entry would hold it (no time: it was not recorded)."""
+    return ReplayRecord(
+        at="",
+        target=result.target,
+        torch=torch,
+        runner="",
+        verdict=result.verdict,
+        severity=result.severity,
+        statuses={which: script.status for which, script in result.scripts.items()},
+        sites=[
+            SiteVerdict(which, site.site_class, site.side.call_site or site.side.where(), site.side.category)
+            for which, script in result.scripts.items()
+            for site in script.sites
+        ],
+        reasons=list(result.reasons),
+        graphs={which: script.graphs for which, script in result.scripts.items()},
+        fallbacks={which: list(script.fallback_frames) for which, script in result.scripts.items()},
+    )
+
+
 def cells_from_results(data: ReplayDocument, source: str) -> list[Cell]:
     """Cells from a `casekit.replay/1` document (`replay --json`, `merge --json`)."""
     torch_of = {t.label: t.torch or "?" for t in data.targets}
@@ -170,6 +193,7 @@ def cells_from_results(data: ReplayDocument, source: str) -> list[Cell]:
                 classes=dict(classes),
                 details=[without_addresses(d) for d in details],
                 source=source,
+                record=record_from_result(result, torch_of.get(result.target, "?")),
             )
         )
     return cells
