@@ -141,7 +141,9 @@ class ReplayOutcome:
     report: ReplayReport | None = None  # None: this shard had nothing to run
     skipped_drafts: list[str] = field(default_factory=list)
     invalid: list[BundleError] = field(default_factory=list)
-    failed_targets: list[str] = field(default_factory=list)  # "label: why", one per environment that failed
+    failed_targets: list[str] = field(
+        default_factory=list
+    )  # "target: why" (as shown here), one per environment that failed
     json_written: Path | None = None
     results_written: list[Path] = field(default_factory=list)  # --results-dir: one file per target
     committed: str | None = None
@@ -246,7 +248,7 @@ def run_replay(
     if selection.cells is not None:
         for run in report.targets:
             run.results = [r for r in run.results if (r.case_id, run.label) in selection.cells]
-    failed = [f"{run.label}: {run.error}" for run in report.targets if run.error]
+    failed = [f"{run.display or run.label}: {run.error}" for run in report.targets if run.error]  # for people
     unrecorded = [f"could not record the replay of {run.record_error}" for run in report.targets if run.record_error]
     outcome = ReplayOutcome(
         _sliced(replay_document(report, request.shard, selection.matrix), request, selection),
