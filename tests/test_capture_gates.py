@@ -353,6 +353,10 @@ def test_the_scrubber_knows_casekits_own_temporary_folders_and_no_others():
     # control: the previous rule (any casekit-XXXX folder, from the token start) ate the prefix
     old_rule = re.compile(scrub._TOKEN_START + r"[^\s\"'`]*?casekit-[A-Za-z0-9_]{4,}(?=/|\b)")
     assert old_rule.sub("<batch>", "python:/home/alice/envs/casekit-nightly/bin/python") == "<batch>/bin/python"
+    # a repr's address goes, a constant in a source line stays
+    assert bare.text("wrapped <function f at 0x7f70d861b100>; mask = 0xFFFFFFFFFFFF") == (
+        "wrapped <function f>; mask = 0xFFFFFFFFFFFF"
+    )
     # every temporary folder casekit makes is one the scrubber knows (the prefixes come from one list)
     sources = Path(scrub.__file__).parent.rglob("*.py")
     made = {m for p in sources for m in re.findall(r"prefix=\"(casekit-[a-z]+-)\"", p.read_text())}
