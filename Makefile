@@ -1,37 +1,76 @@
-# The targets a newcomer types. `make run` and `make test` do all set-up themselves.
-PYTHON ?= python3
-STAMP := .casekit-cache/setup.stamp
+# The targets a newcomer types. `make run` and `make test` do all set-up themselves, into a
+# project venv (.venv): never the system Python, which PEP 668 systems (Debian, Ubuntu) refuse.
+# The venv sees the system's site-packages, so a torch 2.13.0 already installed there is reused.
+#   make run ARGS="--allow sandbox=none"      options for the replay (or CASEKIT_ALLOW=sandbox=none)
+#   make run ARGS="--torch 2.5.1"             any replay option
+BOOTSTRAP_PYTHON ?= python3
+VENV ?= .venv
+PYTHON ?= $(VENV)/bin/python
+STAMP := $(VENV)/.casekit-setup.stamp
 OUT ?= out
+ARGS ?=
 
-.PHONY: run test setup bench lint format starter report clean identity
+.PHONY: run test test-fast setup bench lint format starter report clean distclean identity
 
 # The main job: replay the starter archive on the locally installed torch,
 # write the JSON and the HTML report to out/ (replay records history only with
-# --record / --commit, so the archive and the git tree stay unchanged).
+# --record / --commit, so the archive and the git tree stay unchanged). ARGS go to the
+# replay. Exit 1 (a result reached --fail-on) still writes the report; exit 2 (nothing
+# could run, e.g. no sandbox here) leaves no out/replay.json and says what to pass.
 run: $(STAMP)
-	$(PYTHON) -m casekit replay --archive cases --json $(OUT)/replay.json
-	$(PYTHON) -m casekit report --archive cases --results $(OUT)/replay.json --format html --format md --out $(OUT)/report
-	@echo "report: $(OUT)/report/index.html"
+	@rm -f $(OUT)/replay.json
+	@code=0; $(PYTHON) -m casekit replay --archive cases --json $(OUT)/replay.json $(ARGS) || code=$$?; \
+	if [ "$$code" -ge 2 ] && $(PYTHON) -c "$$NOTHING_RAN" $(OUT)/replay.json; then \
+	    rm -f $(OUT)/replay.json; \
+	    echo "make run: nothing could run (replay exit $$code), so $(OUT)/replay.json is removed: do what the" \
+	         "error line says, or pass replay options with make run ARGS='...' (a host that cannot sandbox:" \
+	         "make run ARGS='--allow sandbox=none', or CASEKIT_ALLOW=sandbox=none make run)" >&2; \
+	    exit "$$code"; \
+	fi; \
+	$(PYTHON) -m casekit report --archive cases --results $(OUT)/replay.json --format html --format md --out $(OUT)/report \
+	    && echo "report: $(OUT)/report/index.html" && exit "$$code"
+
+# A replay document in which no target ran (each one's environment failed), or none at all.
+export NOTHING_RAN := import json, sys; from pathlib import Path; p = Path(sys.argv[1]); \
+    d = json.loads(p.read_text()) if p.is_file() else {}; \
+    sys.exit(0 if all(t.get("error") for t in d.get("targets", [])) else 1)
 
 # Every test: real torch, real subprocesses, real git, real Docker (when an engine runs).
 test: $(STAMP)
 	$(PYTHON) -m pytest -q -ra $(PYTEST_ARGS)
 
+# The fast tier: no process, no git, no torch (a spawn outside it fails the test; see tests/conftest.py).
+test-fast: $(STAMP)
+	$(PYTHON) -m pytest -q -m "not process" $(PYTEST_ARGS)
+
 setup: $(STAMP)
 
-# Host tool + test tools + torch 2.13.0 (a local CPU wheel on these machines).
-$(STAMP): pyproject.toml
-	$(PYTHON) -m pip install -q -e '.[dev]' 'torch==2.13.0' 'transformers==5.24.0' uv
-	@mkdir -p $(dir $@) && touch $@
+# The project venv, then host tool + test tools + torch 2.13.0 (a local CPU wheel on these
+# machines) into it; pip shows what it does, with its bars on a terminal (the first time takes minutes).
+$(VENV)/bin/python:
+	@echo "setup: creating the project venv $(VENV) (from $(BOOTSTRAP_PYTHON))"
+	@$(BOOTSTRAP_PYTHON) -m venv --system-site-packages $(VENV) \
+	    || { command -v uv >/dev/null && uv venv --seed --system-site-packages --python $(BOOTSTRAP_PYTHON) $(VENV); } \
+	    || { echo "setup: cannot create $(VENV): install your system's venv module (Debian/Ubuntu: python3-venv)" \
+	              "or uv (https://docs.astral.sh/uv/), then run make again" >&2; rm -rf $(VENV); exit 2; }
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	@echo "setup: installing casekit (editable), the dev tools, uv, torch 2.13.0 and transformers into $(VENV) ..."
+	@start=$$(date +%s); \
+	$(PYTHON) -m pip install -e '.[dev]' 'torch==2.13.0' 'transformers==5.24.0' uv || exit 1; \
+	echo "setup: done in $$(( $$(date +%s) - start )) s"
+	@touch $@
 
 # Side by side in one run: casekit replay vs the naive way (one fresh python per script);
 # list/validate/report/shard planning on 1,000 and 10,000 synthetic bundles (naive, cold, warm);
+# torch's import in a managed venv vs one built without bytecode and one compiled after (bytecode_bench);
 # with BENCH_BISECT=1 also k cases x n releases bisected one by one vs shared (builds envs: minutes).
 BENCH_SIZES ?= 1000,10000
 BENCH_BISECT_ARGS ?= --k 2 --versions 2.5.1,2.8.0,2.13.0
 bench: $(STAMP)
 	$(PYTHON) bench/replay_bench.py
 	$(PYTHON) bench/scale_bench.py --sizes $(BENCH_SIZES)
+	$(PYTHON) bench/bytecode_bench.py
 ifeq ($(BENCH_BISECT),1)
 	$(PYTHON) bench/bisect_shared_bench.py $(BENCH_BISECT_ARGS)
 else
@@ -70,3 +109,7 @@ report: $(STAMP)
 
 clean:
 	rm -rf $(OUT) .casekit-cache .pytest_cache .mypy_cache .ruff_cache
+
+# clean, and the project venv too (the next make builds it again)
+distclean: clean
+	rm -rf $(VENV)

@@ -38,6 +38,12 @@ VPY="$WORK/venv/bin/python"
 "$VPY" -m pip install -q --no-deps --ignore-installed "$wheel"
 "$VPY" -m pip install -q "$wheel"
 CASEKIT="$WORK/venv/bin/casekit"
+if ! "$VPY" -c 'import torch' 2>/dev/null; then
+    # $PYTHON is a venv (make setup's .venv): its torch is not in the system site-packages this venv sees.
+    # A path entry (not a site dir: no .pth of that folder runs) shows torch, after the venv's own casekit.
+    torch_site=$("$PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+    "$VPY" -c 'import sys, sysconfig; open(sysconfig.get_paths()["purelib"] + "/torch-from-host.pth", "w").write(sys.argv[1] + "\n")' "$torch_site"
+fi
 
 mkdir "$WORK/outside"
 cd "$WORK/outside"

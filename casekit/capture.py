@@ -148,7 +148,7 @@ def _run_gates(which: ScriptRole, observation: ScriptObservation) -> list[GateFa
     status = observation.status
     if status is ScriptStatus.TIMEOUT:
         return [GateFailure(Gate.TIMEOUT, which, observation.detail or "a run timed out", _TIMEOUT_ADVICE)]
-    if status in (ScriptStatus.EAGER_FAILED, ScriptStatus.ENV_FAILED):
+    if status in (ScriptStatus.EAGER_FAILED, ScriptStatus.ENV_FAILED, ScriptStatus.UNOBSERVED):
         advice = NO_CUDA_ADVICE if needs_cuda(observation) else _eager_advice(observation)
         return [GateFailure(Gate.EAGER, which, f"the eager run failed: {_last_line(observation)}", advice)]
     crashed = status in (ScriptStatus.COMPILE_ERROR, ScriptStatus.CRASHED)

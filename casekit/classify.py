@@ -8,6 +8,7 @@ severity (error = functional, warn = performance, info = nothing to act on).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import assert_never
@@ -15,6 +16,7 @@ from typing import assert_never
 from casekit.model import (
     Case,
     FallbackFrame,
+    Frame,
     ReplayRecord,
     ScriptObservation,
     ScriptRole,
@@ -28,13 +30,14 @@ from casekit.model import (
 from casekit.observe.cause import NotRun, not_run_cause
 from casekit.observe.interpret import break_invariant
 from casekit.observe.reasons import named_subject
+from casekit.pysource import defined_names, normalized_statement, used_names
 from casekit.scrub import shorten
 
 
 def functional_failure(status: ScriptStatus) -> bool:
     """Whether a script status is a functional failure (error level): anything but a clean run."""
     match status:
-        case ScriptStatus.OK:
+        case ScriptStatus.OK | ScriptStatus.UNOBSERVED:  # unobserved: the release lacks what the script uses
             return False
         case (
             ScriptStatus.EAGER_FAILED
@@ -60,6 +63,7 @@ def ran_compiled(status: ScriptStatus) -> bool:
             | ScriptStatus.TIMEOUT
             | ScriptStatus.CRASHED
             | ScriptStatus.ENV_FAILED
+            | ScriptStatus.UNOBSERVED
         ):
             return False
         case _:
@@ -69,7 +73,7 @@ def ran_compiled(status: ScriptStatus) -> bool:
 def ran_eager(status: ScriptStatus) -> bool:
     """Whether the eager baseline ran (the environment worked and the script itself runs without compile)."""
     match status:
-        case ScriptStatus.EAGER_FAILED | ScriptStatus.ENV_FAILED:
+        case ScriptStatus.EAGER_FAILED | ScriptStatus.ENV_FAILED | ScriptStatus.UNOBSERVED:
             return False
         case (
             ScriptStatus.OK
@@ -91,6 +95,8 @@ class SitePairing:
     observed: Site | None
     recorded: Site | None
     note: str = ""
+    axis: str = ""  # what changed it, when a replay can tell (see attribute_changes): "torch", "library X", ...
+    cause: str = ""  # that, in words: "gone with nested_graph_breaks=True; persists with it False on ..."
 
     @property
     def site(self) -> Site:
@@ -191,8 +197,90 @@ def _produced_then_used(a: Site, b: Site) -> bool:
     """The earlier line breaks on producing a data-dependent value, the later one on using it:
     one release lets the operation through and breaks on its use, the other breaks on the operation."""
     first, later = (a, b) if a.line < b.line else (b, a)
+    if first.line < later.line and _defines_what_is_used(first, later):
+        return True
     used = later.category == "GB0170" or bool(DATA_DEPENDENT_USE.search(f"{later.reason} {later.category}"))
     return first.category in PRODUCERS and used
+
+
+def _in_library(site: Site) -> bool:
+    """A break in a file below the script call site (torch, site-packages, the stdlib, a helper module)."""
+    return site.call_site is not None and site.file != site.call_site.file
+
+
+def _below_call_site(site: Site) -> list[Frame]:
+    """The frames from the script call site down to the break, the call site excluded."""
+    for index in range(len(site.stack) - 1, -1, -1):
+        if site.stack[index] == site.call_site:
+            return site.stack[index + 1 :] or [site.anchor]
+    return site.stack[-1:] or [site.anchor]
+
+
+def _subsequence(short: list[tuple[str, str]], long: list[tuple[str, str]]) -> bool:
+    frames = iter(long)
+    return all(any(frame == wanted for frame in frames) for wanted in short)
+
+
+def _same_library_frame(a: Site, b: Site) -> bool:
+    """The same function of the same library file reached the same way from the same script line.
+
+    A line number inside a library is evidence only (every release renumbers torch's files), and a frame
+    Dynamo's printed stack drops or replaces with a polyfill is no other way: the shorter path of
+    (file, function) must be a subsequence of the longer, ending in the same function."""
+    if not (_in_library(a) and _in_library(b) and _same_anchor(a, b)) or (a.file, a.function) != (b.file, b.function):
+        return False
+    path_a = [(f.file, f.function) for f in _below_call_site(a)]
+    path_b = [(f.file, f.function) for f in _below_call_site(b)]
+    short, long = sorted((path_a, path_b), key=len)
+    return _subsequence(short, long)
+
+
+def _statement(source: str) -> str:
+    """The text of a statement as the notes quote it: spacing collapsed."""
+    return " ".join(source.split())
+
+
+def _same_statement(a: Site, b: Site) -> bool:
+    """One library statement that only renumbered: same frame, the same source text once normalized
+    (spacing, quotes, parentheses, a trailing comment do not count)."""
+    if not (_same_library_frame(a, b) and _statement(a.source) and _statement(b.source)):
+        return False
+    return normalized_statement(a.source) == normalized_statement(b.source)
+
+
+def _rewritten_in_place(a: Site, b: Site) -> bool:
+    """A library statement rewritten in place: same frame, same cause (category), other text.
+    `if not valid.all():` -> `if not torch._is_all_true(valid):` in Distribution._validate_sample is torch's
+    own edit of the statement that breaks, not a change of the user's break: it persists, with a note."""
+    return (
+        _same_library_frame(a, b)
+        and a.category == b.category
+        and bool(_statement(a.source))
+        and bool(_statement(b.source))
+        and normalized_statement(a.source) != normalized_statement(b.source)
+    )
+
+
+def _reached_through(outer: Site, inner: Site) -> list[Frame] | None:
+    """The path from a break on a script line to a break its call leads to (a context manager's
+    __enter__, a decorator's wrapper, a property, __init__, a generator): None when inner's stack
+    does not run through outer's line."""
+    if outer.call_site is not None or outer.function in ("?", "<module>"):
+        return None
+    for index, frame in enumerate(inner.stack[:-1]):
+        if (frame.file, frame.line, frame.function) == (outer.file, outer.line, outer.function):
+            return inner.stack[index:]
+    return None
+
+
+def _path_text(path: list[Frame]) -> str:
+    head, *rest = path
+    return " -> ".join([f"{head.function} ({head.where()})", *(f"{f.function} ({f.where()})" for f in rest)])
+
+
+def _defines_what_is_used(first: Site, later: Site) -> bool:
+    """The earlier line binds a name the later line reads (`p = x.data_ptr()`, then `if (p % 16) == 0:`)."""
+    return bool(defined_names(first.source) & used_names(later.source))
 
 
 def _depth(site: Site) -> int:
@@ -238,6 +326,13 @@ def _link(recorded: Site, observed: Site) -> tuple[int, float] | None:
     Never across functions without a shared script call site.
     """
     tie = -_evidence(recorded, observed)
+    if _same_statement(recorded, observed):  # a library line that only renumbered: the same place
+        distance = abs(recorded.line - observed.line) * 0.001
+        if recorded.category == observed.category:
+            return (0 if recorded.kind == observed.kind else 1), tie + distance
+        return 2, tie + distance + (0.5 if recorded.kind != observed.kind else 0.0)
+    if _rewritten_in_place(recorded, observed):
+        return 2, tie + abs(recorded.line - observed.line) * 0.001
     if _same_place(recorded, observed) and not _same_frame(recorded, observed):
         return 3, tie + abs(len(recorded.stack) - len(observed.stack)) * 0.01
     if _same_place(recorded, observed):
@@ -246,6 +341,9 @@ def _link(recorded: Site, observed: Site) -> tuple[int, float] | None:
         return 2, tie + (0.5 if recorded.kind != observed.kind else 0.0)
     if _same_anchor(recorded, observed) and (recorded.call_site or observed.call_site):
         return 3, tie + abs(_depth(recorded) - _depth(observed)) * 0.01
+    path = _reached_through(recorded, observed) or _reached_through(observed, recorded)
+    if path:
+        return 3, tie + len(path) * 0.01
     if _same_function(recorded, observed) and _same_subject(recorded, observed):
         distance = abs(recorded.line - observed.line)
         if recorded.category == observed.category:
@@ -256,13 +354,23 @@ def _link(recorded: Site, observed: Site) -> tuple[int, float] | None:
 
 
 def _persist_note(recorded: Site, observed: Site) -> str:
+    notes = []
+    if _rewritten_in_place(recorded, observed):
+        notes.append(
+            f"statement rewritten in place in {observed.function} ({observed.file}): "
+            f"`{_statement(recorded.source)}` -> `{_statement(observed.source)}`"
+        )
+    elif not _same_place(recorded, observed):
+        notes.append(f"library line renumbered: {recorded.where()} -> :{observed.line}, same statement")
     if recorded.category != observed.category:
         # the observed reason stands beside the note: the note names the ids and what the reason was
         was = shorten(recorded.reason, 60)
-        return f"reason changed: {_id(recorded.category)} -> {_id(observed.category)}" + (
-            f", was: {was}" if was else ""
+        notes.append(
+            f"reason changed: {_id(recorded.category)} -> {_id(observed.category)}" + (f", was: {was}" if was else "")
         )
-    return "reason reworded" if recorded.reason != observed.reason else ""
+    elif recorded.reason != observed.reason:
+        notes.append("reason reworded")
+    return "; ".join(notes)
 
 
 def _id(category: str) -> str:
@@ -272,12 +380,17 @@ def _id(category: str) -> str:
 
 def _move_note(recorded: Site, observed: Site) -> str:
     note = f"from {recorded.where()} ({recorded.function}) to {observed.where()} ({observed.function})"
+    into, out_of = _reached_through(recorded, observed), _reached_through(observed, recorded)
     if _same_place(recorded, observed):
         how = "deeper" if len(observed.stack) > len(recorded.stack) else "less deep"
         note += f", traced {how} on the same script line"
+    elif into or out_of:
+        how = "deeper" if into else "less deep"
+        path = into or out_of or []
+        note += f", traced {how} through the same script line {path[0].where()}: {_path_text(path)}"
     elif _same_anchor(recorded, observed) and (recorded.call_site or observed.call_site):
-        deeper = _depth(observed) - _depth(recorded)
-        how = "deeper" if deeper > 0 else "less deep" if deeper < 0 else "elsewhere"
+        levels = _depth(observed) - _depth(recorded)
+        how = "deeper" if levels > 0 else "less deep" if levels < 0 else "elsewhere"
         note += f", traced {how} below the same script line {observed.anchor.where()}"
     elif _same_function(recorded, observed):
         note += f", {abs(recorded.line - observed.line)} line(s) away in the same function"
@@ -380,13 +493,42 @@ def script_ran(observed: ScriptObservation) -> bool:
     return ran_compiled(observed.status)
 
 
+def _same_fallback(a: FallbackFrame, b: FallbackFrame) -> bool:
+    return (a.file, a.line) == (b.file, b.line) or (a.file, a.function) == (b.file, b.function)
+
+
+def _whole(fallback: FallbackFrame, observation: ScriptObservation | None) -> bool | None:
+    """Whether a fallback is the whole function (it is named where the function starts) or only the code after
+    a break in it (a resume function, named at that break's line); None when the start is not known."""
+    starts = [
+        e.line
+        for e in (observation.entries if observation else [])
+        if (e.file, e.name) == (fallback.file, fallback.function)
+    ]
+    return fallback.line in starts if starts else None
+
+
 def _fallback_notes(result: ScriptResult, recorded: ScriptObservation | None, observed: ScriptObservation) -> None:
-    # a function is known by where it starts: releases name a module's frame differently (Net / forward)
+    # once per function, so a note can never say both "no longer" and "now": a function is the same by where it
+    # starts (releases name a module's frame differently: Net / forward) or by its name in its file (one
+    # release knows where it starts, the other only the line its skip-type break is on)
     before = recorded.fallback_frames if recorded else []
-    recorded_fallbacks = {(f.file, f.line) for f in before}
-    observed_fallbacks = {(f.file, f.line) for f in observed.fallback_frames}
-    result.new_fallbacks = [f for f in observed.fallback_frames if (f.file, f.line) not in recorded_fallbacks]
-    result.cleared_fallbacks = [f for f in before if (f.file, f.line) not in observed_fallbacks]
+    result.new_fallbacks = [f for f in observed.fallback_frames if not any(_same_fallback(f, b) for b in before)]
+    result.cleared_fallbacks = [f for f in before if not any(_same_fallback(f, o) for o in observed.fallback_frames)]
+    widened: list[tuple[FallbackFrame, FallbackFrame]] = []  # (was, now): only its tail fell back, now all of it
+    narrowed: list[tuple[FallbackFrame, FallbackFrame]] = []  # the other way
+    for now in observed.fallback_frames:
+        if any((now.file, now.line) == (was.file, was.line) for was in before):
+            continue
+        was = next((was for was in before if _same_fallback(now, was)), None)
+        if was is None:
+            continue
+        whole_now, whole_was = _whole(now, observed), _whole(was, recorded)
+        if whole_now is True and whole_was is False:
+            widened.append((was, now))
+        elif whole_was is True and whole_now is False:
+            narrowed.append((was, now))
+    result.new_fallbacks += [now for _, now in widened]
     still_skipped = {f.function for f in observed.fallback_frames}
     for pairing in result.sites:
         r, o = pairing.recorded, pairing.observed
@@ -403,7 +545,16 @@ def _fallback_notes(result: ScriptResult, recorded: ScriptObservation | None, ob
     for fallback in result.cleared_fallbacks:
         result.notes.append(describe_fallback(fallback.function, "", now=False))
     for fallback in result.new_fallbacks:
-        result.notes.append(describe_fallback(fallback.function, f"{fallback.file}:{fallback.line}"))
+        note = describe_fallback(fallback.function, f"{fallback.file}:{fallback.line}")
+        tail = next((was for was, now in widened if now is fallback), None)
+        if tail is not None:
+            note += f" (before, only the code from line {tail.line} on ran eagerly)"
+        result.notes.append(note)
+    for _, now in narrowed:
+        result.notes.append(
+            f"{now.function} compiles again up to line {now.line}; only the code from there on runs eagerly "
+            f"(before, it fell back entirely)"
+        )
 
 
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<function>.+)_at_(?P<line>\d+)$")
@@ -463,10 +614,13 @@ def classify_script(
     if not ran and result.count(SiteClass.UNOBSERVED):
         n = result.count(SiteClass.UNOBSERVED)
         result.notes.append(f"{n} recorded break(s) not observed: the run stopped early ({observed.detail})")
-    invariant = break_invariant(observed)
+    script = case.pre if which is ScriptRole.PRE else case.post
+    invariant = break_invariant(observed, script.source if script else "")
     if invariant:
         result.notes.append(invariant)
-    if which is ScriptRole.PRE and result.count(SiteClass.GONE) and case.post is not None:
+    # removable only when a break went and nothing took its place: no new break, none back, no new fallback
+    worse = result.count(SiteClass.NEW) or result.count(SiteClass.REAPPEARED) or result.new_fallbacks
+    if which is ScriptRole.PRE and result.count(SiteClass.GONE) and case.post is not None and not worse:
         result.notes.append("a pre-fix break is gone upstream: the workaround may be removable")
     return result
 
@@ -481,7 +635,9 @@ def post_fix_broken(post: ScriptResult | None, pre: ScriptResult | None = None) 
         # changed: a torch.cond fix that no longer runs even eagerly).
         pre_ran = pre is not None and ran_eager(pre.status)
         unchanged = post.status == post.recorded_status  # it failed so at capture too: nothing new about the fix
-        if not pre_ran or unchanged or post.not_run.pinned or post.status is ScriptStatus.ENV_FAILED:
+        if not pre_ran or unchanged or post.not_run.pinned:
+            return None
+        if post.status in (ScriptStatus.ENV_FAILED, ScriptStatus.UNOBSERVED):  # the target's doing, not the fix's
             return None
         return f"post-fix {post.status.value}: {post.observation.detail}"
     if (
@@ -515,6 +671,9 @@ def judge(case: Case, target: str, scripts: dict[ScriptRole, ScriptResult]) -> C
 
     for result in scripts.values():
         which = result.label
+        if result.status is ScriptStatus.UNOBSERVED:  # the release lacks what the script uses: not a regression
+            raise_to(Severity.INFO, Verdict.UNOBSERVED, f"{which}: unobserved: {result.observation.detail}")
+            continue
         if result.status is ScriptStatus.ENV_FAILED:
             raise_to(Severity.ERROR, Verdict.ENV_FAILED, f"{which}: environment failed: {result.observation.detail}")
             if result.not_run:
@@ -570,3 +729,186 @@ def classify_case(
         which: classify_script(case, which, obs, target, (names or {}).get(which, "")) for which, obs in roles.items()
     }
     return judge(case, target, scripts)
+
+
+# ------------------------------------------------------------ whose change it was: torch, a library, a setting
+
+CHANGED_CLASSES = (SiteClass.MOVED, SiteClass.GONE, SiteClass.NEW, SiteClass.REAPPEARED)
+
+
+@dataclass(frozen=True)
+class Axes:
+    """What a run depends on besides its scripts: the torch release, the libraries the scripts
+    imported, and the Dynamo settings that change break shape (name -> (value, default))."""
+
+    torch: str | None
+    libraries: Mapping[str, str] = field(default_factory=dict)
+    dynamo: Mapping[str, tuple[object, object]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One axis on which two runs differ: its name ("torch", "library X", "setting X") and both values."""
+
+    axis: str
+    name: str  # the thing itself: "torch", the distribution, the setting
+    before: object
+    after: object
+
+
+def _release(torch: str | None) -> str | None:
+    return torch.split("+", 1)[0] if torch else None
+
+
+def axes_differences(before: Axes, after: Axes) -> list[Difference]:
+    """Where `after` differs from `before`. A side that did not record a setting (a bundle captured
+    before casekit recorded them) is taken at the other side's default; a library one side did not
+    import is not compared."""
+    found = []
+    if _release(before.torch) and _release(after.torch) and _release(before.torch) != _release(after.torch):
+        found.append(Difference("torch", "torch", _release(before.torch), _release(after.torch)))
+    for dist in sorted(set(before.libraries) & set(after.libraries)):
+        if before.libraries[dist] != after.libraries[dist]:
+            found.append(Difference(f"library {dist}", dist, before.libraries[dist], after.libraries[dist]))
+    for name in sorted(set(before.dynamo) | set(after.dynamo)):
+        value_a, default_a = before.dynamo.get(name, after.dynamo.get(name, (None, None)))
+        value_b, default_b = after.dynamo.get(name, before.dynamo.get(name, (None, None)))
+        if name not in before.dynamo:
+            value_a = default_b
+        if name not in after.dynamo:
+            value_b = default_a
+        if value_a != value_b:
+            found.append(Difference(f"setting {name}", name, value_a, value_b))
+    return found
+
+
+def recorded_axes(case: Case) -> Axes:
+    """The axes a case was captured on, from its environment record."""
+    env = case.environment
+    libraries = {d: str(v) for d, v in (env.get("packages") or {}).items() if str(d).lower() != "torch"}
+    for observation in case.observations.values():
+        libraries.update({d: v for d, v in observation.packages.items() if d.lower() != "torch"})
+    return Axes(env.get("torch"), libraries, settings_axes(env.get("dynamo_settings")))
+
+
+def settings_axes(settings: object) -> dict[str, tuple[object, object]]:
+    """The probe's dynamo_settings record as name -> (value, default); {} when there is none."""
+    if not isinstance(settings, Mapping):
+        return {}
+    return {
+        str(name): (entry.get("value"), entry.get("default"))
+        for name, entry in settings.items()
+        if isinstance(entry, Mapping) and "alias_of" not in entry  # an old name: its new name carries it
+    }
+
+
+def _with(difference: Difference, value: object) -> str:
+    if difference.axis == "torch":
+        return f"on torch {value}"
+    return (
+        f"with {difference.name}={value}"
+        if difference.axis.startswith("setting")
+        else f"with {difference.name} {value}"
+    )
+
+
+def _identity(which: ScriptRole, pairing: SitePairing) -> str:
+    side = pairing.recorded if pairing.recorded is not None else pairing.observed
+    assert side is not None
+    return f"{which}|{site_key(side)}"
+
+
+def _classes(result: CaseResult) -> dict[str, SiteClass]:
+    """Each site of a result by identity (the recorded side when there is one) -> its class there."""
+    return {_identity(which, p): p.site_class for which, script in result.scripts.items() for p in script.sites}
+
+
+def attribute_changes(recorded: Axes, runs: list[tuple[str, Axes, CaseResult]]) -> None:
+    """Say, for every changed break of one case on each target, which axis changed it.
+
+    `runs`: (target label, its axes, the case's result there), every target of one replay. A target
+    that differs from the recording on one axis only names it. Otherwise a target of the same replay
+    that differs from this one on one axis only tells: where the break did not change there, that axis
+    changed it ("gone on torch 2.13.0; persists on torch 2.12.1 (venv:torch-2.12.1+mylib==2.0)");
+    where it changed alike, that axis did not. What stays ambiguous names every axis still in question.
+    (A sharded replay sees only its shard's targets: the single-axis answer is the same in any shard.)"""
+    classes = {label: _classes(result) for label, _, result in runs}
+    for label, axes, result in runs:
+        candidates = axes_differences(recorded, axes)
+        values = {c.axis: f"{c.before} -> {c.after}" for c in candidates}
+        named: Counter[tuple[ScriptRole, str]] = Counter()
+        for which, script in result.scripts.items():
+            for pairing in script.sites:
+                if pairing.site_class not in CHANGED_CLASSES:
+                    continue
+                axis, cause = _attribute(pairing, which, label, axes, recorded, candidates, runs, classes)
+                pairing.axis, pairing.cause = axis, cause
+                if axis:
+                    named[(which, axis)] += 1
+        if len(candidates) == 1:  # the one difference: every change of a script coincides with it
+            only = candidates[0]
+            for script in result.scripts.values():
+                if _script_changed(script):
+                    result.reasons.append(
+                        f"{script.label}: its changes coincide with {only.axis} {values[only.axis]}, "
+                        "the only difference from the recording"
+                    )
+            continue
+        for (which, axis), n in sorted(named.items()):
+            said = f"{axis} {values[axis]}" if axis in values else axis
+            result.reasons.append(f"{result.scripts[which].label}: {n} break change(s) coincide with {said}")
+
+
+def _script_changed(script: ScriptResult) -> bool:
+    """Whether anything a verdict reads changed: a break, the recompiles, a fallback, the status."""
+    return (
+        any(p.site_class in CHANGED_CLASSES for p in script.sites)
+        or script.recompiles_after != script.recompiles_before
+        or bool(script.new_fallbacks or script.cleared_fallbacks)
+        or (script.recorded_status is not None and script.status is not script.recorded_status)
+    )
+
+
+def _attribute(
+    pairing: SitePairing,
+    which: ScriptRole,
+    label: str,
+    axes: Axes,
+    recorded: Axes,
+    candidates: list[Difference],
+    runs: list[tuple[str, Axes, CaseResult]],
+    classes: dict[str, dict[str, SiteClass]],
+) -> tuple[str, str]:
+    what = pairing.site_class.value
+    if not candidates:
+        return "", f"{what} with nothing differing from the recording (torch, libraries, Dynamo settings)"
+    if len(candidates) == 1:  # the one thing that differs from the recording (the same answer in any shard)
+        (difference,) = candidates
+        recorded_as = _with(difference, difference.before).split(" ", 1)[1]
+        return difference.axis, f"{what} {_with(difference, difference.after)}; recorded {recorded_as}"
+    identity = _identity(which, pairing)
+    left = {c.axis: c for c in candidates}
+    contrast = ""
+    for other, other_axes, _ in runs:
+        if other == label:
+            continue
+        between = axes_differences(other_axes, axes)
+        if len(between) != 1 or between[0].axis not in left:
+            continue
+        there = classes[other].get(identity)
+        if there is pairing.site_class:  # changed alike without it: not this axis
+            del left[between[0].axis]
+            continue
+        difference = left[between[0].axis]
+        shown = there.value if there is not None else "not there"
+        contrast = f"; {shown} {_with(between[0], between[0].before)} ({other})"
+        left = {difference.axis: difference}
+        break
+    if len(left) == 1:
+        difference = next(iter(left.values()))
+        told = contrast or f"; recorded {_with(difference, difference.before).split(' ', 1)[1]}"
+        return difference.axis, f"{what} {_with(difference, difference.after)}{told}"
+    if not left:
+        return "", f"{what} on every target of this replay alike: not one of the axes they vary"
+    names = " and ".join(sorted(left))
+    return "", f"{what}: {names} all differ from the recording; a target that varies one alone tells (--vary-*)"

@@ -75,6 +75,19 @@ def exclusive_lock(
     so a caller can say what it waits for. The kernel releases the lock when
     the descriptor closes, even if the process dies.
     """
+    with _flock(lock_path, fcntl.LOCK_EX, on_wait, what):
+        yield
+
+
+@contextmanager
+def shared_lock(lock_path: Path, on_wait: Callable[[], None] | None = None, what: str | None = None) -> Iterator[None]:
+    """Hold a shared flock on `lock_path` for the block: many holders at once, none while an exclusive one is held."""
+    with _flock(lock_path, fcntl.LOCK_SH, on_wait, what):
+        yield
+
+
+@contextmanager
+def _flock(lock_path: Path, mode: int, on_wait: Callable[[], None] | None, what: str | None) -> Iterator[None]:
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     try:  # never through a symlink (it could point anywhere), never a FIFO or a device
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
@@ -84,11 +97,11 @@ def exclusive_lock(
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise CasekitError(f"cannot lock {what or lock_path}: {lock_path} is not a regular file (remove it)")
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except BlockingIOError:
             if on_wait is not None:
                 on_wait()
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, mode)
         yield
     finally:
         os.close(fd)

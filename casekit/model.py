@@ -21,6 +21,7 @@ class ScriptStatus(enum.StrEnum):
     TIMEOUT = "timeout"
     CRASHED = "crashed"  # killed by a signal, os._exit(non-zero), probe failure
     ENV_FAILED = "env_failed"  # the target environment could not run it at all
+    UNOBSERVED = "unobserved"  # it uses what this release lacks (an API, a config name, a stance): nothing to see
 
 
 class SiteClass(enum.StrEnum):
@@ -90,6 +91,7 @@ class Verdict(enum.StrEnum):
     CHANGED = "changed"
     IMPROVED = "improved"
     UNCHANGED = "unchanged"
+    UNOBSERVED = "unobserved"  # nothing could be observed: the scripts use what this release lacks
 
 
 VERDICT_ORDER = tuple(Verdict)

@@ -27,9 +27,11 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
+import difflib  # noqa: E402
 import errno  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
+import re  # noqa: E402
 import select  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
@@ -37,6 +39,7 @@ import stat as stat_module  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
+import warnings  # noqa: E402
 
 PROBE_SCHEMA = "casekit.probe/1"
 REQUEST_SCHEMA = "casekit.probe-request/1"
@@ -350,6 +353,210 @@ def imported_package_versions(module_names):
             except Exception:
                 pass
     return versions
+
+
+# ------------------------------------------------------------- Dynamo settings
+
+# Dynamo settings that change what breaks look like (where Dynamo resumes, what it traces through,
+# what recompiles): each target records those its release has, with their defaults. Names differ
+# across releases (cache_size_limit became recompile_limit); a name a release lacks is left out.
+SHAPE_SETTINGS = (
+    "nested_graph_breaks",
+    "capture_scalar_outputs",
+    "capture_dynamic_output_shape_ops",
+    "recompile_limit",
+    "cache_size_limit",
+    "accumulated_recompile_limit",
+    "accumulated_cache_size_limit",
+    "automatic_dynamic_shapes",
+    "assume_static_by_default",
+    "specialize_int",
+    "specialize_float",
+    "suppress_errors",
+    "trace_numpy",
+    "enable_trace_contextlib",
+    "graph_break_on_nn_param_ctor",
+    "capture_autograd_function",
+    "capture_func_transforms",
+    "inline_inbuilt_nn_modules",
+    "skip_nnmodule_hook_guards",
+    "allow_unspec_int_on_nn_module",
+    "dont_skip_tracing",
+    "error_on_recompile",
+)
+STANCE = "stance"  # not a config name: torch.compiler.set_stance (2.6+), set with --dynamo stance=NAME
+
+
+def _config_entries(config):
+    """name -> (default, alias or None) for every setting of a Dynamo config module, from its own tables
+    (2.6+ keeps _ConfigEntry objects in `_config`; 2.5 keeps `_default` and `_allowed_keys`)."""
+    entries = {}
+    table = getattr(config, "_config", None)  # before 2.6 it holds the current values, not entries
+    if isinstance(table, dict) and table and all(hasattr(entry, "default") for entry in table.values()):
+        for name, entry in table.items():
+            entries[name] = (getattr(entry, "default", None), getattr(entry, "alias", None))
+        return entries
+    defaults = getattr(config, "_default", None)
+    if isinstance(defaults, dict):
+        for name, value in defaults.items():
+            entries[name] = (value, None)
+    return entries
+
+
+def _plain(value):
+    """A setting's value as JSON holds it (sets and other objects by repr)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)[:200]
+
+
+def current_stance(torch):
+    """The compiler stance's name, or None on a release without stances."""
+    try:
+        from torch._dynamo import eval_frame
+
+        stance = getattr(eval_frame, "_stance", None)
+        return None if stance is None else str(getattr(stance, "stance", stance))
+    except Exception:
+        return None
+
+
+def dynamo_settings(torch, config_asked=None):
+    """The shape-changing settings this release has: name -> {"value", "default"} (and "set": True for the
+    ones the replay set), the stance among them. Read without getattr: a deprecated name would warn."""
+    try:
+        import torch._dynamo.config as config
+    except Exception:
+        return {}
+    entries = _config_entries(config)
+    asked = dict(config_asked or {})
+    settings = {}
+    for name in list(SHAPE_SETTINGS) + sorted(set(asked) - set(SHAPE_SETTINGS) - {STANCE}):
+        if name not in entries:
+            continue
+        default, alias = entries[name]
+        if alias:  # an old name kept for a new one (cache_size_limit -> recompile_limit): the new one's values
+            target = str(alias).rsplit(".", 1)[-1]
+            default = entries.get(target, (default, None))[0]
+        try:
+            with warnings.catch_warnings():  # a deprecated setting warns when read: the record is not the user's
+                warnings.simplefilter("ignore")
+                value = getattr(config, str(alias).rsplit(".", 1)[-1] if alias else name)
+        except Exception:
+            value = default
+        settings[name] = {"value": _plain(value), "default": _plain(default)}
+        if alias:
+            settings[name]["alias_of"] = str(alias)
+    stance = current_stance(torch)
+    if stance is not None:
+        settings[STANCE] = {"value": stance, "default": "default"}
+    for name, value in asked.items():
+        if name in settings:
+            settings[name]["value"] = _plain(value)
+            settings[name]["set"] = True
+    return settings
+
+
+def check_dynamo_config(torch, config_asked):
+    """Why this release cannot take the settings asked (one line), or None: every name exists, every
+    value has its default's type (a bool for a bool, a number for a number)."""
+    try:
+        import torch._dynamo.config as config
+    except Exception as error:
+        return f"torch._dynamo.config cannot be imported: {error}"
+    entries = _config_entries(config)
+    for name, value in sorted(config_asked.items()):
+        if name == STANCE:
+            if not hasattr(torch.compiler, "set_stance"):
+                return f"torch {torch.__version__} lacks torch.compiler.set_stance (asked: --dynamo stance={value})"
+            continue
+        if name not in entries:
+            if hasattr(config, name):  # a release without the tables above: the name is there all the same
+                continue
+            close = difflib.get_close_matches(name, list(entries), n=3, cutoff=0.6)
+            hint = f" (it has: {', '.join(close)})" if close else ""
+            return f"torch {torch.__version__} lacks the Dynamo setting torch._dynamo.config.{name}{hint}"
+        default = entries[name][0]
+        if isinstance(default, bool) and not isinstance(value, bool):
+            return f"torch._dynamo.config.{name} takes True or False, not {value!r}"
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return f"torch._dynamo.config.{name} takes a number, not {value!r}"
+    return None
+
+
+def apply_dynamo_config(torch, config_asked):
+    """Set the asked Dynamo settings in this run (a forked child: nothing outlives it)."""
+    if not config_asked:
+        return
+    import torch._dynamo.config as config
+
+    for name, value in sorted(config_asked.items()):
+        if name == STANCE:
+            torch.compiler.set_stance(value)
+        else:
+            setattr(config, name, value)
+
+
+def request_dynamo_config(jobs):
+    """The settings a request's jobs ask for (one target's: the same for each job)."""
+    asked = {}
+    for job in jobs:
+        asked.update(job_dynamo_config(job))
+    return asked
+
+
+def job_dynamo_config(job):
+    config = job.get("dynamo_config")
+    return dict(config) if isinstance(config, dict) else {}
+
+
+# --------------------------------------------------------------- missing APIs
+
+_NO_ATTRIBUTE = re.compile(r"^module '(?P<owner>[\w.]+)' has no attribute '(?P<name>\w+)'")
+_DOES_NOT_EXIST = re.compile(r"^(?P<owner>[\w.]+)\.(?P<name>\w+) does not exist")  # a config module's setattr
+_CANNOT_IMPORT = re.compile(r"^cannot import name '(?P<name>\w+)' from '(?P<owner>[\w.]+)'")
+_NO_MODULE = re.compile(r"^No module named '(?P<owner>[\w.]+)\.(?P<name>\w+)'")
+_NO_STANCE = re.compile(r"^invalid torch\.compile stance '.*?stance='(?P<name>\w+)'")  # raised when compiling
+
+
+def missing_api(error):
+    """The dotted name of what an installed package lacks, when `error` says so, else None.
+
+    From the real exception: an AttributeError on a module (torch.compiler, torch._dynamo.config, a
+    library's module), a name that cannot be imported from one, a submodule that does not exist, where
+    that module belongs to torch or an installed distribution (never the script's own modules)."""
+    stance = _NO_STANCE.match(str(error)) if isinstance(error, RuntimeError) else None
+    if stance:
+        return f"the compiler stance {stance['name']!r}"
+    if not isinstance(error, (AttributeError, ImportError)):
+        return None
+    owner = name = None
+    obj = getattr(error, "obj", None) if isinstance(error, AttributeError) else None
+    if obj is not None and isinstance(getattr(obj, "__name__", None), str) and type(obj).__name__ != "type":
+        if isinstance(obj, type(os)):  # a module (config modules are module subclasses)
+            owner, name = obj.__name__, getattr(error, "name", None)
+    if owner is None or not name:
+        text = str(error)
+        for pattern in (_NO_ATTRIBUTE, _DOES_NOT_EXIST, _CANNOT_IMPORT, _NO_MODULE):
+            match = pattern.match(text)
+            if match:
+                owner, name = match["owner"], match["name"]
+                break
+    if owner is None or not name:
+        return None
+    top = owner.split(".")[0]
+    module = sys.modules.get(owner) or sys.modules.get(top)
+    if top != "torch" and top not in package_owners():
+        return None  # not a package's: the script's own module, or nothing installed
+    if module is not None and _in_script_folder(module):
+        return None
+    return f"{owner}.{name}"
+
+
+def _in_script_folder(module):
+    where = getattr(module, "__file__", None) or ""
+    return bool(where) and os.path.abspath(where).startswith(os.path.abspath(os.getcwd()) + os.sep)
 
 
 # ---------------------------------------------------------------- observation
@@ -998,6 +1205,7 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
     if mode != "eager":
         torch._dynamo.reset()
         attach_log_collectors(torch, observation)
+    apply_dynamo_config(torch, job_dynamo_config(job))  # the target's settings, before the script's own
     if not job.get("allow_network", False):
         block_network()
     os._exit = observed_exit
@@ -1035,6 +1243,7 @@ def describe_exception(error, script):
             {"file": f.filename, "line": f.lineno, "function": f.name, "source": f.line or ""} for f in frames[-12:]
         ],
         "gb_type": getattr(error, "gb_type", None) if isinstance(getattr(error, "gb_type", None), str) else None,
+        "lacks": missing_api(error),
     }
 
 
@@ -1675,6 +1884,7 @@ def serve(state_dir, requests, run_namespaces=False):
     if target is None:
         return 3
     torch, env, started = target
+    env["dynamo_settings"] = dynamo_settings(torch)
     env_record = {"schema": PROBE_SCHEMA, "ok": True, "environment": env, "import_s": time.time() - started}
     write_json_atomic(os.path.join(state_dir, "env.json"), env_record)
     for line in requests:
@@ -1688,7 +1898,19 @@ def serve(state_dir, requests, run_namespaces=False):
         os.makedirs(out_dir, exist_ok=True)
         runs_dir = request.get("runs_dir") or os.path.join(out_dir, "runs")
         os.makedirs(runs_dir, exist_ok=True)
-        write_json_atomic(os.path.join(out_dir, "env.json"), dict(env_record, import_s=0.0, warm=True))
+        asked = request_dynamo_config(request.get("jobs") or [])
+        refused = check_dynamo_config(torch, asked) if request.get("schema") == REQUEST_SCHEMA else None
+        if refused:
+            write_json_atomic(
+                os.path.join(out_dir, "env.json"),
+                {"schema": PROBE_SCHEMA, "ok": False, "refused": True, "error": refused},
+            )
+            write_json_atomic(os.path.join(out_dir, "done.json"), {"schema": PROBE_SCHEMA, "error": refused})
+            continue
+        settings = dict(env, dynamo_settings=dynamo_settings(torch, asked))
+        write_json_atomic(
+            os.path.join(out_dir, "env.json"), dict(env_record, environment=settings, import_s=0.0, warm=True)
+        )
         if request.get("schema") == REQUEST_SCHEMA:
             for job in request["jobs"]:
                 result = run_job(torch, job, runs_dir, request.get("isolation"))
@@ -2160,6 +2382,14 @@ def main(argv):
     if target is None:
         return 3
     torch, env, started = target
+    asked = request_dynamo_config(request["jobs"])
+    refused = check_dynamo_config(torch, asked)
+    if refused:  # the whole target: every script would run with settings this release does not have
+        write_json_atomic(
+            os.path.join(out_dir, "env.json"), {"schema": PROBE_SCHEMA, "ok": False, "refused": True, "error": refused}
+        )
+        return 3
+    env["dynamo_settings"] = dynamo_settings(torch, asked)
     env_record = {
         "schema": PROBE_SCHEMA,
         "ok": True,

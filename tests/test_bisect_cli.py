@@ -14,30 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
 from casekit.archive.store import Archive
 from casekit.bisect import releases
 from casekit.bisect.plan import parse_python_for
-from casekit.cli.bisect import register
 from casekit.errors import BisectError, CasekitError
-from tests.test_bisect_commits import git, make_dirty, snapshot
-from tests.test_bisect_releases_fast import HISTORY, VERSIONS, FakeReplay, make_case
+from tests.bisect_fakes import HISTORY, VERSIONS, FakeReplay, invoke, make_case
+from tests.gitrepo import git, make_dirty, snapshot
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "versions"
-
-
-def make_app() -> typer.Typer:
-    """A scratch app with just the bisect commands, registered the way casekit.cli does."""
-    app = typer.Typer(pretty_exceptions_enable=False)
-    register(app)
-    return app
-
-
-def invoke(*args: str) -> tuple[int, str, BaseException | None]:
-    result = CliRunner().invoke(make_app(), [str(a) for a in args])
-    return result.exit_code, result.output, result.exception
 
 
 @pytest.fixture
@@ -287,6 +272,7 @@ def test_real_commit_bisection_finds_the_commit_that_added_a_print(tmp_path: Pat
     assert "3 step(s): 0 run, 3 from the cache" in output
 
 
+@pytest.mark.process
 def test_commit_bisection_by_exit_code_skips_125(tmp_path: Path) -> None:
     """--exit-code: any command, git bisect run's contract; the command sees the commit's files."""
     repo = tmp_path / "repo"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -29,15 +28,9 @@ from casekit.bisect.predicates import BAD, GOOD, CommitPredicate, Direction
 from casekit.bisect.search import UNKNOWN
 from casekit.errors import BisectError, GitError
 
-GIT_ENV = {
-    **os.environ,
-    "GIT_AUTHOR_NAME": "Casekit Test",
-    "GIT_AUTHOR_EMAIL": "test@example.invalid",
-    "GIT_COMMITTER_NAME": "Casekit Test",
-    "GIT_COMMITTER_EMAIL": "test@example.invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
+from .gitrepo import git, make_dirty, snapshot
+
+pytestmark = pytest.mark.process  # every test here starts processes, git or signals
 
 # Imports the repo's app.py; 125 when the commit is marked unbuildable, 1 when f() prints.
 # Logs "<$CASEKIT_BISECT_COMMIT> <cwd>" and app.py's text to the file named by argv[1].
@@ -58,12 +51,6 @@ CHECK_SCRIPT = textwrap.dedent(
 )
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=repo, env=GIT_ENV, check=True, capture_output=True, text=True
-    ).stdout.strip()
-
-
 def make_history(repo: Path, count: int, print_from: int, unbuildable: range) -> list[str]:
     """`count` commits of app.py; f() prints from commit `print_from` on. Returns SHAs, oldest first."""
     repo.mkdir()
@@ -76,30 +63,6 @@ def make_history(repo: Path, count: int, print_from: int, unbuildable: range) ->
         git(repo, "commit", "-q", "-m", f"change {i}")
         shas.append(git(repo, "rev-parse", "HEAD"))
     return shas
-
-
-def make_dirty(repo: Path) -> None:
-    """A user in the middle of work: an unstaged edit, a staged file, an untracked file."""
-    with (repo / "app.py").open("a") as handle:
-        handle.write("# work in progress\n")
-    (repo / "staged.txt").write_text("staged\n")
-    git(repo, "add", "staged.txt")
-    (repo / "notes.txt").write_text("untracked\n")
-
-
-def snapshot(repo: Path) -> dict[str, object]:
-    """Everything a bisection must not change."""
-    return {
-        "status": git(repo, "status", "--porcelain", "--untracked-files=all", "--ignored"),
-        "staged": git(repo, "diff", "--cached"),
-        "unstaged": git(repo, "diff"),
-        "head": git(repo, "rev-parse", "HEAD"),
-        "symbolic_head": git(repo, "symbolic-ref", "-q", "HEAD"),
-        "refs": git(repo, "for-each-ref"),
-        "worktrees": git(repo, "worktree", "list", "--porcelain"),
-        "files": {p.name: p.read_bytes() for p in repo.iterdir() if p.is_file()},
-        "admin": sorted(p.name for p in (repo / ".git").iterdir()),
-    }
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from casekit.archive.store import Archive
 from casekit.bisect import releases
 from casekit.cli.bisect import register
 from casekit.model import ScriptObservation, ScriptStatus
-from tests.test_bisect_releases_fast import HISTORY, VERSIONS, FakeReplay, item_break, make_case, observed
+from tests.bisect_fakes import HISTORY, VERSIONS, FakeReplay, item_break, make_case, observed
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "golden"
 COMPILE_ERROR = {"status": ScriptStatus.COMPILE_ERROR, "graphs": 0, "detail": "compiled run: RuntimeError: boom"}

@@ -30,7 +30,7 @@ from casekit.model import Case, ScriptSource
 from casekit.observe import interpret
 from casekit.replay.run import ReplayOptions, run_target
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
-from tests.test_bisect_releases_fast import HISTORY, VERSIONS, FakeReplay, make_case, no_runner
+from tests.bisect_fakes import HISTORY, VERSIONS, FakeReplay, make_case, no_runner
 
 from .conftest import FIXTURES
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_bisect_cli import invoke
+from tests.bisect_fakes import invoke
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ("tensor-if", "print-in-forward")

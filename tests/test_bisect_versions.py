@@ -90,6 +90,7 @@ def test_parse_pip_index_output() -> None:
         parse_pip_index_versions("torch (2.15.0)\n")
 
 
+@pytest.mark.process
 def test_fetch_available_versions_from_the_configured_index() -> None:
     versions = fetch_available_versions("torch")
     assert "2.5.1" in versions and "2.13.0" in versions
@@ -97,11 +98,13 @@ def test_fetch_available_versions_from_the_configured_index() -> None:
     assert versions_between(versions, "2.5.1", "2.13.0")[:2] == ["2.5.1", "2.6.0"]
 
 
+@pytest.mark.process
 def test_fetch_failure_is_a_clear_casekit_error() -> None:
     with pytest.raises(CasekitError, match="could not list no-such-package-casekit versions"):
         fetch_available_versions("no-such-package-casekit", timeout=120)
 
 
+@pytest.mark.process
 def test_fetch_with_a_missing_python_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(CasekitError, match="could not list torch versions"):
         fetch_available_versions("torch", python=str(tmp_path / "no-python"))

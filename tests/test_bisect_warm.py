@@ -13,7 +13,7 @@ from casekit.bisect.engine import CacheSettings
 from casekit.bisect.predicates import CommitPredicate
 from casekit.bisect.warm import WarmProbe
 from casekit.runners.interface import ProbeJob
-from tests.test_bisect_commits import git
+from tests.gitrepo import git
 
 BREAKS = "import torch\n\n\ndef f(x):\n    y = x.sin()\n    print('hi')\n    return y + 1\n\n\nprint(torch.compile(f, backend='eager')(torch.ones(2)))\n"
 MARKS = "import torch\n\ntorch._casekit_mark = 1\nprint('marked')\n"

@@ -8,61 +8,24 @@ from pathlib import Path
 import pytest
 
 from casekit.archive.store import Archive
-from casekit.bundle import case_to_toml, check_case_id, load_case, parse_case, sha256_text
+from casekit.bundle import case_to_toml, check_case_id, load_case, parse_case
 from casekit.errors import BundleError, CaseIdError
 from casekit.model import (
     CaptureRecord,
     Case,
-    EntryPoint,
-    Frame,
     FullgraphStatus,
     Gate,
-    OutputCheck,
     ReplayRecord,
-    ScriptObservation,
     ScriptRole,
-    ScriptSource,
     ScriptStatus,
     Severity,
-    Site,
     SiteClass,
     SiteVerdict,
     Verdict,
 )
 
+from .cases import make_case
 from .conftest import run_casekit
-
-
-def make_case(case_id: str = "demo") -> Case:
-    source = 'import torch\nprint("a \\"quoted\\" line")\n'
-    site = Site(
-        file="repro.py",
-        line=6,
-        function="step",
-        source="if x.item() > 0:",
-        category="GB0124",
-        reason="Unsupported Tensor.item()",
-        gb_id="GB0124",
-        hints=["Set capture_scalar_outputs"],
-        call_site=Frame("repro.py", 12, "<module>", "step(x)"),
-        stack=[Frame("repro.py", 6, "step", "if x.item() > 0:")],
-    )
-    return Case(
-        id=case_id,
-        title="demo",
-        pre=ScriptSource("repro.py", sha256_text(source), source),
-        tags=["item"],
-        rollback_notes="go back to fullgraph=False",
-        observations={
-            ScriptRole.PRE: ScriptObservation(
-                status=ScriptStatus.OK,
-                graphs=2,
-                sites=[site],
-                entries=[EntryPoint("step", "repro.py", 5, calls=1)],  # a real capture passes the gates
-                check=OutputCheck(compared=1, allclose=True),
-            )
-        },
-    )
 
 
 def test_round_trip_keeps_every_field():
@@ -189,6 +152,7 @@ def test_atomic_save_leaves_old_bundle_when_interrupted(tmp_path: Path, monkeypa
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
+@pytest.mark.process
 def test_cli_validate_reports_bad_bundle_in_one_line(tmp_path: Path):
     archive = Archive(tmp_path)
     archive.save(make_case("good"))
@@ -199,6 +163,7 @@ def test_cli_validate_reports_bad_bundle_in_one_line(tmp_path: Path):
     assert "broken.toml" in result.stdout and "Traceback" not in result.stdout + result.stderr
 
 
+@pytest.mark.process
 def test_cli_show_bad_bundle_is_one_line_exit_2(tmp_path: Path):
     (tmp_path / "bad.toml").write_text("schema_version = 1\nid = 'bad'\n")
     result = run_casekit("show", "bad", "--archive", str(tmp_path))
@@ -207,12 +172,14 @@ def test_cli_show_bad_bundle_is_one_line_exit_2(tmp_path: Path):
     assert "bad.toml: field 'scripts.pre': missing" in result.stderr
 
 
+@pytest.mark.process
 def test_cli_hostile_id_one_line(tmp_path: Path):
     result = run_casekit("show", "../../etc/passwd", "--archive", str(tmp_path))
     assert result.returncode == 2
     assert "invalid case id" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.process
 def test_show_json_is_the_whole_case(tmp_path: Path):
     Archive(tmp_path).save(make_case())
     result = run_casekit("show", "demo", "--json", "-", "--archive", str(tmp_path))

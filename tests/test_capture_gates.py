@@ -279,6 +279,7 @@ def test_remote_credentials_are_stripped():
     assert strip_credentials("file:///srv/git/model.git/") == "model.git"
 
 
+@pytest.mark.process
 def test_provenance_names_the_repository_never_the_checkout_path(tmp_path: Path):
     repo = tmp_path / "team-repros"
     (repo / "cases").mkdir(parents=True)
@@ -300,6 +301,7 @@ def test_provenance_names_the_repository_never_the_checkout_path(tmp_path: Path)
     assert str(tmp_path) not in repr(with_remote)
 
 
+@pytest.mark.process
 def test_run_capture_runs_the_asked_interpreter_with_the_allowed_options_and_commits(tmp_path: Path) -> None:
     """The policy `casekit capture` had in the CLI: --python and --allow make the target, --commit is
     refused before anything runs outside a git repository, and commits the new bundle inside one."""

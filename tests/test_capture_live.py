@@ -333,7 +333,7 @@ def test_a_multi_file_repro_replays_on_the_venv_runner(multi_file_case: tuple[Pa
 
 @pytest.mark.docker
 def test_a_multi_file_repro_replays_on_the_docker_runner(multi_file_case: tuple[Path, str]):
-    from .test_docker_runner import docker_engine, torch_spec
+    from .docker_fixtures import docker_engine, torch_spec
 
     docker_engine()
     replay_on(torch_spec(), multi_file_case[0])

@@ -42,10 +42,12 @@ def workflow() -> dict[Any, Any]:
 # ------------------------------------------------------------------ actionlint
 
 
+@pytest.mark.process
 def test_the_recipe_passes_actionlint(tmp_path: Path) -> None:
     assert actionlint(WORKFLOW, tmp_path) == []
 
 
+@pytest.mark.process
 def test_actionlint_catches_a_broken_recipe(tmp_path: Path) -> None:
     """The lint can fail: a matrix key that does not exist and an unknown step key are reported."""
     broken = tmp_path / "broken.yml"

@@ -61,16 +61,19 @@ def shellcheck(paths: list[Path]) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.process
 def test_the_ci_scripts_are_found() -> None:
     names = {path.relative_to(REPO).as_posix() for path in shell_scripts()}
     assert {".ci/run", ".ci/wheel-check.sh", ".ci/docker-setup.sh", "containers/make-base-image.sh"} <= names
 
 
+@pytest.mark.process
 def test_every_shell_script_passes_shellcheck() -> None:
     done = shellcheck(shell_scripts())
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.process
 def test_shellcheck_reports_a_planted_mistake(tmp_path: Path) -> None:
     script = tmp_path / "bad.sh"
     script.write_text("#!/usr/bin/env bash\nfolder=$1\nrm -rf $folder/*\n")  # unquoted: SC2086

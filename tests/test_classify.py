@@ -24,7 +24,7 @@ from casekit.model import (
     Verdict,
 )
 
-from .test_observe import observe
+from .fakes import observe
 
 PRE, POST = ScriptRole.PRE, ScriptRole.POST
 

@@ -15,6 +15,7 @@ ARCHIVE = FIXTURES / "report" / "archive"
 GOLDEN = FIXTURES / "golden"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("name", "args"),
     [
@@ -34,6 +35,7 @@ def test_golden_transcript(name: str, args: list[str]):
     assert text == golden.read_text()
 
 
+@pytest.mark.process
 def test_golden_merge_transcript():
     """`merge` renders with the one replay table (site classes in canonical order, not alphabetical)."""
     results = FIXTURES / "report" / "replay-torch-2.5.1.json"
@@ -135,26 +137,12 @@ def test_golden_replay_text_with_an_error_a_warning_and_a_failed_target(tmp_path
     import re
 
     import casekit.cli.replay as replay_command
-    from casekit.archive.store import Archive
 
-    from .fakes import Target, recorded_targets
-    from .test_replay_fast import CASES, FIXTURE_SCRIPTS, CaptureRequest, capture, quiet
+    from .fakes import Target, captured_archive, recorded_targets
 
-    store = Archive(tmp_path / "cases")
-    [spec], capture_factory, _ = recorded_targets({"capture-2.5.1": Target("2.5.1")})
-    for case_id, fixed in CASES.items():
-        script = "breaks" if case_id == "fixcase" else case_id.replace("-", "_")
-        request = CaptureRequest(
-            script=FIXTURE_SCRIPTS / f"{script}.py",
-            fixed=FIXTURE_SCRIPTS / f"{fixed}.py" if fixed else None,
-            case_id=case_id,
-            rollback_notes="go back to fullgraph=False",
-        )
-        capture(request, capture_factory(spec), store, quiet)
+    store = captured_archive(tmp_path / "cases")
     targets = {
-        "t-2.13.0": Target(
-            "2.13.0", serve_as={"deepcopy_state": "breaks"}
-        ),  # a broken fix (error), moved breaks (warn)
+        "t-2.13.0": Target("2.13.0", serve_as={"deepcopy_state": "breaks"}),  # a broken fix (error), a new break (warn)
         "t-broken": Target("2.13.0", prepare_error="no torch 9.9 wheel for cp311 on the index"),
     }
     _, factory, _ = recorded_targets(targets)

@@ -11,6 +11,7 @@ import io
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -23,14 +24,18 @@ from casekit.errors import CasekitError, CaseNotFound
 from casekit.progress import ProgressView, Verbosity, plain_output, set_verbosity
 from casekit.report.text import describe_fallback, table
 
-from .fakes import Target, recorded_targets
-from .test_replay_fast import archive  # noqa: F401  (the five-case archive fixture)
+from .fakes import Target, captured_archive, recorded_targets
 
 PLAIN = {"NO_COLOR": "1", "COLUMNS": "80", "TERM": "dumb"}
 
 
 def invoke(*args: str):
     return CliRunner().invoke(app, list(args), prog_name="casekit", env=PLAIN)
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> Archive:
+    return captured_archive(tmp_path / "cases")
 
 
 @pytest.fixture(autouse=True)
@@ -96,6 +101,45 @@ def test_a_long_label_names_a_bar_that_fits(monkeypatch: pytest.MonkeyPatch):
     assert all(len(line) <= 72 for line in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.getvalue()).splitlines())
 
 
+def test_a_phase_on_a_terminal_counts_its_elapsed_time_and_prints_what_it_took(monkeypatch: pytest.MonkeyPatch):
+    """Importing torch, building an env, verifying rollbacks: a message ending in "…" stays on screen with
+    its elapsed time until its label says the next thing, then is printed once with the seconds it took."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "200")  # wide enough for the whole line (a narrower terminal cuts the message)
+    terminal = Terminal()
+    with ProgressView.for_stderr(terminal) as view:
+        view("[venv:torch-2.5.1] probe started in /x/python (pid 1): importing torch, warming Dynamo up …")
+        (live,) = [task for task in view._bars.tasks if "importing torch" in task.description]  # type: ignore[union-attr]
+        assert live.total is None and "[venv:torch-2.5.1]" in live.description  # a label, not rich markup
+        view("[other] 1/2 a.pre done")  # another target's progress leaves this phase running
+        assert "venv:torch-2.5.1" in view._phases
+        time.sleep(2.1)
+        assert live.elapsed is not None and live.elapsed >= 2.0  # what the elapsed column shows
+        view("[venv:torch-2.5.1]   uv: tool output")  # tool output belongs to the phase
+        assert "venv:torch-2.5.1" in view._phases
+        view("[venv:torch-2.5.1] torch 2.5.1 imported in 2.1 s")
+        assert "venv:torch-2.5.1" not in view._phases and live.id not in view._bars.task_ids  # type: ignore[union-attr]
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.getvalue())
+    assert re.search(r"importing torch, warming\s+Dynamo up … 2\.\d s\n", shown), shown[-800:]  # (may wrap)
+
+
+def test_a_phase_off_a_terminal_is_one_line():
+    stream = io.StringIO()
+    view = ProgressView(stream, plain=True)
+    view("[t] installing torch==2.5.1 numpy with uv (this can take minutes) …")
+    view("[t]   uv: Resolved 12 packages")
+    view("[t] verifying rollback for 1 case(s) with fullgraph=False …")
+    view("[t] 1/1 a.post.rollback done")
+    view.stop()
+    assert stream.getvalue().splitlines() == [
+        "  ... [t] installing torch==2.5.1 numpy with uv (this can take minutes) …",
+        "  ... [t] verifying rollback for 1 case(s) with fullgraph=False …",
+        "  ... [t] 1/1 a.post.rollback done",
+    ]
+    assert "\x1b" not in stream.getvalue()
+
+
 def test_verbose_shows_tool_output_and_quiet_shows_nothing():
     loud, silent = io.StringIO(), io.StringIO()
     ProgressView(loud, level=Verbosity.VERBOSE)("[t]   uv: Resolved 12 packages")
@@ -156,6 +200,7 @@ def test_a_plain_replay_changes_no_bundle_and_record_does(archive: Archive, serv
     assert "no replays recorded yet" not in report.stderr
 
 
+@pytest.mark.process
 def test_commit_records_the_history_too(archive: Archive, served: None):  # noqa: F811
     root = archive.root
     subprocess.run(["git", "init", "-q", str(root)], check=True)
@@ -170,6 +215,7 @@ def test_commit_records_the_history_too(archive: Archive, served: None):  # noqa
     assert status.strip() in ("", "?? .gitignore")
 
 
+@pytest.mark.process
 def test_the_lock_is_ignored_by_a_gitignore_casekit_writes_and_keeps_the_users_lines(tmp_path: Path):
     store = Archive(tmp_path / "cases")
     store.root.mkdir()
@@ -277,7 +323,7 @@ def test_bisect_json_dash_puts_the_document_alone_on_stdout(tmp_path: Path, monk
     """The same --json convention as replay, merge and show: '-' is stdout, the report text goes to stderr."""
     from casekit.bisect import releases
 
-    from .test_bisect_releases_fast import HISTORY, VERSIONS, FakeReplay, make_case
+    from .bisect_fakes import HISTORY, VERSIONS, FakeReplay, make_case
 
     Archive(tmp_path / "cases").save(make_case())
     monkeypatch.setattr(releases, "run_target", FakeReplay(HISTORY))
@@ -317,3 +363,17 @@ def test_a_default_case_id_from_a_long_title_is_short():
     assert case_id_from_title("the of") == "the-of"  # only filler words: kept rather than nothing
     for long in (title, "x" * 200, "a " * 50 + "b"):
         assert 0 < len(case_id_from_title(long)) <= 32
+
+
+def test_a_phase_on_a_narrow_terminal_fits_and_keeps_what_it_took(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "60")
+    terminal = Terminal()
+    with ProgressView.for_stderr(terminal) as view:
+        view(f"[{LONG}] probe started in /x/python (pid 1): importing torch, warming Dynamo up …")
+        view(f"[{LONG}] torch 2.13.0 imported in 0.1 s")
+    lines = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.getvalue()).splitlines()
+    closed = [line for line in lines if "warming" in line or line.rstrip().endswith(" s")]
+    assert closed and all(len(line.rstrip()) <= 60 for line in lines), lines
+    assert any(re.search(r"… \d+\.\d s$", line.rstrip()) for line in closed), closed

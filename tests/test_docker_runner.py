@@ -9,9 +9,7 @@ kernel for a route), and the fork bomb is bounded by its own loop.
 from __future__ import annotations
 
 import hashlib
-import os
 import signal
-import subprocess
 import threading
 import time
 import uuid
@@ -20,60 +18,13 @@ from typing import Any
 
 import pytest
 
-from casekit.errors import DockerUnavailable, RunnerError
-from casekit.runners.docker import images
+from casekit.errors import RunnerError
 from casekit.runners.docker.runner import PROBE_CAPABILITIES, RUN_LABEL, RUN_UIDS, RUNS_IN_CONTAINER, DockerRunner
 from casekit.runners.interface import ProbeJob, TargetSpec
 
 pytestmark = pytest.mark.docker
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-BASE_IMAGE = os.environ.get("CASEKIT_TEST_BASE_IMAGE", "casekit-base:bookworm")
-WHEELHOUSE = os.environ.get("CASEKIT_WHEELHOUSE", "/opt/wheels")
-
-
-def docker_engine() -> Any:
-    """The engine, started with .ci/docker-setup.sh when needed; skip (or fail under CI) without one."""
-    try:
-        return images.connect()
-    except DockerUnavailable as error:
-        reason = str(error)
-    if not os.environ.get("DOCKER_HOST"):
-        setup = subprocess.run([str(REPO_ROOT / ".ci" / "docker-setup.sh")], capture_output=True, text=True)
-        if setup.returncode == 0:
-            return images.connect()
-        reason = (setup.stderr.strip().splitlines() or [reason])[-1]
-    if os.environ.get("CASEKIT_REQUIRE_DOCKER"):
-        pytest.fail(f"no Docker engine: {reason}")
-    pytest.skip(f"no Docker engine: {reason}")
-
-
-def torch_spec(**changes: Any) -> TargetSpec:
-    given = changes.pop("options", ())
-    options = list(given.items()) if isinstance(given, dict) else list(given)  # a key may come twice (env)
-    return TargetSpec(
-        runner="docker",
-        torch="2.13.0",
-        # The local CPU wheel when there is one, else PyTorch's CPU index (not PyPI's 2.5 GB CUDA build).
-        find_links=WHEELHOUSE if Path(WHEELHOUSE).is_dir() else None,
-        cuda=None if Path(WHEELHOUSE).is_dir() else "cpu",
-        options=(("base_image", BASE_IMAGE), *options),
-        **changes,
-    )
-
-
-@pytest.fixture(scope="module")
-def engine() -> Any:
-    client = docker_engine()
-    if not os.environ.get("DOCKER_HOST"):
-        subprocess.run([str(REPO_ROOT / ".ci" / "docker-setup.sh")], check=True, capture_output=True)
-    return client
-
-
-@pytest.fixture(scope="module")
-def replay_image(engine: Any) -> Any:
-    """The torch 2.13.0 image, built on first use (about 90 s) and reused after."""
-    return images.ensure_image(torch_spec(), lambda line: None, engine)
+from .docker_fixtures import REPO_ROOT, WHEELHOUSE, torch_spec  # noqa: E402
 
 
 def write_script(folder: Path, name: str, text: str) -> Path:

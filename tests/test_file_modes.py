@@ -20,8 +20,8 @@ from casekit.cli.common import emit_json
 from casekit.replay.plan import ReplayRequest, TargetChoice, run_replay
 from casekit.report.formats import FORMATS
 from casekit.report.plan import ReportRequest, run_report
+from tests.bisect_fakes import HISTORY, VERSIONS, FakeReplay, make_case, no_runner
 from tests.fakes import Target, recorded_targets
-from tests.test_bisect_releases_fast import HISTORY, VERSIONS, FakeReplay, make_case, no_runner
 
 
 @pytest.fixture

@@ -79,6 +79,7 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> git.Repo:
     return repository
 
 
+@pytest.mark.process
 def test_commit_paths_commits_only_the_bundles(repo: git.Repo) -> None:
     root = Path(repo.working_tree_dir or "")
     archive = Archive(root / "cases")
@@ -97,6 +98,7 @@ def test_commit_paths_commits_only_the_bundles(repo: git.Repo) -> None:
     assert "README" in repo.git.diff("--name-only")
 
 
+@pytest.mark.process
 def test_unchanged_bundles_make_no_commit(repo: git.Repo) -> None:
     archive = Archive(Path(repo.working_tree_dir or "") / "cases")
     bundle = archive.save(make_case())
@@ -114,6 +116,7 @@ def test_an_archive_outside_git_is_a_clear_error(tmp_path: Path) -> None:
     assert issubclass(GitError, CasekitError)
 
 
+@pytest.mark.process
 def test_first_commit_without_identity_uses_casekit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "empty-gitconfig"))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
@@ -174,6 +177,7 @@ def test_replay_message_names_a_failed_environment() -> None:
 # ------------------------------------------------------------------ log
 
 
+@pytest.mark.process
 def test_case_log_merges_commits_and_replay_records(repo: git.Repo) -> None:
     root = Path(repo.working_tree_dir or "")
     archive = Archive(root / "cases")
@@ -201,15 +205,35 @@ def test_case_log_merges_commits_and_replay_records(repo: git.Repo) -> None:
 
 
 def test_log_command_outside_git_shows_the_records(tmp_path: Path) -> None:
+    """Outside git, `log` is the bundle's own history: the capture, then every replay, newest first,
+    each with its date, target and what changed; an unknown case is one line naming the known ones."""
+
+    def replayed(at: str, torch: str, verdict: str, severity: Severity, classes: list[SiteClass]) -> ReplayRecord:
+        sites = [SiteVerdict("pre", site_class, "repro.py:5", "GB0124") for site_class in classes]
+        return ReplayRecord(at, f"venv:torch-{torch}", torch, "venv", verdict, severity, {"pre": "ok"}, sites)
+
     archive = Archive(tmp_path / "cases")
-    archive.save(make_case())
+    history = [
+        replayed("2030-05-06T07:08:09+00:00", "2.13.0", "changed", Severity.WARN, [SiteClass.MOVED]),
+        replayed("2030-07-01T10:00:00+00:00", "2.14.1", "improved", Severity.INFO, [SiteClass.GONE]),
+    ]
+    archive.save(make_case(replays=history))
     app = typer.Typer()
     register(app)
     done = CliRunner().invoke(app, ["log", "item", "--archive", str(archive.root)])
     assert done.exit_code == 0, done.output
-    assert "capture" in done.output
+    lines = done.output.splitlines()
+    assert [line.split()[:3] for line in lines] == [
+        ["2030-07-01", "10:00", "replay"],
+        ["2030-05-06", "07:08", "replay"],
+        ["2026-01-02", "03:04", "capture"],
+    ]
+    assert "venv:torch-2.14.1" in lines[0] and "improved" in lines[0] and "1 gone" in lines[0]
+    assert "venv:torch-2.13.0" in lines[1] and "changed" in lines[1] and "1 moved" in lines[1]
+    assert lines[2].endswith("captured: item() in f")
     missing = CliRunner().invoke(app, ["log", "nope", "--archive", str(archive.root)])
     assert missing.exit_code != 0 and isinstance(missing.exception, CasekitError)
+    assert str(missing.exception).startswith("no case 'nope' in ") and str(missing.exception).endswith("(cases: item)")
 
 
 @pytest.mark.slow

@@ -80,6 +80,7 @@ def test_installed_matches_request_and_report_keys() -> None:
 # -------------------------------------------------------------------- fsutil
 
 
+@pytest.mark.process
 def test_atomic_write_gives_the_umask_mode_without_touching_the_umask(tmp_path: Path) -> None:
     # A child with umask 027 must get 0640 files: the mode follows the umask it started with.
     code = (
@@ -132,6 +133,7 @@ def test_atomic_write_keeps_the_old_file_when_interrupted(tmp_path: Path, monkey
     assert [p.name for p in target.parent.iterdir()] == ["doc.json"]
 
 
+@pytest.mark.process
 def test_lock_excludes_another_process_and_says_it_waits(tmp_path: Path) -> None:
     lock = tmp_path / "x.lock"
     holder = subprocess.Popen(

@@ -15,14 +15,9 @@ from casekit.observe.logs import parse_frames, parse_graph_break, parse_recompil
 from casekit.observe.reasons import categorize, legacy_key, named_subject, normalize_function
 
 from .conftest import FIXTURES
+from .fakes import observe
 
 RELEASES = ["2.5.1", "2.13.0"]
-
-
-def observe(release: str, name: str):
-    raw = json.loads((FIXTURES / "probe" / release / f"{name}.json").read_text())
-    source = (FIXTURES / "scripts" / f"{name}.py").read_text()
-    return interpret(raw, raw["script"], f"{name}.py", source)
 
 
 @pytest.mark.parametrize("release", RELEASES)

@@ -297,7 +297,7 @@ def test_docker_default_follows_the_containers_cpu_limit(tmp_path: Path) -> None
     from casekit.runners.docker import images
     from casekit.runners.docker.runner import DockerRunner
 
-    from .test_docker_runner import docker_engine, torch_spec
+    from .docker_fixtures import docker_engine, torch_spec
 
     engine = docker_engine()
     images.ensure_image(torch_spec(), lambda line: None, engine)

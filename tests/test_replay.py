@@ -235,3 +235,38 @@ def test_cli_matrix_of_managed_targets(torch251_python: str, starter_copy: Path,
     assert {r["verdict"] for r in data["results"]} == {"unchanged"}  # reworded on 2.5.1, the same breaks
     assert result.stdout.count("target venv:torch-") == 2
     assert "venv:torch-2.5.1" in result.stderr  # progress names each target
+
+
+@pytest.mark.slow
+def test_a_cuda_case_on_a_cpu_target_is_told_apart_from_a_broken_case(starter_copy: Path):
+    """Real probe, real CPU torch: a script that asks for CUDA is 'needs a GPU this target lacks'
+    (env_failed), while a script that fails on its own stays a failure of the case."""
+    import dataclasses
+
+    import torch
+
+    from casekit.bundle import sha256_text
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU: the CPU-host path is not reachable here")
+    [base] = Archive(starter_copy).load_all(["item-branch"])
+
+    def with_pre(case_id: str, first_line: str):  # type: ignore[no-untyped-def]
+        text = base.pre.source.replace("import torch\n", f"import torch\n{first_line}\n", 1)
+        assert text != base.pre.source
+        pre = dataclasses.replace(base.pre, source=text, sha256=sha256_text(text))
+        return dataclasses.replace(base, id=case_id, pre=pre)
+
+    cases = [
+        with_pre("needs-gpu", "torch.ones(2, device='cuda')"),
+        with_pre("broken", "raise RuntimeError('this case is broken')"),
+    ]
+    report = replay(cases, [TargetSpec(runner="python")], ReplayOptions(record=False), None, make_runner, quiet)
+    results = {result.case_id: result for result in report.results}
+    gpu = results["needs-gpu"]
+    assert gpu.verdict == "env_failed" and gpu.scripts["pre"].status.value == "env_failed"
+    assert "needs a GPU this target lacks" in gpu.scripts["pre"].observation.detail
+    assert "--cuda cu126" in gpu.scripts["pre"].observation.detail
+    broken = results["broken"]
+    assert broken.scripts["pre"].status.value == "eager_failed", "a case's own failure is not a GPU problem"
+    assert broken.verdict != "env_failed"

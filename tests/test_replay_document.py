@@ -128,6 +128,7 @@ def test_an_oversized_file_is_refused_before_it_is_read(tmp_path: Path, monkeypa
         read_replay_document(RECORDED)
 
 
+@pytest.mark.process
 def test_merge_and_report_give_one_line_not_a_traceback(tmp_path: Path) -> None:
     fifo = _fifo(tmp_path / "pipe.json")
     wrong = tmp_path / "wrong.json"

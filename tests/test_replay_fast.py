@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from casekit.archive.store import Archive
-from casekit.capture import CaptureRequest, capture
 from casekit.errors import CasekitError
 from casekit.model import SITE_CLASS_ORDER, ScriptRole, Severity, SiteClass, Verdict
 from casekit.outcome import ExitCode, FailOn, check_seconds, exit_code
@@ -24,28 +23,14 @@ from casekit.replay.run import ReplayOptions
 from casekit.replay.shard import merge_reports, without_volatile
 
 from .conftest import run_casekit
-from .fakes import FIXTURE_SCRIPTS, Target, recorded_targets
+from .fakes import FIXTURE_SCRIPTS, Target, captured_archive, recorded_targets
 
 quiet = lambda message: None  # noqa: E731
-CASES = {"breaks": None, "data-branch": None, "deepcopy-state": None, "module-skip": None, "fixcase": "deepcopy_state"}
 
 
 @pytest.fixture
 def archive(tmp_path: Path) -> Archive:
-    """Five cases captured (for real, through capture) from the fixture scripts as torch 2.5.1 saw them."""
-    store = Archive(tmp_path / "cases")
-    [spec], factory, _ = recorded_targets({"capture-2.5.1": Target("2.5.1")})
-    runner = factory(spec)
-    for case_id, fixed in CASES.items():
-        script = "breaks" if case_id == "fixcase" else case_id.replace("-", "_")
-        request = CaptureRequest(
-            script=FIXTURE_SCRIPTS / f"{script}.py",
-            fixed=FIXTURE_SCRIPTS / f"{fixed}.py" if fixed else None,
-            case_id=case_id,
-            rollback_notes="go back to fullgraph=False",
-        )
-        capture(request, runner, store, quiet)
-    return store
+    return captured_archive(tmp_path / "cases")
 
 
 def request_for(names: list[str], **kwargs: object) -> ReplayRequest:
@@ -198,6 +183,7 @@ def test_bad_flags_are_one_line_from_the_core() -> None:
 # ------------------------------------------------- through the real command line (no torch is started)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-5"])
 def test_cli_timeout_flags_are_one_clear_line(value: str, tmp_path: Path) -> None:
     # a replay flag is a usage error (2); capture refuses the case (1, as every failed capture gate)
@@ -212,6 +198,7 @@ def test_cli_timeout_flags_are_one_clear_line(value: str, tmp_path: Path) -> Non
         ]
 
 
+@pytest.mark.process
 def test_cli_empty_shard_into_missing_folders(archive: Archive, tmp_path: Path) -> None:
     out = tmp_path / "new" / "dir" / "r.json"
     done = run_casekit(
@@ -222,6 +209,7 @@ def test_cli_empty_shard_into_missing_folders(archive: Archive, tmp_path: Path) 
     assert json.loads(out.read_text())["shard"] == "2/2"
 
 
+@pytest.mark.process
 def test_cli_list_and_report_go_on_past_an_invalid_bundle(archive: Archive, tmp_path: Path) -> None:
     (archive.root / "broken.toml").write_text("not toml [")
     listed = run_casekit("list", "--archive", str(archive.root), timeout=120)

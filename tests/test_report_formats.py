@@ -197,3 +197,33 @@ def test_markdown_code_spans_show_their_text_as_written() -> None:
     assert "&amp;lt;batch&amp;gt;" not in rendered
     assert "<code>docker:`a``b`&lt;i&gt;x&lt;/i&gt;</code>" in rendered  # backticks kept, no markup added
     assert "<i>" not in rendered and "<script>" not in rendered
+
+
+def test_fail_on_warn_makes_warnings_junit_failures_and_fails_the_step_summary(tmp_path: Path) -> None:
+    """CI sees what the terminal says: at --fail-on warn a fallback or a moved break is red in JUnit."""
+    app = typer.Typer()
+    register(app)
+    runner = CliRunner()
+    base = ["report", "--archive", str(ARCHIVE), "--results", str(RESULTS), "-f", "junit", "-f", "md"]
+    warned = sum(1 for cell in summarize(starter()).cells() if cell.severity is Severity.WARN)
+    assert warned, "the starter archive's replays hold warnings"
+    by_level = {}
+    for level in ("error", "warn", "never"):
+        done = runner.invoke(app, [*base, "--fail-on", level, "--out", str(tmp_path / level)])
+        assert done.exit_code == 0, done.output  # the report renders; replay and merge set the exit code
+        root = ET.fromstring((tmp_path / level / "junit.xml").read_text())
+        by_level[level] = (root, (tmp_path / level / "report.md").read_text())
+    default_root, default_md = by_level["error"]
+    warn_root, warn_md = by_level["warn"]
+    summary_with_results = summarize(starter(), [(RESULTS.name, read_replay_document(RESULTS))])
+    errors = sum(1 for cell in summary_with_results.cells() if cell.severity is Severity.ERROR)
+    warns = sum(1 for cell in summary_with_results.cells() if cell.severity is Severity.WARN)
+    assert int(default_root.get("failures") or 0) == errors
+    assert int(warn_root.get("failures") or 0) == errors + warns > errors
+    assert any("(warn) on torch" in (f.get("message") or "") for f in warn_root.iter("failure"))
+    assert [p.get("value") for p in warn_root.iter("property") if p.get("name") == "fail-on"][0] == "warn"
+    assert int(by_level["never"][0].get("failures") or 0) == 0
+    assert "**FAIL** at `--fail-on warn`" in warn_md and "— **fails**" in warn_md
+    assert ("**FAIL**" in default_md) == bool(errors) and "--fail-on never`: no result fails" in by_level["never"][1]
+    refused = runner.invoke(app, [*base, "--fail-on", "sometimes", "--out", str(tmp_path / "x")])
+    assert refused.exit_code != 0 and "--fail-on must be error, warn, info or never" in str(refused.exception)

@@ -19,8 +19,10 @@ from casekit.archive.store import Archive
 from casekit.report.formats import get_format
 from casekit.report.output import LISTING
 from casekit.report.summary import summarize
+from tests.cases import FIXTURES, NOW, mutate, replayed
 from tests.conftest import run_casekit
-from tests.test_archive_index import FIXTURES, NOW, mutate, replayed
+
+pytestmark = pytest.mark.process  # every test here starts processes, git or signals
 
 
 @pytest.fixture

@@ -278,3 +278,33 @@ def test_the_process_walk_finds_live_descendants_and_skips_zombies() -> None:
     while grandchild in process.live_processes() and time.monotonic() < deadline:
         time.sleep(0.05)  # SIGKILL was sent; dead (or a zombie of whoever adopted it) in a moment
     assert grandchild not in process.live_processes()
+
+
+def test_the_torch_import_is_a_phase_a_terminal_times(
+    current: tuple[PythonRunner, ProbeBatchResult, list[str]],
+) -> None:
+    """The import and warm-up (36-103 s on a loaded machine) open a phase: nothing is silent while it runs."""
+    _, _, lines = current
+    opened = next(i for i, line in enumerate(lines) if "importing torch" in line)
+    closed = next(i for i, line in enumerate(lines) if " imported in " in line)
+    assert opened < closed and lines[opened].endswith("…") and "warming Dynamo up" in lines[opened]
+
+
+def test_an_interpreter_whose_torch_lacks_bytecode_is_told_once_with_the_remedy(tmp_path: Path) -> None:
+    """A real venv whose torch (a stand-in package: the check reads files, it imports nothing) has no
+    .pyc: the note names the folder and the compileall that fixes it; once compiled, nothing is said."""
+    from casekit.runners.python import bytecode_note, torch_without_bytecode
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    site = next(venv.glob("lib/python*/site-packages"))
+    (site / "torch").mkdir()
+    (site / "torch" / "__init__.py").write_text("__version__ = '2.13.0'\n")
+    assert torch_without_bytecode(python) == str(site)
+    note = bytecode_note(python)
+    assert note is not None and f"compile it once: {python} -m compileall -q -j 0 {site}" in note
+    assert bytecode_note(python) is None, "told once"
+    subprocess.run([python, "-m", "compileall", "-q", str(site)], check=True)
+    assert torch_without_bytecode(python) is None
+    assert torch_without_bytecode(sys.executable) is None, "this interpreter's torch has its bytecode"

@@ -27,7 +27,7 @@ from casekit.replay.shard import ShardError, merge_reports
 from casekit.runners import registry
 from casekit.runners.interface import ProgressFn, Runner, TargetSpec, VersionSource
 
-from .fakes import FIXTURE_SCRIPTS, RecordedRunner, Target, recorded_targets
+from .fakes import RecordedRunner, Target, outside_git, recorded_targets
 
 quiet = lambda message: None  # noqa: E731
 
@@ -66,7 +66,7 @@ def archive(tmp_path: Path) -> Archive:
     """One case captured (through capture) from a fixture script as torch 2.5.1 saw it."""
     store = Archive(tmp_path / "cases")
     [spec], factory, _ = recorded_targets({"capture-2.5.1": Target("2.5.1")})
-    request = CaptureRequest(script=FIXTURE_SCRIPTS / "deepcopy_state.py", case_id="deepcopy-state")
+    request = CaptureRequest(script=outside_git(tmp_path / "scripts") / "deepcopy_state.py", case_id="deepcopy-state")
     capture(request, factory(spec), store, quiet)
     return store
 

@@ -221,6 +221,32 @@ def test_probe_runs_inside_the_env(built: tuple[VenvRunner, float, list[str]], t
 
 @needs_local_wheel
 @pytest.mark.slow
+def test_env_built_with_bytecode_and_one_without_it_is_compiled_once_before_use(
+    built: tuple[VenvRunner, float, list[str]], cache: Path
+) -> None:
+    from casekit.runners.venv.cache import bytecode_counts, lacks_bytecode, site_folders
+
+    first, _, _ = built
+    assert first.env is not None
+    counts = marker_of(first)["bytecode"]
+    assert isinstance(counts, dict) and counts["pyc"] >= 0.99 * counts["py"] > 1000, counts
+    # as an env built before casekit compiled at build time: torch's top-level modules without bytecode
+    [site] = site_folders(first.env.path)
+    shutil.rmtree(site / "torch" / "__pycache__")
+    assert lacks_bytecode(first.env.path)
+    lines: list[str] = []
+    again = VenvRunner(SPEC, cache_dir=cache)
+    again.prepare(lines.append)
+    assert any("has no bytecode: compiling it once" in line for line in lines), lines
+    assert not lacks_bytecode(first.env.path)
+    assert marker_of(again)["bytecode"] == bytecode_counts(first.env.path)
+    lines.clear()
+    VenvRunner(SPEC, cache_dir=cache).prepare(lines.append)
+    assert lines == [f"reusing env {first.env.key}"], "compiled once: the next use just reuses it"
+
+
+@needs_local_wheel
+@pytest.mark.slow
 def test_env_without_marker_is_rebuilt(built: tuple[VenvRunner, float, list[str]], cache: Path) -> None:
     first, _, _ = built
     assert first.env is not None
@@ -319,12 +345,16 @@ def test_list_and_remove_cached_envs(built: tuple[VenvRunner, float, list[str]],
 
 @needs_uv
 @pytest.mark.slow
-def test_unreachable_cuda_index_is_one_clear_error(tmp_path: Path) -> None:
-    # download.pytorch.org cannot be reached from this network; elsewhere this builds a real env.
+def test_unreachable_cuda_index_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # download.pytorch.org cannot be reached from this network (its name does not resolve: no traffic
+    # leaves); elsewhere this builds a real env. casekit reads the variant's listing itself, so that is
+    # where it stops, naming the index and how to name a mirror.
     if subprocess.run(["getent", "hosts", "download.pytorch.org"], capture_output=True).returncode == 0:
         pytest.skip("download.pytorch.org resolves here")
+    monkeypatch.delenv("CASEKIT_TORCH_INDEX", raising=False)
     runner = VenvRunner(TargetSpec("venv", torch="2.5.1", cuda="cu124"), cache_dir=tmp_path)
-    with pytest.raises(EnvironmentFailed, match=r"uv pip install failed: .*download\.pytorch\.org/whl/cu124"):
+    pattern = r"cannot reach https://download\.pytorch\.org/whl/cu124/torch/: .*CASEKIT_TORCH_INDEX=URL names a mirror"
+    with pytest.raises(EnvironmentFailed, match=pattern):
         runner.prepare(quiet)
     assert not list((tmp_path / "envs").glob("*.tmp-*"))
     assert [env.key for env in list_envs(tmp_path)] == []

@@ -95,6 +95,7 @@ def test_the_plan_cuts_what_replay_runs_on_every_machine(tmp_path: Path) -> None
     assert plan.balance <= 1.2
 
 
+@pytest.mark.process
 def test_the_plan_command_prints_the_cut_and_its_json(tmp_path: Path) -> None:
     done = run_casekit(
         "plan", "--archive", str(STARTER), "--torch", "2.12.1", "--torch", "2.13.0", "--shards", "4",
@@ -127,6 +128,7 @@ GOLDEN_RUNS = {
 }
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("name", sorted(GOLDEN_RUNS))
 def test_golden_job_files(name: str) -> None:
     text = emit(*GOLDEN_RUNS[name]).replace(str(STARTER), "cases")
@@ -137,6 +139,7 @@ def test_golden_job_files(name: str) -> None:
     assert text == golden.read_text(encoding="utf-8")
 
 
+@pytest.mark.process
 def test_each_job_file_names_the_shard_count_once() -> None:
     slurm = emit("slurm", "--casekit", "casekit")
     assert slurm.count("SHARDS=4") == 1 and '--array="0-$((SHARDS - 1))"' in slurm
@@ -161,6 +164,7 @@ def test_replay_flags_give_back_the_matrix() -> None:
     ]  # fmt: skip
 
 
+@pytest.mark.process
 def test_k8s_needs_images_not_local_interpreters() -> None:
     done = run_casekit("plan", "--archive", str(STARTER), "--python", sys.executable, "--emit", "k8s", "--out", "-")
     assert done.returncode == 2
@@ -216,6 +220,7 @@ def _first_difference(given: Any, back: Any, where: str = "") -> str:
     return "" if given == back else f"{where}: {given!r} came back as {back!r}"
 
 
+@pytest.mark.process
 def test_the_emitted_manifest_is_valid_kubernetes() -> None:
     pytest.importorskip("kubernetes", reason="pip install kubernetes (the official client; in casekit's [dev])")
     documents = k8s_documents(emit(*GOLDEN_RUNS["k8s.yaml"]))
@@ -240,6 +245,7 @@ def test_the_emitted_manifest_is_valid_kubernetes() -> None:
     assert merge["spec"]["template"]["spec"]["containers"][0]["args"][0].count("--expect-target") == 2
 
 
+@pytest.mark.process
 def test_the_validator_catches_a_broken_manifest() -> None:
     """The check can fail: a misspelt field, a string where the API wants a number, a missing container name."""
     pytest.importorskip("kubernetes")
@@ -323,6 +329,7 @@ def test_the_k8s_jobs_commands_run_here_with_their_completion_index(tmp_path: Pa
 # ------------------------------------------------------------------ GitHub Actions
 
 
+@pytest.mark.process
 def test_the_emitted_workflow_passes_actionlint(tmp_path: Path) -> None:
     workflow = tmp_path / "casekit-replay.yml"
     workflow.write_text(emit("gha"), encoding="utf-8")

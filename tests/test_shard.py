@@ -360,7 +360,7 @@ def results_folder(root: Path, skip: tuple[str, int] | None = None) -> Path:
 
 def test_merge_of_a_results_folder_reads_every_target_and_shard(tmp_path: Path) -> None:
     merged = merge_reports([results_folder(tmp_path / "results")])
-    assert [(r["target"], r["case"]) for r in merged.data["results"]] == [
+    assert [(r.target, r.case) for r in merged.data.results] == [
         ("t1", "a"),
         ("t1", "b"),
         ("t1", "c"),
@@ -368,7 +368,7 @@ def test_merge_of_a_results_folder_reads_every_target_and_shard(tmp_path: Path) 
         ("t2", "b"),
         ("t2", "c"),
     ]
-    assert merged.retries == [] and "layout" not in merged.data and "attempt" not in merged.data
+    assert merged.retries == [] and "layout" not in merged.data.to_json() and "attempt" not in merged.data.to_json()
 
 
 def test_a_missing_shard_of_a_folder_is_named_with_its_index(tmp_path: Path) -> None:
@@ -376,7 +376,7 @@ def test_a_missing_shard_of_a_folder_is_named_with_its_index(tmp_path: Path) -> 
     with pytest.raises(ShardError, match=r"missing shard 3/4 \(index 2\) on t2: no result file"):
         merge_reports([folder])
     partial = merge_reports([folder], allow_partial=True)
-    assert len(partial.data["results"]) == 4 and partial.warnings
+    assert len(partial.data.results) == 4 and partial.warnings
 
 
 def test_a_target_with_no_file_at_all_is_named_when_expected(tmp_path: Path) -> None:
@@ -387,7 +387,7 @@ def test_a_target_with_no_file_at_all_is_named_when_expected(tmp_path: Path) -> 
         path = result_file(folder, "t1", k, 2)
         path.parent.mkdir(parents=True, exist_ok=True)
         write(path, sliced(f"{k}/2", "t1", cases, {"t1": [1, 2]}))
-    assert len(merge_reports([folder]).data["results"]) == 3
+    assert len(merge_reports([folder]).data.results) == 3
     with pytest.raises(ShardError, match="missing target t2: no result file of any of its shards"):
         merge_reports([folder], expected_targets=["t1", "t2"])
 
@@ -404,7 +404,7 @@ def test_the_latest_attempt_of_a_shard_wins_and_the_retry_is_reported(tmp_path: 
     stale.parent.mkdir(parents=True)
     write(stale, sliced("4/4", "t2", ["b"], LAYOUT, attempt=1))
     merged = merge_reports([folder, tmp_path / "copied-from-a-node"])
-    assert {(r["target"], r["case"]): r["verdict"] for r in merged.data["results"]}[("t2", "b")] == "changed"
+    assert {(r.target, r.case): r.verdict for r in merged.data.results}[("t2", "b")] == "changed"
     assert len(merged.retries) == 1
     assert merged.retries[0].startswith("shard 4/4 (index 3) on t2: kept attempt 2")
     assert "earlier: attempt 1 in" in merged.retries[0]
@@ -413,9 +413,11 @@ def test_the_latest_attempt_of_a_shard_wins_and_the_retry_is_reported(tmp_path: 
 def test_a_shard_rewriting_its_file_counts_the_attempt_and_touches_no_other(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
+    from casekit.replay.document import parse_replay_document
     from casekit.replay.plan import write_results_dir
 
-    doc = document("2/4", ["t1", "t2"], [result("a", "t1"), result("a", "t2")]) | {"layout": LAYOUT}
+    given = document("2/4", ["t1", "t2"], [result("a", "t1"), result("a", "t2")]) | {"layout": LAYOUT}
+    doc = parse_replay_document(given, "the test's document")
     clock = iter([datetime(2026, 12, 1, 10, tzinfo=UTC), datetime(2026, 12, 1, 10, 1, tzinfo=UTC)] * 2)
     first = write_results_dir(doc, tmp_path, lambda: next(clock))  # type: ignore[arg-type]
     other = tmp_path / "other" / "shard-1-of-4.json"

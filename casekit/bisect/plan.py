@@ -2,13 +2,14 @@
 how far to build ahead, which predicate, what is written where, and how the run ends.
 
 `run_bisect` and `run_commit_bisect` are the one core call behind each command, so
-every policy here (the ids or --all, --ahead's default, the one-case --html rule, the
+every policy here (the ids or --all, --ahead's default, the ends' order, the
 documents written, the exit code, what Ctrl-C leaves) is testable in-process with a
 fake `run_target`; the CLI parses flags into a request and renders the outcome.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import signal
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -33,11 +34,12 @@ from casekit.bisect.report import (
     write_report,
 )
 from casekit.bisect.shared import bisect_releases_many
-from casekit.bisect.versions import read_version_list
+from casekit.bisect.versions import parse_version, read_version_list
 from casekit.errors import BisectError, CasekitError
 from casekit.fsutil import STDOUT, write_atomic
 from casekit.outcome import ExitCode
 from casekit.runners import registry
+from casekit.runners.dynamo import parse_dynamo
 from casekit.runners.interface import ProgressFn
 
 AHEAD_FOR_SEVERAL = 2  # several cases share each release: building the next ones ahead pays off
@@ -80,7 +82,7 @@ def predicate_for(site: str | None = None, status: str | None = None, post_holds
 
 @dataclass(frozen=True)
 class Outputs:
-    """Where a bisection's documents go: `--json` (STDOUT: printed instead), `--html` (one bisection's page)."""
+    """Where a bisection's documents go: `--json` (STDOUT: printed instead), `--html` (a page; every case with --all)."""
 
     json_out: Path | None = None
     html_out: Path | None = None
@@ -108,14 +110,17 @@ class BisectRequest:
     predicate: Predicate = field(default_factory=Predicate)
     cuda: str | None = None
     index_url: str | None = None
-    nightlies: bool = False
+    nightlies: bool = False  # candidates are nightlies by date (--good/--bad YYYY-MM-DD)
+    torch_repo: Path | None = None  # a PyTorch checkout: the commits between two nightlies come from it
     backend: str | None = None
     timeout: float | None = None
     archive_dir: Path | None = None  # as given (only to print a reproduce command that finds the case)
     cache: CacheSettings = field(default_factory=CacheSettings)
     outputs: Outputs = field(default_factory=Outputs)
+    dynamo: tuple[str, ...] = ()  # --dynamo NAME=VALUE, set on every release
 
     def __post_init__(self) -> None:
+        parse_dynamo(self.dynamo)  # a malformed setting: one line now, not after the first build
         if self.all_cases and self.case_ids:
             raise BisectError("give case ids or --all, not both")
         if not self.all_cases and not self.case_ids:
@@ -123,8 +128,7 @@ class BisectRequest:
         if self.ahead is not None and self.ahead < 0:
             raise BisectError(f"--ahead takes 0 or more, not {self.ahead}")
         object.__setattr__(self, "case_ids", tuple(dict.fromkeys(self.case_ids)))
-        if self.several and self.outputs.html_out:
-            raise BisectError("--html draws one bisection: give one case id (the --json document holds them all)")
+        _check_ends(self.good, self.bad)
 
     @property
     def several(self) -> bool:
@@ -149,12 +153,31 @@ class BisectRequest:
             cuda=self.cuda,
             index_url=self.index_url,
             nightlies=self.nightlies,
+            torch_repo=self.torch_repo,
             backend=self.backend,
             timeout=self.timeout,
             archive_dir=self.archive_dir,
             cache=self.cache,
             ahead=Ahead(limit=self.ahead_limit),
+            dynamo=parse_dynamo(self.dynamo),
         )
+
+
+def _check_ends(good: str, bad: str) -> None:
+    """Refuse swapped or equal ends before anything is listed or built, saying what to type instead."""
+    good_version, bad_version = parse_version(good), parse_version(bad)
+    if good_version == bad_version:
+        raise BisectError(f"--good {good} and --bad {bad} are the same release: nothing lies between them")
+    if bad_version < good_version:
+        raise BisectError(
+            f"--good {good} is newer than --bad {bad}: swap them (--good {bad} --bad {good}); the search finds "
+            "the first release whose outcome differs from the older end's, so a fix bisects as a regression does"
+        )
+
+
+def _now() -> str:
+    """When a bisection's page was made (UTC, ISO 8601, to the second)."""
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
 
 
 @dataclass
@@ -185,7 +208,8 @@ def run_bisect(
     """
     config = request.release_config()
     seams = seams or ReleaseSeams(progress=progress)
-    between = f"between torch {config.good} (good) and {config.bad} (bad) with the {config.runner} runner"
+    what = "nightlies" if config.nightlies else "torch"
+    between = f"between {what} {config.good} (good) and {config.bad} (bad) with the {config.runner} runner"
     if request.several:
         cases = archive.load_all(list(request.case_ids) or None)
         if not cases:
@@ -216,15 +240,21 @@ def report_outcome(report: BisectReport, outputs: Outputs) -> BisectOutcome:
     _write(outcome, outputs.json_out, lambda path: write_report(report, path))
     if outputs.html_out is not None:
         document = outcome.document
-        _write(outcome, outputs.html_out, lambda path: write_atomic(path, render_bisect_html(document or {})))
+        page = render_bisect_html(document or {}, generated=_now())
+        _write(outcome, outputs.html_out, lambda path: write_atomic(path, page))
     return outcome
 
 
 def _shared_outcome(shared: SharedBisection, outputs: Outputs) -> BisectOutcome:
     """Several cases: exit 2 when one could not be bisected (an unknown end, a predicate it cannot follow)."""
     code = ExitCode.PROBLEM if shared.errors else ExitCode.OK
+    from casekit.report.html import render_bisect_many_html
+
     outcome = BisectOutcome(render_shared_text(shared), multi_report_to_json(shared), code)
     _write(outcome, outputs.json_out, lambda path: write_multi_report(shared, path))
+    if outputs.html_out is not None:
+        page = render_bisect_many_html(outcome.document or {}, generated=_now())
+        _write(outcome, outputs.html_out, lambda path: write_atomic(path, page))
     return outcome
 
 

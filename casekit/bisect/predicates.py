@@ -48,7 +48,7 @@ def verdict_rank(verdict: Verdict) -> int:
     match verdict:
         case Verdict.IMPROVED:
             return 0
-        case Verdict.UNCHANGED:
+        case Verdict.UNCHANGED | Verdict.UNOBSERVED:  # unobserved: releases that lack an API step around it
             return 1
         case Verdict.CHANGED:
             return 2

@@ -54,6 +54,21 @@ class WhatChanged:
     reasons: list[str]
 
 
+@dataclass(frozen=True)
+class CommitRange:
+    """The upstream commits between the last good and the first bad build (each build's git_version)."""
+
+    good: str
+    bad: str
+    compare_url: str
+    log: list[str] = field(default_factory=list)  # 'sha subject' from a local PyTorch checkout, newest first
+
+    @property
+    def range(self) -> str:
+        """'a1b2c3d4e5f6..0f9e8d7c6b5a': what `git log` takes."""
+        return f"{self.good[:12]}..{self.bad[:12]}"
+
+
 @dataclass
 class BisectReport:
     """What a bisection searched, what it tried, where the outcome changes, and which way."""
@@ -78,6 +93,9 @@ class BisectReport:
     compare_url: str | None = None
     cache_path: str | None = None
     hint: str = ""
+    reproduce_good: str | None = None  # the replay that shows the last good side
+    commits: CommitRange | None = None  # between two nightlies: the upstream commits
+    notes: list[str] = field(default_factory=list)  # how the candidates were found (dates rolled, hidden builds)
 
     @property
     def exact(self) -> bool:
@@ -297,6 +315,9 @@ def report_to_json(report: BisectReport) -> dict[str, Any]:
         "labels": report.labels,
         "compare_url": report.compare_url,
         "cache": report.cache_path,
+        "reproduce_good": report.reproduce_good,
+        "commits": dataclasses.asdict(report.commits) | {"range": report.commits.range} if report.commits else None,
+        "notes": report.notes,
     }
 
 
@@ -348,7 +369,16 @@ def report_from_json(data: Any, source: str = "bisect report") -> BisectReport:
         labels=data["labels"],
         compare_url=data["compare_url"],
         cache_path=data["cache"],
+        reproduce_good=data.get("reproduce_good"),
+        commits=_commits_from(data.get("commits")),
+        notes=list(data.get("notes") or []),
     )
+
+
+def _commits_from(data: Any) -> CommitRange | None:
+    if not isinstance(data, dict):
+        return None
+    return CommitRange(data["good"], data["bad"], data["compare_url"], list(data.get("log") or []))
 
 
 def write_report(report: BisectReport, path: Path) -> None:
@@ -408,6 +438,17 @@ def _what_changed(report: BisectReport) -> list[str]:
     return lines
 
 
+def _commit_lines(commits: CommitRange | None) -> list[str]:
+    """The upstream range between two builds, as cargo-bisect-rustc gives it for two nightlies."""
+    if commits is None:
+        return []
+    lines = [f"commits: {commits.range} (torch.version.git_version of the two builds)"]
+    lines += [f"  {line}" for line in commits.log[:50]]
+    if len(commits.log) > 50:
+        lines.append(f"  … {len(commits.log) - 50} more")
+    return lines
+
+
 def render_text(report: BisectReport) -> str:
     """The final report, after cargo-bisect-rustc's: range searched, culprit, what changed, how to reproduce."""
     what = "commits" if report.kind == "commits" else "versions"
@@ -423,12 +464,18 @@ def render_text(report: BisectReport) -> str:
         detail = f"  ({step.detail})" if step.detail and step.outcome == "unknown" else ""
         lines.append(f"  {number:>2}. {report.label(step.target):<40} {step.outcome:<24} [{how}]{detail}")
     lines.append("")
+    lines += [f"note: {note}" for note in report.notes]
     lines += [f"warning: {warning}" for warning in report.warnings]
     lines += _headline(report)
+    lines += _commit_lines(report.commits)
     if report.compare_url:
         lines.append(f"upstream changes: {report.compare_url}")
     lines += _what_changed(report)
-    if report.reproduce:
+    if report.reproduce_good and report.reproduce:
+        before, after = END_WORDS.get(report.direction, ("last good", "first bad"))
+        lines.append(f"reproduce the {before} side with: {report.reproduce_good}")
+        lines.append(f"reproduce the {after} side with: {report.reproduce}")
+    elif report.reproduce:
         lines.append(f"reproduce with: {report.reproduce}")
     lines.append(
         f"{len(report.steps)} step(s): {report.evaluated} run, {report.from_cache} from the cache"

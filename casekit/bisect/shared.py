@@ -22,11 +22,10 @@ from casekit.bisect.engine import Evaluator, Fresh, Subject, registry_runner
 from casekit.bisect.releases import (
     ReleaseBisect,
     ReleaseSeams,
-    compare_url,
+    candidates_for,
+    finish_report,
     fresh_from_run,
     release_subject,
-    replay_command,
-    version_candidates,
 )
 from casekit.bisect.report import BisectReport, ReportHeader, SharedBisection, SharedStats, build_report
 from casekit.bisect.search import EndsUnknown, Outcome, SharedResult, bisect_shared
@@ -64,7 +63,10 @@ def bisect_releases_many(
         except BisectError as error:
             errors[case.id] = str(error)
     config, warnings = _shared_spec(config, open_cases)
-    candidates = version_candidates(config, seams.list_versions)
+    listed = candidates_for(config, seams)
+    candidates = listed.versions
+    for note in listed.notes:
+        seams.progress(note)
     make_runner = seams.make_runner or registry_runner()
     replay_one = seams.run_target or release_bisection.run_target  # looked up late, as releases does
     options = ReplayOptions(
@@ -95,7 +97,7 @@ def bisect_releases_many(
     if builder is not None:  # a build in progress finishes: a complete env, reused by the next bisection
         builder.close()
         stats.ahead = builder.stats
-    reports = _case_reports(open_cases, candidates, config, evaluators, shared, errors)
+    reports = _case_reports(open_cases, candidates, config, evaluators, shared, errors, listed.notes)
     stats.seconds = time.monotonic() - started
     return SharedBisection(reports, errors, stats, warnings)
 
@@ -107,6 +109,7 @@ def _case_reports(
     evaluators: dict[str, Evaluator],
     shared: SharedResult[str, str],
     errors: dict[str, str],
+    notes: list[str],
 ) -> dict[str, BisectReport]:
     """Each case's report, as its single bisection builds it; an unknown end goes to `errors` instead."""
     what = config.predicate.describe()
@@ -123,9 +126,7 @@ def _case_reports(
         assert not isinstance(result, EndsUnknown)
         header = ReportHeader("versions", case.id, what, config.runner, config.predicate.hint())
         report = build_report(header, candidates, evaluator, result, case, config.predicate.direction)
-        if result is not None:
-            report.reproduce = replay_command(case.id, result.first_bad, config)
-            report.compare_url = compare_url(result.last_good, result.first_bad)
+        finish_report(report, case.id, config, result, evaluator, notes)
         reports[case.id] = report
     return reports
 

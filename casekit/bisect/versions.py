@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from casekit import versions
+from casekit.bisect import index
 from casekit.errors import BisectError
 from casekit.versions import TorchVersion
 
@@ -56,6 +57,9 @@ def parse_pip_index_versions(output: str) -> list[str]:
     return _as_bisect_error(lambda: versions.parse_pip_index_versions(output))
 
 
+VERSIONS_HINT = "name the candidates instead: --versions 2.5.1,2.6.0,... (or a file with one version per line)"
+
+
 def fetch_available_versions(
     package: str = "torch",
     *,
@@ -64,10 +68,12 @@ def fetch_available_versions(
     index_url: str | None = None,
     timeout: float = 120,
 ) -> list[str]:
-    """Ask the configured package index which versions exist, oldest first (`pip index versions`).
+    """Ask the configured package index which versions exist, oldest first.
 
-    Uses the user's pip configuration (index URLs, offline mirrors) as is, so
-    the candidates are exactly what that environment could install.
+    With pip in `python`, `pip index versions` answers, with the user's pip
+    configuration as is. Without pip (a `uv tool install`, pipx), casekit
+    reads the same configuration and the index's simple API itself
+    (`casekit.bisect.index`). Either way a failure names `--versions`.
     """
     command = [python, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"]
     if pre:
@@ -78,17 +84,28 @@ def fetch_available_versions(
     try:
         completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BisectError(f"could not list {package} versions with '{shown}': {exc}") from exc
+        raise BisectError(f"could not list {package} versions with '{shown}': {exc}; {VERSIONS_HINT}") from exc
+    if completed.returncode != 0 and "No module named pip" in completed.stderr:
+        return _from_index(package, pre=pre, index_url=index_url, timeout=timeout)
     if completed.returncode != 0:
         lines = (completed.stderr or completed.stdout).strip().splitlines()
         errors = [line for line in lines if line.startswith("ERROR")] or lines[-1:] or ["no output"]
         raise BisectError(
-            f"could not list {package} versions with '{shown}' (exit {completed.returncode}): {errors[-1]}"
+            f"could not list {package} versions with '{shown}' (exit {completed.returncode}): {errors[-1]}; "
+            + VERSIONS_HINT
         )
     try:
         return sort_versions(parse_pip_index_versions(completed.stdout))
     except BisectError as exc:
-        raise BisectError(f"could not list {package} versions with '{shown}': {exc}") from exc
+        raise BisectError(f"could not list {package} versions with '{shown}': {exc}; {VERSIONS_HINT}") from exc
+
+
+def _from_index(package: str, *, pre: bool, index_url: str | None, timeout: float) -> list[str]:
+    """The simple-API reading of the configured indexes, for an interpreter without pip."""
+    try:
+        return sort_versions(index.list_versions(package, pre=pre, index_url=index_url, timeout=timeout))
+    except index.IndexUnreadable as exc:
+        raise BisectError(f"could not list {package} versions from the package index: {exc}; {VERSIONS_HINT}") from exc
 
 
 def read_version_list(spec: str) -> list[str]:

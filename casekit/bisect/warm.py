@@ -99,7 +99,7 @@ class WarmProbe:
         finally:
             log.close()
         self.process, self.imports = process, self.imports + 1
-        progress(f"warm probe started in {self.python} (pid {process.pid}); importing torch once")
+        progress(f"warm probe started in {self.python} (pid {process.pid}); importing torch once …")
         progress(self.sandbox.summary())
         deadline = time.monotonic() + IMPORT_MARGIN_S
         env_path = self.state / "env.json"
@@ -112,6 +112,8 @@ class WarmProbe:
         record = json.loads(env_path.read_text())
         if not record.get("ok"):
             self.close()
+            if record.get("refused"):
+                raise EnvironmentUnusable(f"python {self.python}: {record.get('error')}")
             raise EnvironmentUnusable(torch_missing(self.python, str(record.get("error"))))
         self.import_s = record.get("import_s")
         progress(f"torch {(record.get('environment') or {}).get('torch')} imported in {self.import_s:.1f} s (once)")

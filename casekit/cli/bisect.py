@@ -23,6 +23,7 @@ BISECT_EXAMPLES = examples(
     "casekit bisect item-branch --good 2.5.1 --bad 2.13.0",
     "casekit bisect item-branch --good 2.5.1 --bad 2.13.0 --site repro.py:8 --json out/bisect.json --html out/bisect.html",
     "casekit bisect item-branch --good 2.5.1 --bad 2.8.0 --status post",
+    "casekit bisect item-branch --nightlies --good 2026-01-01 --bad 2026-02-01 --torch-repo ~/src/pytorch",
     "casekit bisect item-branch --good 2.5.1 --bad 2.13.0 --python-for 2.5.1=/opt/t251/bin/python --python-for 2.13.0=/opt/t213/bin/python",
 )
 BISECT_COMMITS_EXAMPLES = examples(
@@ -37,7 +38,11 @@ JsonOut = Annotated[
     typer.Option("--json", metavar="FILE", help="Write the casekit.bisect/1 report here; '-' prints it to stdout."),
 ]
 HtmlOut = Annotated[
-    Path | None, typer.Option("--html", help="Write the bisection as a static HTML page (steps drawn as a strip).")
+    Path | None,
+    typer.Option(
+        "--html",
+        help="Write a static HTML page: each bisection (every case of --all) drawn as a strip of steps.",
+    ),
 ]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the result cache.")]
 CacheFile = Annotated[
@@ -103,13 +108,25 @@ def bisect(
     ] = None,
     status: Annotated[str | None, typer.Option("--status", help="Follow a script's status: pre or post.")] = None,
     post_holds: Annotated[bool, typer.Option("--post-holds", help="Follow whether the post-fix still holds.")] = False,
-    cuda: Annotated[str | None, typer.Option("--cuda", help="CUDA tag for venv/docker targets, e.g. cu124.")] = None,
+    cuda: Annotated[
+        str | None,
+        typer.Option("--cuda", help="Build variant: cpu or a CUDA tag, e.g. cu124 [default: cpu without a GPU]."),
+    ] = None,
     index_url: Annotated[
         str | None, typer.Option("--index-url", help="Package index for torch (and for listing versions).")
     ] = None,
     nightlies: Annotated[
-        bool, typer.Option("--nightlies", help="List pre-releases / nightlies from the index too.")
+        bool,
+        typer.Option(
+            "--nightlies",
+            help="Bisect the nightly channel by date: --good/--bad YYYY-MM-DD; ends with the commit range between "
+            "the two nightlies and a compare URL.",
+        ),
     ] = False,
+    torch_repo: Annotated[
+        Path | None,
+        typer.Option("--torch-repo", help="A PyTorch checkout: list the commits between the two nightlies from it."),
+    ] = None,
     backend: Annotated[str | None, typer.Option("--backend", help="Override the case's recorded backend.")] = None,
     timeout: Annotated[
         float | None,
@@ -126,6 +143,15 @@ def bisect(
         bool, typer.Option("--retry-unknown", help="Re-run targets the cache knows as unknown.")
     ] = False,
     cache: CacheFile = None,
+    dynamo: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dynamo",
+            metavar="NAME=VALUE",
+            help="Set a torch._dynamo.config setting (or stance=NAME) in every run of every release "
+            "(repeatable), e.g. nested_graph_breaks=True; a release that lacks the name is said so.",
+        ),
+    ] = None,
 ) -> None:
     """Find the first torch version between --good and --bad where the case's outcome changes."""
     from casekit.bisect.engine import CacheSettings
@@ -144,11 +170,13 @@ def bisect(
         cuda=cuda,
         index_url=index_url,
         nightlies=nightlies,
+        torch_repo=torch_repo,
         backend=backend,
         timeout=timeout,
         archive_dir=archive,
         cache=CacheSettings.chosen(cache, off=no_cache, retry_unknown=retry_unknown),
         outputs=Outputs(json_out, html_out),
+        dynamo=tuple(dynamo or ()),
     )
     with progress_view() as progress:
         outcome = run_bisect(request, open_archive(archive), progress, notice)

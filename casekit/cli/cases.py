@@ -21,6 +21,7 @@ from casekit.cli.common import (
 from casekit.errors import CasekitError
 from casekit.outcome import ExitCode
 from casekit.runners.registry import allow_help, interpreter_runner
+from casekit.settings import ALLOW_ENV
 
 CAPTURE_EXAMPLES = examples(
     'casekit capture repro.py --fixed repro_fixed.py --title "item() branch in step" --tag data-dependent',
@@ -87,6 +88,7 @@ def capture(
         list[str] | None,
         typer.Option(
             "--allow",
+            envvar=ALLOW_ENV,
             metavar="KEY=VALUE",
             help=allow_help([interpreter_runner().name]),  # the capture runs an existing interpreter
         ),

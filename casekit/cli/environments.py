@@ -81,24 +81,67 @@ def images_prune() -> None:
 
 
 envs_app = typer.Typer(
-    help="Managed virtual environments of the venv runner ($CASEKIT_CACHE/envs).",
+    help="Managed virtual environments of the venv runner ($CASEKIT_CACHE/envs), and casekit's download caches.",
     no_args_is_help=True,
     rich_markup_mode=None,
-    epilog=examples("casekit envs list", "casekit envs remove KEY"),
+    epilog=examples("casekit envs list", "casekit envs remove KEY", "casekit envs prune --older-than 30d"),
 )
+
+
+def _size(count: int) -> str:
+    """Bytes as people read them: '512 KB', '7.3 MB', '5.21 GB'."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.2f} {unit}" if unit == "GB" else f"{count / scale:.1f} {unit}"
+    return f"{count} B"
+
+
+def _age(seconds: float) -> str:
+    for unit, scale in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= scale:
+            return f"{seconds / scale:.0f} {unit} ago"
+    return "just now"
 
 
 @envs_app.command("list", epilog=examples("casekit envs list", "CASEKIT_CACHE=/scratch/casekit casekit envs list"))
 def envs_list() -> None:
-    """The cached environments: key, torch, state."""
+    """The cached environments with their size and last use, and the download caches.
+
+    `size` counts each file once; `own` is what removing the env frees (uv hardlinks an env's files
+    into its download cache, so an env's own cost can be far below its size)."""
+    import datetime as dt
+
     from casekit.report.text import table
     from casekit.runners.venv import envs_dir, list_envs
+    from casekit.runners.venv.cache import disk_usage, last_used
+    from casekit.settings import cache_root, download_caches
 
-    rows = [
-        [env.key, env.torch or "-", "ready" if env.complete else "incomplete (rebuilt on next use)"]
-        for env in list_envs()
-    ]
-    typer.echo(table(["key", "torch", "state"], rows) if rows else f"no environments in {envs_dir()}")
+    envs = list_envs()
+    if not envs:
+        typer.echo(f"no environments in {envs_dir()}")
+    now = dt.datetime.now(dt.UTC)
+    rows = []
+    for env in envs:
+        usage = disk_usage([env.path])
+        used = last_used(env)
+        rows.append(
+            [
+                env.key,
+                env.torch or "-",
+                _size(usage.total),
+                _size(usage.own),
+                _age((now - used).total_seconds()) if used else "-",
+                "ready" if env.complete else "incomplete (rebuilt on next use)",
+            ]
+        )
+    if rows:
+        typer.echo(table(["key", "torch", "size", "own", "last use", "state"], rows))
+    caches = disk_usage([path for path in download_caches() if path.is_dir()])
+    total = disk_usage([cache_root()]) if cache_root().is_dir() else caches
+    typer.echo(
+        f"download caches (uv, pip): {_size(caches.total)}; everything under {cache_root()}: {_size(total.total)} "
+        "(hard links counted once; `casekit envs prune` reclaims)"
+    )
 
 
 @envs_app.command("remove", epilog=examples("casekit envs list", "casekit envs remove KEY [KEY...]"))
@@ -109,6 +152,51 @@ def envs_remove(keys: Annotated[list[str], typer.Argument(help="Environment keys
     for key in keys:
         remove_env(key, progress=progress)
         typer.echo(f"removed {key}")
+
+
+@envs_app.command(
+    "prune",
+    epilog=examples(
+        "casekit envs prune --older-than 30d     (envs unused for 30 days)",
+        "casekit envs prune --keep 3             (all but the 3 used last)",
+        "casekit envs prune --all                (everything casekit downloaded or built)",
+        "casekit envs prune --keep 2 --older-than 7d --dry-run",
+    ),
+)
+def envs_prune(
+    older_than: Annotated[
+        str | None, typer.Option("--older-than", metavar="AGE", help="Remove envs not used for AGE (30d, 12h, 2w).")
+    ] = None,
+    keep: Annotated[
+        int | None, typer.Option("--keep", min=0, help="Keep the N envs used last; remove the rest.")
+    ] = None,
+    everything: Annotated[bool, typer.Option("--all", help="Remove every env.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")] = False,
+) -> None:
+    """Remove envs (by age, by count, or all) and clear the download caches; say what that freed.
+
+    The download caches are uv's and pip's under $CASEKIT_CACHE, casekit's own. With both --keep and
+    --older-than, an env goes when both say so."""
+    from casekit.runners.venv.cache import parse_age, prune_envs
+
+    age = parse_age(older_than) if older_than is not None else None
+    with progress_view() as view:
+        result = prune_envs(older_than=age, keep=keep, everything=everything, dry_run=dry_run, progress=view)
+    if dry_run:
+        for key in result.removed:
+            typer.echo(f"would remove {key}")
+        typer.echo(
+            f"would remove {len(result.removed)} env(s), keep {len(result.kept)}, and clear the download caches "
+            f"({_size(result.before)} on disk now)"
+        )
+        return
+    for key in result.removed:
+        typer.echo(f"removed {key}")
+    cleared = " and cleared the download caches" if result.caches_cleared else ""
+    typer.echo(
+        f"removed {len(result.removed)} env(s), kept {len(result.kept)}{cleared}: freed {_size(result.freed)} "
+        f"({_size(result.before)} -> {_size(result.after)} on disk)"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -22,6 +22,7 @@ NO_REPLAYS_HINT = (
 REPORT_EXAMPLES = examples(
     "casekit replay --json out/replay.json && casekit report --results out/replay.json --out out/report",
     "casekit report -f md -f junit --results out/replay.json --out out/report",
+    "casekit report -f junit --fail-on warn --results out/replay.json --out out/ci   (warnings fail in CI too)",
     "casekit report -f json --results out/replay.json --out -       (one report on stdout)",
     "casekit report                  (the history recorded in the bundles: replay --record)",
 )
@@ -58,11 +59,20 @@ def report(
         ),
     ] = None,
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "casekit archive",
+    fail_on: Annotated[
+        str,
+        typer.Option(
+            "--fail-on",
+            metavar="LEVEL",
+            help="A result at this severity or above is a JUnit failure and fails the Markdown summary "
+            "(error, warn, info or never); the exit code stays replay's and merge's to set.",
+        ),
+    ] = "error",
 ) -> None:
     """Render the archive: latest replay per case x target, case pages, history."""
     from casekit.report.plan import ReportRequest, run_report
 
-    request = ReportRequest(tuple(formats or ()), out, tuple(results or ()), title)
+    request = ReportRequest(tuple(formats or ()), out, tuple(results or ()), title, FailOn.parse(fail_on))
     outcome = run_report(request, open_archive(archive))
     if outcome.no_replays:
         notice(NO_REPLAYS_HINT)

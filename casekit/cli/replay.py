@@ -21,6 +21,7 @@ from casekit.cli.common import (
 from casekit.fsutil import STDOUT
 from casekit.outcome import FailOn
 from casekit.runners.registry import allow_help
+from casekit.settings import ALLOW_ENV
 
 if TYPE_CHECKING:  # the replay core (runners, classification) is imported only when the command runs
     from casekit.replay.plan import ReplayOutcome
@@ -28,19 +29,26 @@ if TYPE_CHECKING:  # the replay core (runners, classification) is imported only 
 REPLAY_EXAMPLES = examples(
     "casekit replay                                  (the local torch; the archive is not changed)",
     "casekit replay --torch 2.5.1 --torch 2.13 --json out/replay.json --fail-on warn",
+    "casekit replay --torch 2.13 --torch nightly     (the stable lane and the nightly lane, side by side)",
     "casekit report --results out/replay.json        (render what that replay found)",
     "casekit replay --record --commit                (append history to each bundle, commit it)",
     "casekit replay --json - | jq .results           (the JSON on stdout, the table on stderr)",
     "casekit replay --runner docker --torch 2.13.0 --base-image casekit-base:bookworm --find-links /opt/wheels",
     "casekit replay --python ~/envs/nightly/bin/python --case item-branch",
     "casekit replay --torch 2.13 --shard-from-env --results-dir results/   (an array task: casekit plan --emit ...)",
+    "casekit replay --torch 2.13 --vary-dynamo nested_graph_breaks=True   (preview a flip: each target with it and without)",
+    "casekit replay --torch 2.13.0 --vary-package transformers==4.57.1     (torch fixed, the library varied)",
 )
 
 
 # The replay flags, declared once here so the command reads as what it does.
 Torches = Annotated[
     list[str] | None,
-    typer.Option("--torch", help="A torch version for a managed target (repeatable; '2.13' = newest 2.13.x)."),
+    typer.Option(
+        "--torch",
+        help="A torch version for a managed target (repeatable): '2.13' = newest 2.13.x; 'nightly', "
+        "'nightly:YYYY-MM-DD', 'test:2.14' (a release candidate), 'pypi:2.13' (PyPI's own build).",
+    ),
 ]
 Pythons = Annotated[
     list[str] | None, typer.Option("--python", help="An existing interpreter as a target (repeatable).")
@@ -48,7 +56,12 @@ Pythons = Annotated[
 RunnerName = Annotated[
     str | None, typer.Option("--runner", help="How --torch targets are provided: venv (default) or docker.")
 ]
-Cuda = Annotated[str | None, typer.Option("--cuda", help="CUDA tag for --torch targets, e.g. cu124.")]
+Cuda = Annotated[
+    str | None,
+    typer.Option(
+        "--cuda", help="Build variant for --torch targets: cpu or a CUDA tag (cu126...) [default: cpu without a GPU]."
+    ),
+]
 IndexUrl = Annotated[str | None, typer.Option("--index-url", help="Package index for torch.")]
 FindLinks = Annotated[str | None, typer.Option("--find-links", help="A folder of wheels to install from.")]
 Image = Annotated[str | None, typer.Option("--image", help="Docker: use this image as is.")]
@@ -114,6 +127,7 @@ Allow = Annotated[
     typer.Option(
         "--allow",
         metavar="KEY=VALUE",
+        envvar=ALLOW_ENV,  # CASEKIT_ALLOW="sandbox=none network=host": for make run and CI jobs
         help=allow_help(),  # each runner's keys, from the registry
     ),
 ]
@@ -125,6 +139,43 @@ Commit = Annotated[
     bool,
     typer.Option(
         "--commit", help="Record the history and commit the updated bundles with a message saying what changed."
+    ),
+]
+
+
+Dynamo = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--dynamo",
+        metavar="NAME=VALUE",
+        help="Set a torch._dynamo.config setting (or stance=NAME) in every run of every target (repeatable), "
+        "e.g. nested_graph_breaks=True; a target whose release lacks the name fails with one line naming it.",
+    ),
+]
+VaryDynamo = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--vary-dynamo",
+        metavar="NAME=VALUE",
+        help="Run each target once more with this setting (repeatable: one more target per setting); the "
+        "report says, per changed break, whether the setting changed it.",
+    ),
+]
+Packages = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--package",
+        metavar="NAME==VERSION",
+        help="Managed targets: install this library version in place of the one the cases recorded (repeatable).",
+    ),
+]
+VaryPackages = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--vary-package",
+        metavar="NAME==VERSION",
+        help="Managed targets: run each target once more with this library version, torch fixed (repeatable); "
+        "the report says, per changed break, whether torch or the library changed it.",
     ),
 ]
 
@@ -172,6 +223,10 @@ def replay(
     commit: Commit = False,
     jobs: Jobs = None,
     serial_timings: SerialTimings = False,
+    dynamo: Dynamo = None,
+    vary_dynamo: VaryDynamo = None,
+    package: Packages = None,
+    vary_package: VaryPackages = None,
 ) -> None:
     """Replay the archive on one or more targets and classify every break."""
     import os
@@ -190,6 +245,10 @@ def replay(
             image=image,
             allow=tuple(allow or ()),
             base_image=base_image,
+            dynamo=tuple(dynamo or ()),
+            packages=tuple(package or ()),
+            vary_dynamo=tuple(vary_dynamo or ()),
+            vary_packages=tuple(vary_package or ()),
         ),
         case_ids=tuple(case or ()),
         options=ReplayOptions(
@@ -241,7 +300,10 @@ def render(outcome: ReplayOutcome) -> str:
     elif outcome.recorded:
         lines.append(f"recorded this replay in {outcome.recorded} bundle(s) (not committed)")
     if outcome.json_written:
-        lines.append(f"\nwrote {outcome.json_written}")
+        targets = outcome.document.targets
+        nothing_ran = bool(targets) and all(target.error for target in targets)
+        said = ": no case ran (it records each target's error, no verdict)" if nothing_ran else ""
+        lines.append(f"\nwrote {outcome.json_written}{said}")
     for path in outcome.results_written:
         lines.append(f"wrote {path}")
     return "\n".join(lines)

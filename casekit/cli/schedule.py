@@ -14,12 +14,16 @@ from casekit.cli.replay import (
     BaseImage,
     CaseIds,
     Cuda,
+    Dynamo,
     FindLinks,
     Image,
     IndexUrl,
+    Packages,
     Pythons,
     RunnerName,
     Torches,
+    VaryDynamo,
+    VaryPackages,
 )
 from casekit.errors import CasekitError
 
@@ -70,6 +74,10 @@ def plan(
     archive: ArchiveOption = None,
     base_image: BaseImage = None,
     allow: Allow = None,
+    dynamo: Dynamo = None,
+    vary_dynamo: VaryDynamo = None,
+    package: Packages = None,
+    vary_package: VaryPackages = None,
     shards: Annotated[
         int | None, typer.Option("--shards", min=1, help="Cut into this many shards [default: from the costs].")
     ] = None,
@@ -133,6 +141,10 @@ def plan(
         image=image,
         allow=tuple(allow or ()),
         base_image=base_image,
+        dynamo=tuple(dynamo or ()),
+        packages=tuple(package or ()),
+        vary_dynamo=tuple(vary_dynamo or ()),
+        vary_packages=tuple(vary_package or ()),
     )
     request = PlanRequest(
         targets=choice,

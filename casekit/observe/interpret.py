@@ -38,7 +38,7 @@ from casekit.observe.logs import (
     parse_wont_convert,
 )
 from casekit.observe.reasons import categorize, gb_id_from_text, normalize_function, registry
-from casekit.pysource import parse_python
+from casekit.pysource import first_statement_lines, parse_python, statement_lines
 
 HARNESS_FILES = ("<frozen runpy>", "runpy.py", "probe.py")
 SITE_PACKAGES = re.compile(r"(?:site|dist)-packages/(?P<rel>.+)$")
@@ -141,6 +141,9 @@ def _clean_user_traceback(excerpt: str, namer: FileNamer) -> str:
 def site_from_raw(raw: RawBreak, namer: FileNamer, source: str) -> Site | None:
     """A `Site` as a bundle records it: innermost frame, the user's call site, normalized category."""
     kept = [f for f in raw.frames if not namer.is_harness(f.file) and not INTERNAL.search(f.file)]
+    # the module-level line that called the compiled function is outside the trace (2.6+ print it, 2.5 does not)
+    while len(kept) > 1 and kept[0].function == "<module>":
+        kept = kept[1:]
     if not kept:
         return None
     frames = _normalize_frames(kept, namer)
@@ -176,6 +179,16 @@ def _nested(a: Site, b: Site) -> bool:
     return any((f.file, f.line) == (frame.file, frame.line) for f in inner.stack[:-1])
 
 
+def _fuller_stack(site: Site, new: Site) -> bool:
+    """Dynamo's own frame stack (compile reasons) beats a printed traceback of the same break that lost
+    a frame: a resume function's script frame, or a library frame a polyfill replaced in the print."""
+    if new.sources != ["reasons"] or not new.stack:
+        return False
+    if site.call_site is None:
+        return new.call_site is not None
+    return new.call_site == site.call_site and len(new.stack) > len(site.stack)
+
+
 def _merge_site(sites: list[Site], new: Site) -> None:
     """Same place and category: one site, counted; same place from a weaker source: ignored;
     same place where one runs through the other (a lambda defined and called on the line): one break."""
@@ -188,6 +201,8 @@ def _merge_site(sites: list[Site], new: Site) -> None:
                 site.count += 1
             if site.function == "?" and new.function != "?":
                 site.function, site.source, site.stack = new.function, new.source, new.stack
+            elif _fuller_stack(site, new):
+                site.stack, site.call_site = new.stack, new.call_site
             return
     sites.append(new)
 
@@ -212,6 +227,19 @@ def _merge_call_sites(sites: list[Site]) -> list[Site]:
     return kept
 
 
+RESUMED_AT = re.compile(r"^torch_dynamo_resume_in_.+_at_(?P<line>\d+)$")
+
+
+def _resumed_into_same_break(raw: RawBreak, site: Site, sites: list[Site]) -> bool:
+    """A resume function that restarts on the line whose break made it and gives up there (2.5: a `with` on a
+    skipped context manager breaks on the call, then its resume skips on BEFORE_WITH): one break, seen twice."""
+    resumed = RESUMED_AT.match(raw.frames[-1].function) if raw.frames else None
+    if not (raw.skip and resumed and int(resumed["line"]) == site.line):
+        return False
+    place = (site.file, site.line, site.function)
+    return any(other.kind is SiteKind.BREAK and (other.file, other.line, other.function) == place for other in sites)
+
+
 def collect_sites(run: dict[str, Any], namer: PathNamer) -> list[Site]:
     sites: list[Site] = []
     for record in run.get("records", []):
@@ -221,7 +249,7 @@ def collect_sites(run: dict[str, Any], namer: PathNamer) -> list[Site]:
         if record.get("exc_gb_type") and not raw.gb_type:
             raw.gb_type = record["exc_gb_type"]
         site = site_from_raw(raw, namer, "log")
-        if site:
+        if site and not _resumed_into_same_break(raw, site, sites):
             _merge_site(sites, site)
     for event in run.get("trace_events", []):
         if event.get("kind") == "dynamo_graph_break_reason" and event.get("payload"):
@@ -373,6 +401,20 @@ def _headline(message: str) -> str:
     return lines[0]
 
 
+# What torch raises when a script asks for CUDA that the target cannot give: a CPU build, or a CUDA
+# build on a host without a GPU or driver. The case is not broken; the target is the wrong one for it.
+NEEDS_GPU = re.compile(
+    r"Torch not compiled with CUDA enabled|Found no NVIDIA driver|No CUDA GPUs are available"
+    r"|no CUDA-capable device is detected|CUDA driver initialization failed"
+)
+
+
+def needs_gpu(run: dict[str, Any]) -> bool:
+    """The run raised because the script needs a GPU this target lacks (not a problem of the case)."""
+    exception = run.get("exception") or {}
+    return run.get("status") == "raised" and bool(NEEDS_GPU.search(str(exception.get("message") or "")))
+
+
 def _run_failure(run: dict[str, Any]) -> str | None:
     """None when the run finished normally; else a short why."""
     status = run.get("status")
@@ -456,7 +498,24 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
     )
     eager_failure = _run_failure(eager) if eager else None
     compiled_failure = _run_failure(compiled) if compiled else "no compiled run"
-    if eager_failure:
+    # the script uses what this release lacks: nothing about it can be observed (a stance's name is
+    # checked only when compiling; anything else the compiled run lacks is the compiler's failure)
+    failed_run = eager if eager_failure else compiled
+    lacks = _lacks(failed_run)
+    if lacks and not eager_failure and not lacks.startswith("the compiler stance "):
+        lacks = None
+    if eager_failure and needs_gpu(eager or {}):
+        observation.status = ScriptStatus.ENV_FAILED
+        observation.detail = (
+            f"the script needs a GPU this target lacks ({eager_failure}); not a broken case: "
+            "replay it on a GPU host (a CUDA build: --cuda cu126)"
+        )
+        observation.error = _error_info(eager or {}, namer)
+    elif lacks:
+        observation.status = ScriptStatus.UNOBSERVED
+        observation.detail = f"this release lacks {lacks}"
+        observation.error = _error_info(failed_run or {}, namer)
+    elif eager_failure:
         observation.status = ScriptStatus.TIMEOUT if eager.get("status") == "timeout" else ScriptStatus.EAGER_FAILED  # type: ignore[union-attr]
         observation.detail = "eager baseline: " + eager_failure
         observation.error = _error_info(eager or {}, namer)
@@ -490,12 +549,38 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
     return observation
 
 
-def break_invariant(observation: ScriptObservation) -> str | None:
+def _graphless_breaks(breaks: list[Site], script_source: str) -> int:
+    """Breaks that may compile no graph: nothing was traced before them in their frame, because their script
+    line is the first statement of its function, or the statement right after another break (where that
+    break's resume function starts)."""
+    if not script_source:
+        return 0
+    first = first_statement_lines(script_source)
+    statements = statement_lines(script_source)
+    anchors = {(b.anchor.function, b.anchor.line) for b in breaks}
+    graphless = 0
+    for function, line in anchors:
+        earlier = [s for s in statements if s < line]
+        after_break = bool(earlier) and (function, max(earlier)) in anchors
+        graphless += line in first or after_break
+    return graphless
+
+
+def _lacks(run: dict[str, Any] | None) -> str | None:
+    """The dotted name the probe found missing in the exception that ended a run (its `lacks`), or None."""
+    exception = (run or {}).get("exception") if (run or {}).get("status") == "raised" else None
+    lacks = exception.get("lacks") if isinstance(exception, dict) else None
+    shaped = r"[\w.]{1,300}|the compiler stance '\w{1,100}'"
+    return lacks if isinstance(lacks, str) and re.fullmatch(shaped, lacks) else None
+
+
+def break_invariant(observation: ScriptObservation, script_source: str = "") -> str | None:
     """A note when the breaks do not add up with the graphs and the fallbacks, rather than a silent guess.
 
     Every break that does not skip its frame ends a graph and starts a resume function, so a run
     that compiled nothing yet reports ordinary breaks (and no frame fell back) has counted
-    something twice or missed a skip; so has one with more distinct break lines than graphs.
+    something twice or missed a skip; so has one with more distinct break lines than graphs, less
+    those that cannot have made one (a break at the first statement of a frame: `script_source` says which).
     """
     if observation.status is not ScriptStatus.OK:
         return None
@@ -504,7 +589,8 @@ def break_invariant(observation: ScriptObservation) -> str | None:
         return None
     if observation.graphs == 0 and not observation.fallback_frames:
         return f"{len(breaks)} break(s) observed but no graph compiled and no frame fell back: counts may be off"
-    if len(breaks) > observation.graphs + len(observation.fallback_frames):
+    making = len(breaks) - _graphless_breaks(breaks, script_source)
+    if making > observation.graphs + len(observation.fallback_frames):
         return (
             f"{len(breaks)} break sites but {observation.graphs} graph(s) and "
             f"{len(observation.fallback_frames)} fallback(s): a break may be counted twice"

@@ -27,7 +27,14 @@ GB_LINK = re.compile(r"/gb/gb(\d{4})\.html", re.IGNORECASE)
 # Legacy (pre-registry) wordings -> today's graph-break id. Ordered: first match wins.
 LEGACY_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^Tensor\.item\b|call_method .* item\b"), "GB0124"),
-    (re.compile(r"^generic_jump|data.dependent (branching|jump)|jump with", re.IGNORECASE), "GB0170"),
+    (
+        re.compile(
+            r"^generic_jump|data.dependent (branching|jump)|jump with|^Dynamic control flow is not supported",
+            re.IGNORECASE,
+        ),
+        "GB0170",
+    ),
+    (re.compile(r"nn_parameter construction|torch\.nn\.Parameter\(\)` constructor"), "GB0264"),
     (re.compile(r"builtin: print\b|BuiltinVariable\(print\)|builtin operator `?print"), "GB0059"),
     (re.compile(r"^builtin: |call_function BuiltinVariable"), "GB0059"),
     (re.compile(r"torch\._dynamo\.graph_break|graph_break\(\)|skip function graph_break\b"), "GB0025"),
@@ -40,7 +47,10 @@ LEGACY_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"logging\.Logger|Logger method|Logger not supported|call_method.*Logger", re.IGNORECASE), "GB0291"),
     (re.compile(r"copy\.deepcopy|deepcopy", re.IGNORECASE), "GB0179"),
     (re.compile(r"torch\.compiler\.disable|disable\(\)d function|skip_files.*disable", re.IGNORECASE), "GB0098"),
-    (re.compile(r"marked as skipped|skipfiles|inline in skipfiles", re.IGNORECASE), "GB0007"),
+    # 2.5's "inline in skipfiles: f | ..." is an inlining refusal: today's GB0008 "Attempted to inline
+    # function marked as skipped" (GB0007 is the call of a skipped function, "skip function X in file Y")
+    (re.compile(r"inline in skipfiles|inline function marked as skipped", re.IGNORECASE), "GB0008"),
+    (re.compile(r"marked as skipped|skipfiles", re.IGNORECASE), "GB0007"),
     # 2.5's "skip function X in file Y" and "unsupported builtin X" are today's "marked as skipped"
     # (the registry's GB0007 names the function and file); what they name is kept by `named_subject`
     (re.compile(r"^'?skip function \S+ in file "), "GB0007"),

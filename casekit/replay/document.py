@@ -63,6 +63,8 @@ class SiteEntry:
     observed: SideEntry | None
     recorded: SideEntry | None
     note: str
+    axis: str = ""  # what changed it, when the replay could tell: "torch", "library X", "setting X"
+    cause: str = ""  # that in words: "gone with nested_graph_breaks=True; persists with it False (...)"
 
     @property
     def side(self) -> SideEntry:
@@ -124,6 +126,10 @@ class TargetEntry:
     seconds: float | None = None
     import_s: float | None = None
     display: str | None = None  # the target as this machine names it (`python:/home/me/...`); the label is the key
+    # the Dynamo settings that change break shape, as this release has them: name -> {"value", "default"}
+    # ("set": true for those the replay set); None: not recorded (a probe before casekit recorded them)
+    dynamo: dict[str, dict[str, Any]] | None = None
+    libraries: dict[str, str] = field(default_factory=dict)  # what the scripts imported: dist -> version
 
 
 @dataclass
@@ -179,9 +185,11 @@ class ReplayDocument:
 
 
 def _target_json(target: TargetEntry) -> dict[str, Any]:
+    """A target as JSON; what a probe before settings were recorded did not say is left out, not null."""
     data = dataclasses.asdict(target)
-    if data["display"] is None:  # the label says it all (every runner but an interpreter path)
-        del data["display"]
+    for key in ("dynamo", "libraries", "display"):  # display: the label says it all but for an interpreter path
+        if not data[key]:
+            del data[key]
     return data
 
 
@@ -206,6 +214,8 @@ def _result_json(result: ResultEntry) -> dict[str, Any]:
                     "observed": _side_json(site.observed),
                     "recorded": _side_json(site.recorded),
                     "note": site.note,
+                    **({"axis": site.axis} if site.axis else {}),
+                    **({"cause": site.cause} if site.cause else {}),
                 }
                 for site in script.sites
             ],
@@ -267,7 +277,10 @@ def result_entry(result: CaseResult) -> ResultEntry:
             fallback_frames=[f"{f.function} ({f.file}:{f.line})" for f in observation.fallback_frames],
             recompiles=len(observation.recompiles),
             recompiles_recorded=script.recompiles_before,
-            sites=[SiteEntry(p.site_class, _side(p.observed), _side(p.recorded), p.note) for p in script.sites],
+            sites=[
+                SiteEntry(p.site_class, _side(p.observed), _side(p.recorded), p.note, p.axis, p.cause)
+                for p in script.sites
+            ],
             notes=list(script.notes),
         )
     rollback = result.rollback
@@ -298,6 +311,8 @@ def target_entry(run: TargetRun) -> TargetEntry:
         seconds=round(run.seconds, 2),
         import_s=run.import_s,
         display=run.display,
+        dynamo=run.environment.get("dynamo_settings"),
+        libraries=run.libraries(),
     )
 
 
@@ -427,6 +442,8 @@ def _script_entry(data: dict[str, Any], origin: Path | str, where: str) -> Scrip
                 _side_entry(site["observed"]),
                 _side_entry(site["recorded"]),
                 site["note"],
+                site.get("axis", ""),
+                site.get("cause", ""),
             )
             for j, site in enumerate(data["sites"])
         ],
@@ -472,6 +489,8 @@ def _target_entry(data: dict[str, Any]) -> TargetEntry:
         seconds=data.get("seconds"),
         import_s=data.get("import_s"),
         display=data.get("display"),
+        dynamo=data.get("dynamo"),
+        libraries=dict(data.get("libraries") or {}),
     )
 
 

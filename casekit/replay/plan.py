@@ -34,6 +34,8 @@ from casekit.replay.run import ReplayOptions, ReplayReport, replay
 from casekit.replay.shard import parse_shard, result_file, shard_layout, shard_plan
 from casekit.replay.shard_env import shard_from_env
 from casekit.runners import registry
+from casekit.runners.channels import check_variant, parse_torch_request
+from casekit.runners.dynamo import parse_dynamo, parse_pins, pin_name
 from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec, VersionSource
 from casekit.timeouts import recorded_run_seconds
 from casekit.versions import without_local
@@ -52,9 +54,37 @@ class TargetChoice:
     image: str | None = None
     allow: tuple[str, ...] = ()  # sandbox relaxations KEY=VALUE (bubblewrap or docker keys)
     base_image: str | None = None
+    dynamo: tuple[str, ...] = ()  # --dynamo NAME=VALUE: set on every target
+    packages: tuple[str, ...] = ()  # --package NAME==VERSION: pinned on every target, in place of the cases' pin
+    vary_dynamo: tuple[str, ...] = ()  # --vary-dynamo NAME=VALUE: each target once more with it
+    vary_packages: tuple[str, ...] = ()  # --vary-package NAME==VERSION: each target once more with that pin
 
     def specs(self) -> list[TargetSpec]:
-        """One TargetSpec per target, in the order given; the local torch when none is given."""
+        """One TargetSpec per target, in the order given, then each --vary-* twin of each; the local
+        torch when none is given."""
+        specs = self._base_specs()
+        dynamo, packages = parse_dynamo(self.dynamo), parse_pins(self.packages)
+        specs = [replace(spec, dynamo=dynamo, packages=packages) for spec in specs]
+        twins = []
+        for name, value in parse_dynamo(self.vary_dynamo, "--vary-dynamo"):
+            twins += [
+                replace(s, dynamo=tuple((n, v) for n, v in s.dynamo if n != name) + ((name, value),)) for s in specs
+            ]
+        for pin in parse_pins(self.vary_packages, "--vary-package"):
+            if not all(registry.runner_class(s.runner).pins_libraries for s in specs):
+                raise CasekitError(
+                    f"--vary-package {pin}: only managed targets (--torch) install pins; "
+                    "for an interpreter, give a second --python that has that version"
+                )
+            twins += [
+                replace(s, packages=tuple(p for p in s.packages if pin_name(p) != pin_name(pin)) + (pin,))
+                for s in specs
+            ]
+        if packages and not all(registry.runner_class(s.runner).pins_libraries for s in specs):
+            raise CasekitError("--package: only managed targets (--torch) install pins; an interpreter has its own")
+        return specs + twins
+
+    def _base_specs(self) -> list[TargetSpec]:
         if self.runner is not None and self.runner not in registry.runner_names():
             raise CasekitError(f"--runner must be one of {', '.join(registry.runner_names())}, not {self.runner!r}")
         options = registry.parse_allow(self.allow)
@@ -66,11 +96,14 @@ class TargetChoice:
         managed = registry.runner_class(self.runner or registry.DEFAULT_RUNNER)
         if managed.versions is VersionSource.INTERPRETERS and self.torches:
             raise CasekitError(f"--runner {managed.name} takes --python PATH, not --torch")
-        for version in self.torches:
+        cuda = check_variant(self.cuda)
+        for asked in self.torches:
+            channel, version = parse_torch_request(asked)  # "2.13", "nightly", "nightly:2026-01-05", "pypi:2.13"
             specs.append(
                 managed.target(
                     torch=version,
-                    cuda=self.cuda,
+                    channel=channel,
+                    cuda=cuda,
                     index_url=self.index_url,
                     find_links=self.find_links,
                     image=self.image,
@@ -351,7 +384,7 @@ def message_words(verdict: Verdict) -> str | None:
             return "regressed"
         case Verdict.ENV_FAILED:
             return "env failed"
-        case Verdict.CHANGED | Verdict.IMPROVED | Verdict.UNCHANGED:
+        case Verdict.CHANGED | Verdict.IMPROVED | Verdict.UNCHANGED | Verdict.UNOBSERVED:
             return None
         case _:
             assert_never(verdict)

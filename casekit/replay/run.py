@@ -22,7 +22,7 @@ from typing import Any
 from casekit import settings
 from casekit.archive.store import Archive
 from casekit.bundle import check_case_id
-from casekit.classify import CaseResult, classify_case, site_key
+from casekit.classify import Axes, CaseResult, attribute_changes, classify_case, recorded_axes, settings_axes, site_key
 from casekit.errors import CasekitError, ScriptNameError
 from casekit.includes import check_script_name
 from casekit.model import (
@@ -38,6 +38,7 @@ from casekit.observe import interpret
 from casekit.observe.batch import observe_batch
 from casekit.outcome import check_seconds
 from casekit.runners import registry
+from casekit.runners.dynamo import pin_name
 from casekit.runners.interface import (
     ProbeBatchResult,
     ProbeJob,
@@ -89,6 +90,14 @@ class TargetRun:
     recorded: list[str] = field(default_factory=list)  # case ids whose bundle got this target's record
     record_error: str | None = None  # why the others did not (a full disk...): each is as it was
     display: str | None = None  # the target for people here (`python:/home/me/...`); None: the label
+
+    def libraries(self) -> dict[str, str]:
+        """The library versions this target's scripts imported (torch aside): one environment, one version each."""
+        found: dict[str, str] = {}
+        for result in self.results:
+            for script in result.scripts.values():
+                found.update({d: v for d, v in script.observation.packages.items() if d.lower() != "torch"})
+        return dict(sorted(found.items()))
 
 
 @dataclass
@@ -205,9 +214,10 @@ def _verify_rollbacks(
                         backend=options.backend or cases[result.case_id].backend,
                         timeout=replay_run_timeout(cases[result.case_id].capture, options.timeout),
                         includes=tuple(cases[result.case_id].includes),
+                        dynamo_config=runner.spec.dynamo,
                     )
                 )
-    progress(f"verifying rollback for {len(needing)} case(s) with fullgraph=False")
+    progress(f"verifying rollback for {len(needing)} case(s) with fullgraph=False …")
     batch = runner.run_probe(jobs, progress)
     for result in needing:
         rollback = result.rollback
@@ -256,6 +266,8 @@ def run_target(
     started = time.monotonic()
     pinning = options.pin_packages and registry.runner_class(spec.runner).pins_libraries
     pins, pin_warnings = case_pins(cases) if pinning else ((), [])
+    given = {pin_name(pin) for pin in spec.packages}  # --package replaces the cases' pin of that library
+    pins = tuple(pin for pin in pins if pin_name(pin) not in given) + (spec.packages if pinning else ())
     if pins:
         spec = replace(spec, extra_packages=tuple(spec.extra_packages) + pins)
     label, shown = registry.label(spec), registry.display(spec)
@@ -264,7 +276,7 @@ def run_target(
     folder = Path(tempfile.mkdtemp(prefix=f"{REPLAY_PREFIX}{os.getpid()}-"))  # the pid: swept if we are killed
     try:
         paths = _write_scripts(cases, folder)
-        jobs = _jobs(cases, paths, options, ("eager", "compiled"))
+        jobs = [replace(job, dynamo_config=spec.dynamo) for job in _jobs(cases, paths, options, ("eager", "compiled"))]
         runner = make_runner(spec)
         runner.scheduling = ProbeScheduling(options.jobs, targets_sharing, options.serial_timings)
         observations: dict[tuple[str, ScriptRole], ScriptObservation] = {}
@@ -390,4 +402,28 @@ def replay(
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for future in [pool.submit(one, i) for i in range(len(specs))]:
                 future.result()
-    return ReplayReport([run for run in runs if run is not None])
+    report = ReplayReport([run for run in runs if run is not None])
+    attribute(cases, report)
+    return report
+
+
+def result_axes(run: TargetRun, result: CaseResult) -> Axes:
+    """What the case ran on in this target: its torch, the libraries its scripts imported, the settings."""
+    libraries: dict[str, str] = {}
+    for script in result.scripts.values():
+        libraries.update({d: v for d, v in script.observation.packages.items() if d.lower() != "torch"})
+    return Axes(run.environment.get("torch"), libraries, settings_axes(run.environment.get("dynamo_settings")))
+
+
+def attribute(cases: list[Case], report: ReplayReport) -> None:
+    """Per case, over every target that ran: which axis (torch, a library, a Dynamo setting) changed each break."""
+    for case in cases:
+        runs = [
+            (run.label, result_axes(run, result), result)
+            for run in report.targets
+            if not run.error
+            for result in run.results
+            if result.case_id == case.id
+        ]
+        if runs:
+            attribute_changes(recorded_axes(case), runs)

@@ -524,9 +524,16 @@ def case_page(summary: CaseSummary) -> str:
     return page(f"{case.id}: {case.title}", h(case.title), subtitle, "\n".join(body), None)
 
 
-def render_bisect_html(bisect_doc: dict[str, Any], generated: str = "") -> str:
-    """A whole static page for one bisection: the picture, the steps in order, what changed, how to reproduce."""
-    doc = bisect_doc
+def _compare_html(doc: dict[str, Any]) -> str:
+    """The upstream diff between the last good and the first bad release, as the terminal prints it."""
+    url = str(doc.get("compare_url") or "")
+    if not url.startswith("https://"):  # only casekit's own https links, never a scheme a document could smuggle in
+        return ""
+    return f'<p class="compare">upstream changes: <a href="{h(url)}">{h(url)}</a></p>'
+
+
+def _bisect_section(doc: dict[str, Any], anchor: str = "bisect", heading: str = "Where the outcome changes") -> str:
+    """One bisection: the verdict, the upstream compare link, the picture, the steps, what changed, the replay."""
     rows = "".join(
         f"<tr><td>{n}</td><td><code>{h((doc.get('labels') or {}).get(s.get('target'), s.get('target')))}</code></td>"
         f"<td>{h(s.get('outcome'))} ({h(step_side(doc, str(s.get('outcome'))))})</td><td>{h(s.get('detail'))}</td>"
@@ -537,15 +544,57 @@ def render_bisect_html(bisect_doc: dict[str, Any], generated: str = "") -> str:
     verdict = f"last good <code>{h(doc.get('last_good'))}</code>, first bad <code>{h(doc.get('first_bad'))}</code>"
     if doc.get("ambiguous"):
         verdict += f" (ambiguous: {h(', '.join(map(str, doc['ambiguous'])))})"
-    body = (
-        f'<section id="bisect"><h2>Where the outcome changes</h2><p>{verdict}; predicate <code>{h(doc.get("predicate"))}</code>, '
+    notes = "".join(f'<p class="muted">{h(w)}</p>' for w in doc.get("warnings") or [])
+    picture = bisect_svg(doc).replace("bisect-svg-t", f"{anchor}-svg-t").replace("bisect-svg-d", f"{anchor}-svg-d")
+    return (
+        f'<section id="{h(anchor)}"><h2>{h(heading)}</h2><p>{verdict}; predicate <code>{h(doc.get("predicate"))}</code>, '
         f"good = <code>{h(doc.get('good_outcome'))}</code>, bad = <code>{h(doc.get('bad_outcome'))}</code></p>"
-        f'<figure class="picture">{bisect_svg(doc)}</figure></section>'
-        '<section id="steps"><h2>Steps in the order tried</h2><table><thead><tr><th>#</th><th>candidate</th>'
-        f"<th>outcome</th><th>detail</th><th>seconds</th></tr></thead><tbody>{rows}</tbody></table></section>"
-        + (f'<section id="changes"><h2>What changed</h2><ul>{changes}</ul></section>' if changes else "")
-        + f'<section id="reproduce"><h2>Reproduce</h2><pre class="log">{h(doc.get("reproduce"))}</pre></section>'
+        f'{_compare_html(doc)}{notes}<figure class="picture">{picture}</figure>'
+        "<h3>Steps in the order tried</h3><table><thead><tr><th>#</th><th>candidate</th>"
+        f"<th>outcome</th><th>detail</th><th>seconds</th></tr></thead><tbody>{rows}</tbody></table>"
+        + (f"<h3>What changed</h3><ul>{changes}</ul>" if changes else "")
+        + f'<h3>Reproduce</h3><pre class="log">{h(doc.get("reproduce"))}</pre></section>'
     )
+
+
+def render_bisect_html(bisect_doc: dict[str, Any], generated: str = "") -> str:
+    """A whole static page for one bisection: the picture, the steps in order, what changed, how to reproduce.
+
+    `generated` is when the bisection ran (ISO 8601); a page without it says so rather than printing a dash.
+    """
+    doc = bisect_doc
     title = f"bisect {doc.get('subject')}"
     subtitle = f"{h(doc.get('kind'))} bisection over {h(len((doc.get('searched') or {}).get('candidates') or []))} candidate(s), runner {h(doc.get('runner'))}"
-    return page(title, h(title), subtitle, body, generated or "-")
+    return page(title, h(title), subtitle, _bisect_section(doc), generated or "an unknown date")
+
+
+def render_bisect_many_html(many_doc: dict[str, Any], generated: str = "") -> str:
+    """`bisect --all --html`: every case's bisection on one page (a casekit.bisect-many/1 document), the
+    cases that could not be bisected named with why, and what the shared search cost."""
+    reports = [doc for doc in many_doc.get("reports") or [] if isinstance(doc, dict)]
+    errors = [e for e in many_doc.get("errors") or [] if isinstance(e, dict)]
+    stats = many_doc.get("summary") or {}
+    index = "".join(
+        f'<li><a href="#case-{n}">{h(doc.get("subject"))}</a>: '
+        + (
+            f"first bad <code>{h(doc.get('first_bad'))}</code>"
+            if doc.get("first_bad")
+            else "no change between the ends"
+        )
+        + "</li>"
+        for n, doc in enumerate(reports, start=1)
+    )
+    failed = "".join(f"<li><code>{h(e.get('case'))}</code>: {h(e.get('error'))}</li>" for e in errors)
+    body = (
+        f'<section id="cases"><h2>Cases</h2><ul>{index}</ul>'
+        + (f"<h3>Not bisected</h3><ul>{failed}</ul>" if failed else "")
+        + f'<p class="muted">{h(stats.get("cases"))} case(s), {h(stats.get("batches"))} probe batch(es), '
+        f"{h(stats.get('seconds'))} s</p></section>"
+        + "".join(
+            _bisect_section(doc, f"case-{n}", f"{doc.get('subject')}: where the outcome changes")
+            for n, doc in enumerate(reports, start=1)
+        )
+    )
+    title = f"bisect {len(reports) + len(errors)} case(s)"
+    subtitle = "; ".join(f"{h(w)}" for w in many_doc.get("warnings") or []) or "every case over one candidate list"
+    return page(title, h(title), subtitle, body, generated or "an unknown date")

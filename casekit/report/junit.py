@@ -1,8 +1,9 @@
 """The JUnit XML report: one testcase per case x target, for CI dashboards.
 
-A result of severity error is a failure (with what went wrong); warn passes but
-carries its details in system-out; a case never replayed on a target is skipped.
-One testsuite per target.
+A result at the report's `--fail-on` level or above (error by default; `--fail-on
+warn` makes "now falls back to eager" red too) is a failure, with what went wrong;
+below it the test passes and carries its details in system-out; a case never
+replayed on a target is skipped. One testsuite per target.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from casekit.model import Severity
+from casekit.outcome import FailOn
 from casekit.report.interface import ReportFormat
 from casekit.report.summary import ArchiveSummary, Cell
 
@@ -22,7 +23,7 @@ def clean(text: object) -> str:
     return XML_INVALID.sub("?", str(text))
 
 
-def testcase(suite: ET.Element, case_id: str, target: str, cell: Cell | None) -> str:
+def testcase(suite: ET.Element, case_id: str, target: str, cell: Cell | None, fail_on: FailOn = FailOn.ERROR) -> str:
     """Add one testcase; returns 'failure', 'skipped' or 'passed'."""
     element = ET.SubElement(suite, "testcase", classname=clean(f"casekit.{target}"), name=clean(case_id), time="0")
     if cell is None:
@@ -30,7 +31,7 @@ def testcase(suite: ET.Element, case_id: str, target: str, cell: Cell | None) ->
         return "skipped"
     body = "\n".join(clean(d) for d in cell.details) or cell.class_summary()
     summary = f"{cell.verdict} ({cell.severity.value}) on torch {cell.torch}: {cell.class_summary()}"
-    if cell.severity is Severity.ERROR:
+    if fail_on.reached_by(cell.severity):
         failure = ET.SubElement(element, "failure", message=clean(summary), type=clean(cell.verdict))
         failure.text = body
         return "failure"
@@ -46,9 +47,10 @@ def render_junit(summary: ArchiveSummary) -> str:
         suite = ET.SubElement(root, "testsuite", name=clean(target.label), timestamp=summary.generated)
         properties = ET.SubElement(suite, "properties")
         ET.SubElement(properties, "property", name="torch", value=clean(target.torch))
+        ET.SubElement(properties, "property", name="fail-on", value=summary.fail_on.value)
         counts = {"tests": 0, "failures": 0, "skipped": 0}
         for case in summary.cases:
-            outcome = testcase(suite, case.case.id, target.label, case.cells.get(target.label))
+            outcome = testcase(suite, case.case.id, target.label, case.cells.get(target.label), summary.fail_on)
             counts["tests"] += 1
             if outcome in ("failure", "skipped"):
                 counts[outcome if outcome == "skipped" else "failures"] += 1

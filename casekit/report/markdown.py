@@ -13,6 +13,7 @@ import re
 from typing import assert_never
 
 from casekit.model import Severity
+from casekit.outcome import FailOn
 from casekit.report.interface import ReportFormat
 from casekit.report.summary import ArchiveSummary, Cell
 
@@ -68,6 +69,17 @@ def render_markdown(summary: ArchiveSummary) -> str:
         + (f"{icon(worst)} **{worst.value}**" if worst else "not replayed")
         + "".join(f" · {icon(s)} {counts.get(s, 0)} {s.value}" for s in (Severity.ERROR, Severity.WARN, Severity.INFO))
     )
+    if summary.cells():
+        failing = summary.failing()
+        level = summary.fail_on.value
+        lines.append("")
+        if failing:
+            verdict = f"**FAIL** at `--fail-on {level}`: {len(failing)} result(s) at {level} or above"
+        elif summary.fail_on is FailOn.NEVER:
+            verdict = "**PASS** at `--fail-on never`: no result fails"
+        else:
+            verdict = f"**PASS** at `--fail-on {level}`: no result reaches {level}"
+        lines.append(verdict)
     lines.append("")
     for warning in summary.warnings:
         lines += [f"> warning: {md(warning, 400)}", ""]
@@ -99,6 +111,7 @@ def render_markdown(summary: ArchiveSummary) -> str:
         for cell in attention:
             lines.append(
                 f"- {icon(cell.severity)} **{md(cell.case_id)}** on {code(cell.target, 80)} (torch {md(cell.torch, 30)}): {md(cell.verdict)}"
+                + (" — **fails**" if summary.fails(cell) else "")
             )
             for detail in cell.details[:MAX_DETAIL_LINES]:
                 lines.append(f"  - {md(detail, 300)}")

@@ -92,6 +92,8 @@ def verdict_fill(verdict: Verdict) -> tuple[str, str]:
             return ("#cf222e", "#ffffff")
         case Verdict.ENV_FAILED:
             return ("#82071e", "#ffffff")
+        case Verdict.UNOBSERVED:
+            return ("#eaeef2", "#57606a")
         case _:
             assert_never(verdict)
 
@@ -103,7 +105,7 @@ def verdict_words(verdict: Verdict) -> str:
             return "fix broken"
         case Verdict.ENV_FAILED:
             return "env failed"
-        case Verdict.UNCHANGED | Verdict.IMPROVED | Verdict.CHANGED | Verdict.REGRESSED:
+        case Verdict.UNCHANGED | Verdict.IMPROVED | Verdict.CHANGED | Verdict.REGRESSED | Verdict.UNOBSERVED:
             return verdict.value
         case _:
             assert_never(verdict)
@@ -141,6 +143,7 @@ HEAT_LEGEND = (
     Verdict.REGRESSED,
     Verdict.FIX_BROKEN,
     Verdict.ENV_FAILED,
+    Verdict.UNOBSERVED,
 )
 VERDICT_FILL: dict[Verdict, tuple[str, str]] = {verdict: verdict_fill(verdict) for verdict in HEAT_LEGEND}
 NO_RESULT_FILL = ("#f6f8fa", "#8c959f")

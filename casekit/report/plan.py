@@ -14,7 +14,7 @@ from pathlib import Path
 from casekit.archive.store import Archive
 from casekit.errors import BundleError, CasekitError
 from casekit.fsutil import STDOUT
-from casekit.outcome import ExitCode
+from casekit.outcome import ExitCode, FailOn
 from casekit.replay.document import read_replay_document
 from casekit.report.formats import DEFAULT_FORMAT, DEFAULT_OUT, FORMATS, format_names, get_format
 from casekit.report.interface import ReportFormat
@@ -29,6 +29,7 @@ class ReportRequest:
     out: Path = DEFAULT_OUT  # a folder; STDOUT prints the one single-file report asked for
     results: tuple[Path, ...] = ()  # casekit.replay/1 documents overriding the history for their cells
     title: str = "casekit archive"
+    fail_on: FailOn = FailOn.ERROR  # what the JUnit file and the step summary count as failing
 
     def __post_init__(self) -> None:
         chosen = tuple(dict.fromkeys(self.formats or (DEFAULT_FORMAT,)))
@@ -62,7 +63,7 @@ def run_report(request: ReportRequest, archive: Archive) -> ReportOutcome:
     formats = request.chosen()
     cases, invalid = archive.summaries_tolerant(keep_cases=any(fmt.full_cases for fmt in formats))
     documents = [(path.name, read_replay_document(path)) for path in request.results]
-    summary = summarize(cases, documents, title=request.title)
+    summary = summarize(cases, documents, title=request.title, fail_on=request.fail_on)
     outcome = ReportOutcome(
         ExitCode.PROBLEM if invalid else ExitCode.OK,
         warnings=list(summary.warnings),

@@ -27,6 +27,7 @@ from casekit.model import (
     SiteVerdict,
     Verdict,
 )
+from casekit.outcome import FailOn
 from casekit.scrub import without_addresses
 from casekit.versions import version_order
 
@@ -104,6 +105,14 @@ class ArchiveSummary:
     generated: str
     title: str = "casekit archive"
     warnings: list[str] = field(default_factory=list)
+    fail_on: FailOn = FailOn.ERROR  # what the JUnit file and the step summary count as failing (`--fail-on`)
+
+    def fails(self, cell: Cell) -> bool:
+        """Whether this result counts as a failure at the report's `--fail-on` level."""
+        return self.fail_on.reached_by(cell.severity)
+
+    def failing(self) -> list[Cell]:
+        return [cell for cell in self.cells() if self.fails(cell)]
 
     def worst(self) -> Severity | None:
         severities = [c.severity for c in self.cases if c.severity is not None]
@@ -162,6 +171,13 @@ def record_from_result(result: ResultEntry, torch: str) -> ReplayRecord:
     )
 
 
+def attribution(axis: str, cause: str) -> str:
+    """Which axis changed a break, as every report says it ("changed by setting X: gone with X=True; ...")."""
+    if not cause:
+        return ""
+    return f"changed by {axis}: {cause}" if axis else f"cause unknown: {cause}"
+
+
 def cells_from_results(data: ReplayDocument, source: str) -> list[Cell]:
     """Cells from a `casekit.replay/1` document (`replay --json`, `merge --json`)."""
     torch_of = {t.label: t.torch or "?" for t in data.targets}
@@ -174,8 +190,9 @@ def cells_from_results(data: ReplayDocument, source: str) -> list[Cell]:
             statuses[which] = script.status
             for site in script.sites:
                 classes[site.site_class] += 1
-                if site.site_class is not SiteClass.PERSISTS and site.note:
-                    details.append(f"{which} {site.site_class} {site.side.where()}: {site.note}")
+                if site.site_class is not SiteClass.PERSISTS and (site.note or site.cause):
+                    said = "; ".join(part for part in (site.note, attribution(site.axis, site.cause)) if part)
+                    details.append(f"{which} {site.site_class} {site.side.where()}: {said}")
             details += [f"{which}: {note}" for note in script.notes]
         rollback = result.rollback
         if rollback and rollback.needed:
@@ -204,6 +221,7 @@ def summarize(
     results: list[tuple[str, ReplayDocument]] | None = None,
     title: str = "casekit archive",
     now: dt.datetime | None = None,
+    fail_on: FailOn = FailOn.ERROR,
 ) -> ArchiveSummary:
     """The matrix: per case, the newest history record per target, overlaid by results documents."""
     summaries = []
@@ -231,4 +249,4 @@ def summarize(
         key=lambda t: (version_order(t.torch), t.label),
     )
     moment = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
-    return ArchiveSummary(summaries, targets, moment.isoformat(), title, warnings)
+    return ArchiveSummary(summaries, targets, moment.isoformat(), title, warnings, fail_on)

@@ -11,6 +11,7 @@ from casekit.archive.index import CaseDigest
 from casekit.classify import describe_fallback, ran_compiled
 from casekit.model import SITE_CLASS_ORDER, Case, ScriptObservation, ScriptRole, Severity, Site, SiteClass, Verdict
 from casekit.observe.reasons import describe_category
+from casekit.report.summary import attribution
 from casekit.scrub import shorten, without_addresses
 
 if TYPE_CHECKING:
@@ -234,7 +235,8 @@ def _reworded(note: str) -> str:
 def _site_line(which: ScriptRole, site: SiteEntry) -> str:
     side = site.side
     note = f"  [{site.note}]" if site.note else ""
-    return f"  {which:4} {site.site_class:10} {side.where():24} {shorten(side.reason, 60)}{note}"
+    cause = f"\n         {attribution(site.axis, site.cause)}" if site.cause else ""
+    return f"  {which:4} {site.site_class:10} {side.where():24} {shorten(side.reason, 60)}{note}{cause}"
 
 
 def result_text(result: ResultEntry) -> str:
@@ -271,7 +273,9 @@ def _target_header(target: TargetEntry, cases: int) -> str:
     torch = target.torch or "?"
     cuda = f", cuda {target.cuda}" if target.cuda else ""
     took = f" in {target.seconds:.1f} s" if target.seconds is not None else ""
-    return f"target {target.display or target.label}: torch {torch}{cuda}, python {target.python or '?'}, {cases} case(s){took}"
+    changed = [f"{name}={entry.get('value')}" for name, entry in (target.dynamo or {}).items() if entry.get("set")]
+    dynamo = f", Dynamo {' '.join(changed)} (defaults otherwise)" if changed else ""
+    return f"target {target.display or target.label}: torch {torch}{cuda}, python {target.python or '?'}{dynamo}, {cases} case(s){took}"
 
 
 def replay_document_text(document: ReplayDocument, verbose: bool = False, marks: dict[str, str] | None = None) -> str:

@@ -12,6 +12,7 @@ one is one new file plus a line in `registry`.
 from __future__ import annotations
 
 import abc
+import datetime as dt
 import enum
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from typing import Any, ClassVar
 
 from casekit.errors import RunnerError
 from casekit.model import IncludedFile
+from casekit.runners.channels import Channel, describe, format_torch_request
+from casekit.runners.dynamo import config_of, variant_suffix
 
 PROBE_PATH = Path(__file__).resolve().parent.parent / "probe.py"
 
@@ -29,15 +32,19 @@ class TargetSpec:
     """One (python, torch, CUDA) combination and how it is provided."""
 
     runner: str  # a name in casekit.runners.registry.RUNNERS
-    torch: str | None = None  # requested version ("2.13", "2.5.1"); None = whatever the interpreter has
+    # requested version ("2.13", "2.5.1"; a nightly's date "2026-01-05"); None = the newest / the interpreter's
+    torch: str | None = None
     python: str | None = None  # interpreter path (python runner) or version ("3.11") for managed targets
-    cuda: str | None = None  # CUDA tag, e.g. "cu124"; None = CPU / the index default
+    cuda: str | None = None  # the variant: "cpu", a CUDA tag ("cu124"); None = the runner decides (CPU when no GPU)
     index_url: str | None = None
     find_links: str | None = None
     image: str | None = None  # docker: an explicit image to use
     extra_packages: tuple[str, ...] = ()  # "name==version" pins installed beside torch
     options: tuple[tuple[str, str], ...] = ()  # runner-specific relaxations (--allow KEY=VALUE)
     host: str | None = None  # where the target runs when not this machine (a remote engine); None = here
+    channel: Channel = Channel.RELEASE  # which stream of builds `torch` is asked in (release, pypi, nightly, test)
+    dynamo: tuple[tuple[str, str], ...] = ()  # torch._dynamo.config NAME=VALUE set in every run (--dynamo)
+    packages: tuple[str, ...] = ()  # library pins given for this target (--package): they replace the cases'
 
 
 class VersionSource(enum.Enum):
@@ -60,9 +67,10 @@ class ProbeJob:
     allow_network: bool = False
     argv: tuple[str, ...] = ()
     includes: tuple[IncludedFile, ...] = ()  # laid out beside the script (relative paths)
+    dynamo_config: tuple[tuple[str, str], ...] = ()  # the target's --dynamo settings, set before each run
 
     def to_request(self, script_path: str) -> dict[str, object]:
-        return {
+        request: dict[str, object] = {
             "id": self.id,
             "script": script_path,
             "modes": list(self.modes),
@@ -72,6 +80,9 @@ class ProbeJob:
             "allow_network": self.allow_network,
             "argv": list(self.argv),
         }
+        if self.dynamo_config:
+            request["dynamo_config"] = config_of(self.dynamo_config)
+        return request
 
 
 @dataclass
@@ -122,6 +133,7 @@ class Runner(abc.ABC):
     sandbox_name: ClassVar[str] = ""  # what isolates the scripts, as --allow's help names it ("bubblewrap")
     allow_options: ClassVar[frozenset[str]] = frozenset()  # every key its spec.options may hold
     allow_examples: ClassVar[tuple[str, ...]] = ()  # the keys --allow's help shows, as KEY=EXAMPLE
+    channels: ClassVar[frozenset[Channel]] = frozenset({Channel.RELEASE})  # the channels `torch` may be asked in
 
     def __init__(self, spec: TargetSpec) -> None:
         self.check_options(spec.options)
@@ -139,7 +151,10 @@ class Runner(abc.ABC):
 
     def describe(self) -> dict[str, object]:
         """Runner facts for the environment record (image id, venv path...)."""
-        return {"runner": self.name, "label": self.label_of(self.spec)}
+        return {
+            "runner": self.name,
+            "label": self.label_of(self.spec) + variant_suffix(self.spec.dynamo, self.spec.packages),
+        }
 
     # ------------------------------------------------------------ facts, asked before a runner exists
 
@@ -156,7 +171,7 @@ class Runner(abc.ABC):
     @classmethod
     def label_of(cls, spec: TargetSpec) -> str:
         """A short, stable key: 'venv:torch-2.13.0-cu124'; '@host' when the target runs elsewhere."""
-        parts = [f"torch-{spec.torch or 'latest'}", *(part for part in (spec.cuda, spec.image) if part)]
+        parts = [f"torch-{describe(spec.channel, spec.torch)}", *(part for part in (spec.cuda, spec.image) if part)]
         return f"{spec.runner}:" + "-".join(parts) + (f"@{host_key(spec.host)}" if spec.host else "")
 
     @classmethod
@@ -168,9 +183,19 @@ class Runner(abc.ABC):
     def replay_flags(cls, spec: TargetSpec, *, say_runner: bool = True) -> list[str]:
         """The `casekit replay` flags that select this target again (a bisection's "reproduce with");
         `say_runner` False leaves out `--runner NAME` (for the runner `--torch` gets by default)."""
-        flags = ["--torch", spec.torch or "latest", *(["--runner", spec.runner] if say_runner else [])]
+        flags = [
+            "--torch",
+            format_torch_request(spec.channel, spec.torch),
+            *(["--runner", spec.runner] if say_runner else []),
+        ]
         flags += ["--cuda", spec.cuda] if spec.cuda else []
-        return flags + (["--index-url", spec.index_url] if spec.index_url else [])
+        return flags + (["--index-url", spec.index_url] if spec.index_url else []) + variant_flags(spec)
+
+    @classmethod
+    def nightlies_between(cls, spec: TargetSpec, good: dt.date, bad: dt.date) -> tuple[list[str], list[str]]:
+        """The nightly builds from `good` to `bad` this runner would provide for `spec` (exact versions,
+        oldest first, one per date) and what was done to find them; only for runners with the nightly channel."""
+        raise RunnerError(f"--runner {cls.name} cannot provide nightly builds of torch")
 
     @classmethod
     def free_build_bytes(cls) -> int | None:
@@ -200,3 +225,9 @@ def allow_options(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
             raise RunnerError(f"--allow takes KEY=VALUE, not {item!r}")
         options.append((key, value))
     return tuple(options)
+
+
+def variant_flags(spec: TargetSpec) -> list[str]:
+    """The flags that give a target its own Dynamo settings and pins again (a bisection's "reproduce with")."""
+    flags = [flag for name, value in spec.dynamo for flag in ("--dynamo", f"{name}={value}")]
+    return flags + [flag for pin in spec.packages for flag in ("--package", pin)]

@@ -193,7 +193,10 @@ def _run_probe_once(
             start_new_session=True,  # its own process group: killable as a whole, deaf to our Ctrl-C
         )
     try:
-        progress(f"probe started in {python} (pid {process.pid}, {len(jobs)} script(s), limit {limit:g} s)")
+        progress(
+            f"probe started in {python} (pid {process.pid}, {len(jobs)} script(s), limit {limit:g} s): "
+            "importing torch, warming Dynamo up …"
+        )
         timed_out = _wait_reporting(process, batch_dir, jobs, progress, limit)
     except BaseException:
         kill_process_tree(process)
@@ -241,7 +244,11 @@ def _describe_import(env_path: Path) -> str:
     if not isinstance(record, dict):
         return "torch import finished"
     if not record.get("ok"):
-        return f"torch import failed: {record.get('error')}"
+        return (
+            f"target refused: {record.get('error')}"
+            if record.get("refused")
+            else f"torch import failed: {record.get('error')}"
+        )
     environment = record.get("environment") or {}
     seconds = record.get("import_s")
     took = f" in {seconds:.1f} s" if isinstance(seconds, (int, float)) else ""
@@ -261,6 +268,8 @@ def _describe_runs(result_path: Path) -> str:
 def _raise_if_unusable(python: str, batch_dir: Path, returncode: int | None, probe_log: str) -> None:
     record = read_env_record(batch_dir)
     if record is not None:
+        if record.get("refused"):  # torch imported; this release cannot take what the target asks (--dynamo)
+            raise EnvironmentUnusable(f"python {python}: {record.get('error')}")
         if not record.get("ok"):
             raise EnvironmentUnusable(torch_missing(python, str(record.get("error"))))
         return

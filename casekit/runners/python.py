@@ -10,7 +10,15 @@ from collections.abc import Iterable
 from pathlib import PurePosixPath
 
 from casekit.errors import RunnerError
-from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec, VersionSource
+from casekit.runners.interface import (
+    ProbeBatchResult,
+    ProbeJob,
+    ProgressFn,
+    Runner,
+    TargetSpec,
+    VersionSource,
+    variant_flags,
+)
 from casekit.runners.process import EnvironmentUnusable, check_interpreter, run_probe_subprocess, torch_missing
 from casekit.runners.sandbox import BWRAP_ALLOW_EXAMPLES, KNOWN_OPTIONS, Sandbox, runtime_of
 from casekit.scrub import Scrubber, machine_folders
@@ -74,6 +82,39 @@ def installed_version(name: str, import_path: Iterable[str]) -> str | None:
     return None
 
 
+def torch_without_bytecode(python: str) -> str | None:
+    """The site folder whose torch has no bytecode for this interpreter (None: it has, or no torch).
+
+    The sandbox shows an interpreter read-only, so Python can never write that cache there: every
+    target start compiles torch again (~9 s of a ~14 s import, measured in bench/bytecode_bench.py)."""
+    try:
+        runtime = runtime_of(python)
+    except RunnerError:
+        return None
+    tag = "cpython-" + "".join(runtime.python_version.split(".")[:2])
+    for folder in runtime.import_path:
+        init = os.path.join(folder, "torch", "__init__.py")
+        if os.path.isfile(init):
+            cached = os.path.join(folder, "torch", "__pycache__", f"__init__.{tag}.pyc")
+            return None if os.path.isfile(cached) else folder
+    return None
+
+
+_TOLD_BYTECODE: set[str] = set()  # interpreters already told (once per process)
+
+
+def bytecode_note(python: str) -> str | None:
+    """One line, once per interpreter, when its torch lacks bytecode: why it matters and the remedy."""
+    site = torch_without_bytecode(python)
+    if site is None or python in _TOLD_BYTECODE:
+        return None
+    _TOLD_BYTECODE.add(python)
+    return (
+        f"python {python}: torch has no bytecode in {site}, and the sandbox cannot write it: each target start "
+        f"compiles torch again (imports take ~3x); compile it once: {python} -m compileall -q -j 0 {site}"
+    )
+
+
 class PythonRunner(Runner):
     """Runs the probe with an existing interpreter; casekit installs nothing."""
 
@@ -105,7 +146,7 @@ class PythonRunner(Runner):
     @classmethod
     def replay_flags(cls, spec: TargetSpec, *, say_runner: bool = True) -> list[str]:
         """`--python PATH` alone selects an interpreter target (a placeholder where none was given)."""
-        return ["--python", spec.python or f"PYTHON_WITH_TORCH_{spec.torch or 'VERSION'}"]
+        return ["--python", spec.python or f"PYTHON_WITH_TORCH_{spec.torch or 'VERSION'}", *variant_flags(spec)]
 
     @staticmethod
     def _locate(python: str | None) -> str:
@@ -128,6 +169,9 @@ class PythonRunner(Runner):
             )
         self.torch_version, self.python_version = torch_version, python_version
         progress(f"python {python_version} with torch {torch_version} at {self.python}")
+        note = bytecode_note(self.python)
+        if note is not None:
+            progress(note)
 
     def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
         self.prepare(progress)

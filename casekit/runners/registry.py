@@ -10,10 +10,13 @@ runner modules imports the Docker SDK until a container is needed.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 
 from casekit.errors import CasekitError, RunnerError
+from casekit.runners.channels import Channel
 from casekit.runners.docker.runner import DockerRunner
+from casekit.runners.dynamo import variant_suffix
 from casekit.runners.interface import Runner, TargetSpec, VersionSource
 from casekit.runners.python import PythonRunner
 from casekit.runners.venv.runner import VenvRunner
@@ -78,17 +81,23 @@ def takes_interpreters(runner: str) -> bool:
 
 def label(spec: TargetSpec) -> str:
     """The target's stable key (shard cells, merged documents, histories, bisect records)."""
-    return runner_class(spec.runner).label_of(spec)
+    return runner_class(spec.runner).label_of(spec) + variant_suffix(spec.dynamo, spec.packages)
 
 
 def display(spec: TargetSpec) -> str:
     """The target as progress lines and notices show it."""
-    return runner_class(spec.runner).display_of(spec)
+    return runner_class(spec.runner).display_of(spec) + variant_suffix(spec.dynamo, spec.packages)
 
 
 def replay_flags(spec: TargetSpec) -> list[str]:
     """The `casekit replay` flags that select this target again."""
     return runner_class(spec.runner).replay_flags(spec, say_runner=spec.runner != DEFAULT_RUNNER)
+
+
+def nightlies_between(spec: TargetSpec, good: dt.date, bad: dt.date) -> tuple[list[str], list[str]]:
+    """The nightlies from `good` to `bad` the spec's runner would provide (a bisection's candidates), and notes."""
+    check_channel(spec.runner, Channel.NIGHTLY)
+    return runner_class(spec.runner).nightlies_between(spec, good, bad)
 
 
 def parse_allow(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
@@ -103,9 +112,22 @@ def parse_allow(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
 
 
 def check_target(spec: TargetSpec) -> TargetSpec:
-    """The spec, once its runner exists and knows every option key (before a long run, not in the middle)."""
-    runner_class(spec.runner).check_options(spec.options)
+    """The spec, once its runner exists, knows every option key and provides its channel (before a long
+    run, not in the middle)."""
+    cls = runner_class(spec.runner)
+    cls.check_options(spec.options)
+    check_channel(cls.name, spec.channel)
     return spec
+
+
+def check_channel(runner: str, channel: Channel) -> None:
+    """RunnerError when this runner cannot provide builds of `channel`, naming the runners that can."""
+    cls = runner_class(runner)
+    if channel in cls.channels:
+        return
+    able = [name for name, other in RUNNERS.items() if channel in other.channels]
+    remedy = f" (--runner {' or '.join(able)} does)" if able else ""
+    raise RunnerError(f"--runner {cls.name} cannot provide {channel.value} builds of torch{remedy}")
 
 
 def allow_help(runners: Sequence[str] | None = None) -> str:

@@ -95,6 +95,14 @@ def replay_flags(choice: TargetChoice, case_ids: tuple[str, ...] = ()) -> list[s
             flags += [option, value]
     for item in choice.allow:
         flags += ["--allow", item]
+    for option, items in (
+        ("--dynamo", choice.dynamo),
+        ("--package", choice.packages),
+        ("--vary-dynamo", choice.vary_dynamo),
+        ("--vary-package", choice.vary_packages),
+    ):
+        for item in items:
+            flags += [option, item]
     for case_id in case_ids:
         flags += ["--case", case_id]
     return flags

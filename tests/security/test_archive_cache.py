@@ -33,6 +33,8 @@ from casekit.settings import archive_cache_key_path
 
 from ..conftest import ROOT, run_casekit
 
+pytestmark = pytest.mark.process  # every test here starts processes, git or signals
+
 FIXTURES = ROOT / "tests" / "fixtures" / "report" / "archive"
 START_LIMIT_S = 120  # seconds a loaded machine may take to start a child and reach its plain read
 QUICK = 30  # seconds: a command over nine bundles takes about one; a hang or an unbounded read takes forever

@@ -23,7 +23,7 @@ from casekit.runners.batch import UidIsolation
 from casekit.runners.docker.runner import RUN_UIDS, DockerRunner
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProbeScheduling
 
-from ..test_docker_runner import engine, replay_image, torch_spec  # noqa: F401 - fixtures shared with those tests
+from ..docker_fixtures import torch_spec
 from .conftest import SCRIPTS, Listener
 from .procs import wait_unmarked
 

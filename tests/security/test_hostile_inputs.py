@@ -155,6 +155,7 @@ def one_line_each(done: subprocess.CompletedProcess[str], ids: list[str]) -> Non
         assert HOSTILE[case_id][1] in line, line
 
 
+@pytest.mark.process
 def test_every_reader_names_each_hostile_bundle_in_one_line(hostile_archive: Path, tmp_path: Path) -> None:
     ids = list(HOSTILE)
     validate = run_casekit("validate", "--archive", str(hostile_archive), timeout=120)
@@ -242,6 +243,7 @@ def forged(name: str) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("name", FORGED)
 def test_a_forged_results_file_is_one_line_naming_the_file_and_the_field(name: str, tmp_path: Path) -> None:
     path = tmp_path / "forged.json"
@@ -308,6 +310,7 @@ except RecursionError:
 """
 
 
+@pytest.mark.process
 def test_control_a_960_deep_document_passes_the_schema_and_overflows_json_dumps(tmp_path: Path) -> None:
     path = tmp_path / "deep.json"
     path.write_text(forged_text("960 levels deep"))
@@ -320,6 +323,7 @@ def test_control_a_960_deep_document_passes_the_schema_and_overflows_json_dumps(
 # ------------------------------------------------------------------ --id ''
 
 
+@pytest.mark.process
 def test_an_empty_id_is_refused_before_anything_runs(tmp_path: Path) -> None:
     script = STARTER / "item-branch" / "repro.py"
     assert ("" or slugify(script.stem)) == "repro"  # control: '' is falsy, the old check took the default id
@@ -372,6 +376,7 @@ def assert_bundle_intact(disk: Path) -> None:
     assert sorted(p.name for p in (disk / "cases").iterdir() if p.name.endswith(".tmp")) == []  # no temp left
 
 
+@pytest.mark.process
 def test_control_a_plain_write_on_a_full_disk_destroys_the_bundle(full_disk: Path) -> None:
     spare = full_disk / "spare.toml"
     with pytest.raises(OSError) as caught, open(spare, "w") as handle:  # open, truncate, write: the naive save

@@ -23,6 +23,8 @@ from casekit.includes import MAX_FILE_BYTES, IncludeError, collect_includes
 
 from ..conftest import run_casekit
 
+pytestmark = pytest.mark.process  # every test here starts processes, git or signals
+
 SECRET = "-----BEGIN OPENSSH PRIVATE KEY----- not-a-real-key-but-secret"
 REPRO = "import torch\n\nstep = torch.compile(lambda x: x.sin() + 1)\nprint(step(torch.ones(3)))\n"
 

@@ -11,8 +11,8 @@ from casekit.errors import BundleError, ScriptNameError
 from casekit.includes import check_script_name
 from casekit.replay.run import _write_scripts
 
+from ..cases import make_case
 from ..conftest import run_casekit
-from ..test_bundle import make_case
 
 HOSTILE_NAMES = [
     "../../../x",
@@ -64,6 +64,7 @@ def test_ordinary_names_pass():
         assert check_script_name(name) == name
 
 
+@pytest.mark.process
 def test_validate_and_replay_refuse_an_escaping_bundle_and_write_nothing(tmp_path: Path):
     archive = tmp_path / "cases"
     archive.mkdir()

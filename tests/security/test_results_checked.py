@@ -68,6 +68,7 @@ def test_a_damaged_environment_record_is_one_line_not_a_traceback(tmp_path: Path
     assert result.failed["a.pre"].startswith("torch could not be imported: the probe's environment record is unusable")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("host", ["127.example.invalid", "127.0.0.1.nip.io", "192.0.2.1"])
 def test_the_probe_second_layer_refuses_names_that_only_look_local(host: str) -> None:
     code = (

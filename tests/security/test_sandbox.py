@@ -20,7 +20,7 @@ import pytest
 from casekit.errors import RunnerError
 from casekit.runners.interface import ProbeJob, ProbeScheduling, TargetSpec
 from casekit.runners.python import PythonRunner
-from casekit.runners.sandbox import Sandbox, overhead_ms
+from casekit.runners.sandbox import Sandbox, start_times_ms
 
 from ..conftest import ROOT, run_casekit
 from .conftest import SCRIPTS, Listener, requires_sandbox
@@ -147,6 +147,7 @@ def test_unknown_sandbox_option_is_one_clear_error() -> None:
         Sandbox.from_options((("network", "internet"),))
 
 
+@pytest.mark.process
 def test_opting_out_is_said_in_one_line_and_keeps_the_environment_an_allow_list(monkeypatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "casekit-test-secret")
     sandbox = Sandbox.from_options((("sandbox", "none"),))
@@ -167,10 +168,28 @@ def test_a_host_without_bwrap_refuses_unless_opted_out(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_sandbox_overhead_is_small() -> None:
-    cost = overhead_ms(os.sys.executable, runs=5)
-    print(f"sandbox overhead per start: {cost:.1f} ms")
-    assert cost < 2000
+def test_sandbox_overhead_is_small_and_measured_on_a_sandbox_that_holds() -> None:
+    """The sandbox starts once per target batch, so its start must stay far below a torch import
+    (7-10 s): measured 20-55 ms more than a plain start here. The launcher is one more Python start
+    (-I -S), so the bound is relative to a plain start measured beside it (the machine's load scales
+    both): two plain starts and 100 ms. It fails a start that copies or scans the host (a per-start
+    interpreter copy or a walk of /usr costs seconds). The first check makes sure the start measured
+    is a real, confining sandbox, not a pass-through."""
+    sandbox = Sandbox.from_options()
+    code, out, err = sandbox.run(
+        os.sys.executable,
+        [
+            "-c",
+            f"import os; print(os.path.exists({__file__!r}), os.path.exists('/var/run/docker.sock'), len(os.environ))",
+        ],
+        timeout=60,
+    )
+    assert code == 0, err
+    sees_checkout, sees_docker, variables = out.split()
+    assert (sees_checkout, sees_docker) == ("False", "False") and int(variables) < 15
+    plain_ms, sandboxed_ms = start_times_ms(os.sys.executable, runs=7)
+    print(f"python start: {plain_ms:.1f} ms plain, {sandboxed_ms:.1f} ms in the sandbox")
+    assert sandboxed_ms - plain_ms < 100 + 2 * plain_ms
 
 
 @pytest.mark.slow

@@ -59,6 +59,7 @@ def as_under_nohup() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
+@pytest.mark.process
 def test_a_hang_up_ignored_at_start_stays_ignored(tmp_path: Path) -> None:
     """`nohup casekit replay ... &`: the terminal closing does not stop the replay; it finishes whole."""
     archive, tmpdir = tmp_path / "cases", tmp_path / "tmp"

@@ -178,7 +178,7 @@ def build_image(recipe: ImageRecipe, progress: ProgressFn, client: docker.Docker
 
     client = client or connect()
     _ensure_base(recipe.base_image, progress, client)
-    progress(f"docker: building {recipe.tag} on {recipe.base_image}")
+    progress(f"docker: building {recipe.tag} on {recipe.base_image} …")
     with tempfile.TemporaryDirectory(prefix=temp_prefix("build")) as context:
         _fill_context(Path(context), recipe)
         log_tail: list[str] = []
@@ -288,7 +288,7 @@ def _ensure_base(base_image: str, progress: ProgressFn, client: docker.DockerCli
         return
     except ImageNotFound:
         pass
-    progress(f"docker: pulling {base_image}")
+    progress(f"docker: pulling {base_image} …")
     try:
         client.images.pull(base_image)
     except (APIError, requests.exceptions.RequestException) as error:

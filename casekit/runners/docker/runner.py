@@ -164,7 +164,9 @@ class DockerRunner(Runner):
             (batch_dir / "runs").mkdir(exist_ok=True)  # where the runs' tmpfs is mounted
             _close_to_runs(batch_dir)
             timeout = self._wall_timeout(jobs)
-            progress(f"docker: {len(jobs)} script(s) in {self._image_name()} (sandbox: {self._sandbox_summary()})")
+            progress(f"docker: sandbox: {self._sandbox_summary()}")
+            # one blocking wait for the whole container: a phase, so a terminal shows its elapsed time
+            progress(f"docker: {len(jobs)} script(s) in {self._image_name()}: importing torch, then running them …")
             log = self._run_container(batch_dir, timeout, progress)
             return read_batch(batch_dir, jobs, log)
 

@@ -8,22 +8,28 @@ Reuse costs two stat calls.
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import hashlib
 import json
+import os
 import re
 import shutil
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+import stat
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from casekit import settings
 from casekit.errors import CasekitError
-from casekit.fsutil import exclusive_lock
+from casekit.fsutil import exclusive_lock, shared_lock
 from casekit.runners.interface import ProgressFn
 
 MARKER = "casekit-env.json"
 BROKEN_NOTE = "casekit-env.broken"
 ENV_SCHEMA = "casekit.env/1"
+USED_SUFFIX = ".used"  # <key>.used beside the env: its mtime is the env's last use
+DOWNLOADS_LOCK = "downloads.lock"  # builds hold it shared, `envs prune` exclusive, around the download caches
 
 __all__ = [
     "BROKEN_NOTE",
@@ -35,6 +41,7 @@ __all__ = [
     "list_envs",
     "mark_broken",
     "read_marker",
+    "prune_envs",
     "remove_env",
     "why_not_ready",
 ]
@@ -51,44 +58,60 @@ class EnvRequest:
 
     python: str | None  # as asked: None (casekit's own), "3.11", or an interpreter path
     python_version: str  # "3.11": the readable part of the key
-    torch: str  # an exact version: "2.5.1", "2.13.0+cpu"
-    cuda: str | None = None
-    index_url: str | None = None
+    torch: str  # an exact version: "2.5.1", "2.14.0.dev20260105" (the build label is the variant's)
+    cuda: str | None = None  # the variant: "cpu", "cu124"; None: the index's default build (PyPI's)
+    index_url: str | None = None  # the user's --index-url
     find_links: str | None = None
     extra_packages: tuple[str, ...] = ()
+    channel: str = "release"  # a casekit.runners.channels.Channel value
+    torch_index: str | None = None  # the channel's index for the variant, read by casekit (PyTorch's layout)
+    # how this build was found; not part of the identity (the same build, listed or not, is one env)
+    torch_file: str | None = None  # the wheel chosen from the listing: "torch-2.13.0+cpu-cp311-…whl"
+    torch_url: str | None = None  # its URL, when the listing no longer shows it (installed by URL)
 
     @property
     def effective_index_url(self) -> str | None:
-        """The index torch comes from: the one given, else PyTorch's index for the CUDA tag."""
+        """The index torch comes from: the one given, the channel's, else PyTorch's index for the CUDA tag."""
         if self.index_url:
             return self.index_url
+        if self.torch_index:
+            return self.torch_index
         return settings.pytorch_index_url(self.cuda) if self.cuda else None
 
     @property
+    def torch_requirement(self) -> str:
+        """What the installer is asked for: the exact build of the listing, its URL when hidden, else the version."""
+        if self.torch_url:
+            return f"torch @ {self.torch_url}"
+        if self.torch_file:
+            return f"torch=={self.torch_file.split('-', 2)[1]}"  # with its build label: only that file matches
+        return f"torch=={self.torch}"
+
+    @property
     def key(self) -> str:
-        """'torch-2.5.1-cu124-py3.11-1a2b3c4d': readable prefix, hash of every field."""
-        identity = json.dumps(
-            {
-                "python": self.python,
-                "python_version": self.python_version,
-                "torch": self.torch,
-                "cuda": self.cuda,
-                "index_url": self.effective_index_url,
-                "find_links": self.find_links,
-                "extra_packages": sorted(self.extra_packages),
-            },
-            sort_keys=True,
-        )
-        digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
+        """'torch-2.5.1-cu124-py3.11-1a2b3c4d': readable prefix, hash of every field that names the build."""
+        fields: dict[str, object] = {
+            "python": self.python,
+            "python_version": self.python_version,
+            "torch": self.torch,
+            "cuda": self.cuda,
+            "index_url": self.effective_index_url,
+            "find_links": self.find_links,
+            "extra_packages": sorted(self.extra_packages),
+        }
+        if self.channel not in ("release", "pypi"):  # so the envs built before channels keep their keys
+            fields["channel"] = self.channel
+        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:8]
         parts = [f"torch-{self.torch}"] + ([self.cuda] if self.cuda else []) + [f"py{self.python_version}", digest]
         return re.sub(r"[^A-Za-z0-9._+-]", "_", "-".join(parts))
 
     def matches_apart_from_torch(self, other: Mapping[str, object]) -> bool:
-        mine = asdict(self)
-        mine.pop("torch")
-        theirs = dict(other)
-        theirs.pop("torch", None)
+        found = ("torch", "torch_file", "torch_url")
+        mine = {k: v for k, v in asdict(self).items() if k not in found}
+        theirs = {k: v for k, v in dict(other).items() if k not in found}
         theirs["extra_packages"] = tuple(theirs.get("extra_packages") or ())  # type: ignore[arg-type]
+        theirs.setdefault("channel", "release")
+        theirs.setdefault("torch_index", None)
         return mine == theirs
 
 
@@ -139,7 +162,8 @@ def remove_env(key: str, root: Path | None = None, progress: ProgressFn | None =
         folder / f"{key}.lock", on_wait=lambda: say(f"waiting for another casekit process building {key} …")
     ):
         shutil.rmtree(path)
-    (folder / f"{key}.build.log").unlink(missing_ok=True)
+    for suffix in (".build.log", USED_SUFFIX):
+        (folder / f"{key}{suffix}").unlink(missing_ok=True)
 
 
 def read_marker(path: Path) -> dict[str, object] | None:
@@ -167,3 +191,231 @@ def mark_broken(path: Path, reason: str) -> None:
     """Make the next prepare() rebuild this env."""
     (path / BROKEN_NOTE).write_text(reason + "\n")
     (path / MARKER).unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------ bytecode
+
+
+def site_folders(path: Path) -> list[Path]:
+    """The site-packages folders of an env."""
+    return sorted(path.glob("lib/python*/site-packages"))
+
+
+def bytecode_counts(path: Path) -> dict[str, int]:
+    """How many of torch's modules in an env have bytecode for the env's Python ({"py": N, "pyc": M})."""
+    py = pyc = 0
+    for site in site_folders(path):
+        tag = f"cpython-{site.parent.name.removeprefix('python').replace('.', '')}"
+        for folder, _dirs, files in os.walk(site / "torch"):
+            if os.path.basename(folder) == "__pycache__":
+                pyc += sum(1 for name in files if name.endswith(".pyc") and f".{tag}." in name)
+            else:
+                py += sum(1 for name in files if name.endswith(".py"))
+    return {"py": py, "pyc": pyc}
+
+
+def lacks_bytecode(path: Path) -> bool:
+    """An env whose torch has no bytecode (built before casekit compiled it): cheap, two stat calls."""
+    for site in site_folders(path):
+        init = site / "torch" / "__init__.py"
+        if init.is_file():
+            tag = f"cpython-{site.parent.name.removeprefix('python').replace('.', '')}"
+            return not (site / "torch" / "__pycache__" / f"__init__.{tag}.pyc").is_file()
+    return False
+
+
+def installed_wheel_name(path: Path, dist: str) -> str | None:
+    """The wheel file an installed distribution came from, rebuilt from its dist-info (name, version, tag)."""
+    for site in site_folders(path):
+        for info in sorted(site.glob(f"{dist}-*.dist-info")):
+            version = info.name.removesuffix(".dist-info").split("-", 1)[1]
+            try:
+                lines = (info / "WHEEL").read_text(encoding="utf-8", errors="replace").splitlines()
+            except OSError:
+                continue
+            tags = [line.split(":", 1)[1].strip() for line in lines if line.startswith("Tag:")]
+            if tags:
+                return f"{dist}-{version}-{tags[0]}.whl"
+    return None
+
+
+# ------------------------------------------------------------------ use and size
+
+
+def mark_used(path: Path) -> None:
+    """Record that an env was used now (its <key>.used file's mtime)."""
+    used = path.parent / f"{path.name}{USED_SUFFIX}"
+    try:
+        used.touch()
+        os.utime(used)
+    except OSError:
+        pass  # a read-only cache still runs; the env only looks older
+
+
+def last_used(env: CachedEnv) -> dt.datetime | None:
+    """When an env was last used (or built, for one never used since); None when nothing says."""
+    for candidate in (env.path.parent / f"{env.key}{USED_SUFFIX}", env.path / MARKER, env.path):
+        try:
+            return dt.datetime.fromtimestamp(candidate.stat().st_mtime, dt.timezone.utc)
+        except OSError:
+            continue
+    return None
+
+
+@dataclass
+class DiskUsage:
+    """Bytes on disk under some folders, each file counted once however many links it has."""
+
+    total: int = 0  # every inode met
+    own: int = 0  # inodes with no link outside what was walked (what removing it all frees)
+    files: int = 0
+
+
+def disk_usage(roots: Iterable[Path], seen: set[tuple[int, int]] | None = None) -> DiskUsage:
+    """Allocated bytes (st_blocks) under `roots`, never following a link; hard links counted once.
+
+    uv hardlinks envs into its cache, so an env's own cost can be a few MB beside its apparent GBs."""
+    seen = set() if seen is None else seen
+    usage = DiskUsage()
+    links_met: dict[tuple[int, int], tuple[int, int]] = {}  # inode -> (links met, links it has), bytes
+    sizes: dict[tuple[int, int], int] = {}
+    for root in roots:
+        stack = [root]
+        while stack:
+            folder = stack.pop()
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(info.st_mode):
+                    stack.append(Path(entry.path))
+                inode = (info.st_dev, info.st_ino)
+                met, links = links_met.get(inode, (0, info.st_nlink))
+                links_met[inode] = (met + 1, links)
+                if inode in seen:
+                    continue
+                seen.add(inode)
+                sizes[inode] = info.st_blocks * 512
+                usage.total += sizes[inode]
+                usage.files += 1
+    usage.own = sum(size for inode, size in sizes.items() if links_met[inode][0] >= links_met[inode][1])
+    return usage
+
+
+@contextlib.contextmanager
+def downloads_lock(root: Path, *, shared: bool, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Builds read the download caches under a shared lock; `envs prune` clears them under an exclusive one."""
+    lock = (shared_lock if shared else exclusive_lock)(root / DOWNLOADS_LOCK, on_wait, "the download caches")
+    with lock:
+        yield
+
+
+# ------------------------------------------------------------------ pruning
+
+
+@dataclass
+class PruneResult:
+    """What `envs prune` removed and what that freed (bytes on disk under the cache root, before and after)."""
+
+    removed: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    caches_cleared: list[str] = field(default_factory=list)
+    before: int = 0
+    after: int = 0
+
+    @property
+    def freed(self) -> int:
+        return max(0, self.before - self.after)
+
+
+AGE_UNITS = {"w": 604800, "d": 86400, "h": 3600, "min": 60, "m": 60, "s": 1}
+
+
+def parse_age(text: str) -> dt.timedelta:
+    """'30d', '12h', '90min', '2w', '1.5d' as a timedelta; a CasekitError for anything else."""
+    stripped = text.strip()
+    for unit, scale in AGE_UNITS.items():
+        number = stripped.removesuffix(unit)
+        if number != stripped and number.replace(".", "", 1).isdigit():
+            return dt.timedelta(seconds=float(number) * scale)
+    raise CasekitError(f"--older-than takes an age such as 30d, 12h or 2w, not {text!r}")
+
+
+def select_for_pruning(
+    envs: list[CachedEnv],
+    *,
+    older_than: dt.timedelta | None = None,
+    keep: int | None = None,
+    everything: bool = False,
+    now: dt.datetime | None = None,
+) -> list[CachedEnv]:
+    """The envs to remove: all, or those both beyond the `keep` most recently used and unused for `older_than`."""
+    if everything:
+        return list(envs)
+    if older_than is None and keep is None:
+        raise CasekitError("envs prune: say what to remove: --older-than AGE, --keep N or --all")
+    epoch = dt.datetime.fromtimestamp(0, dt.timezone.utc)
+    newest_first = sorted(envs, key=lambda env: last_used(env) or epoch, reverse=True)
+    candidates = newest_first[keep:] if keep is not None else newest_first
+    if older_than is not None:
+        cutoff = (now or dt.datetime.now(dt.timezone.utc)) - older_than
+        candidates = [env for env in candidates if (last_used(env) or epoch) < cutoff]
+    return candidates
+
+
+def prune_envs(
+    root: Path | None = None,
+    *,
+    older_than: dt.timedelta | None = None,
+    keep: int | None = None,
+    everything: bool = False,
+    dry_run: bool = False,
+    progress: ProgressFn | None = None,
+) -> PruneResult:
+    """Remove the chosen envs and clear casekit's download caches (uv's and pip's under the cache root).
+
+    The caches go whatever is kept: an env kept holds its own links to what it uses, so clearing them
+    frees only what no kept env uses; the next build downloads again. Bytes are measured on disk under
+    the cache root, each file once, before and after."""
+    base = root or settings.cache_root()
+    say = progress or (lambda _line: None)
+    chosen = select_for_pruning(list_envs(base), older_than=older_than, keep=keep, everything=everything)
+    result = PruneResult(before=disk_usage([base]).total)
+    result.kept = [env.key for env in list_envs(base) if env.key not in {c.key for c in chosen}]
+    if dry_run:
+        result.removed = [env.key for env in chosen]
+        result.after = result.before  # nothing was removed
+        return result
+    for env in chosen:
+        remove_env(env.key, base, say)
+        result.removed.append(env.key)
+    _remove_leftovers(envs_dir(base), say)
+    with downloads_lock(base, shared=False, on_wait=lambda: say("waiting for a build to finish with the download caches …")):
+        for cache in settings.download_caches(base):
+            if cache.is_dir() and not cache.is_symlink():
+                shutil.rmtree(cache, ignore_errors=True)
+                result.caches_cleared.append(str(cache))
+    result.after = disk_usage([base]).total
+    return result
+
+
+def _remove_leftovers(folder: Path, say: ProgressFn) -> None:
+    """What killed builds left (<key>.tmp-*, <key>.old-*) when no build holds their lock, and the logs
+    and use stamps of envs that are gone (never a lock file: a build may be waiting on it)."""
+    if not folder.is_dir():
+        return
+    present = {path.name for path in folder.iterdir() if path.is_dir() and ".tmp-" not in path.name}
+    for path in sorted(folder.iterdir()):
+        for mark in (".tmp-", ".old-"):
+            if mark in path.name and path.is_dir():
+                key = path.name.split(mark, 1)[0]
+                with exclusive_lock(folder / f"{key}.lock", on_wait=lambda: say(f"waiting for the build of {key} …")):
+                    shutil.rmtree(path, ignore_errors=True)
+        for suffix in (".build.log", USED_SUFFIX):
+            if path.name.endswith(suffix) and path.is_file() and path.name.removesuffix(suffix) not in present:
+                path.unlink(missing_ok=True)

@@ -28,8 +28,22 @@ from casekit.fsutil import exclusive_lock, tail_text, write_atomic
 from casekit.runners.interface import ProgressFn, TargetSpec
 from casekit.runners.process import EnvironmentUnusable
 from casekit.runners.python import query_versions
-from casekit.runners.venv.cache import ENV_SCHEMA, MARKER, CachedEnv, EnvRequest, envs_dir, read_marker, why_not_ready
-from casekit.versions import VersionError, parse_pip_index_versions, pick_newest, without_local
+from casekit.runners.venv.cache import (
+    ENV_SCHEMA,
+    MARKER,
+    CachedEnv,
+    EnvRequest,
+    bytecode_counts,
+    downloads_lock,
+    envs_dir,
+    installed_wheel_name,
+    lacks_bytecode,
+    mark_used,
+    read_marker,
+    site_folders,
+    why_not_ready,
+)
+from casekit.versions import VersionError, is_exact, parse_pip_index_versions, pick_newest, without_local
 
 STREAM_EVERY_S = 5.0
 RESOLVE_TIMEOUT_S = 120.0
@@ -86,6 +100,13 @@ def _uv_index_flags(request: EnvRequest) -> list[str]:
     flags: list[str] = []
     if request.index_url:
         flags += ["--index-url", request.index_url]
+    elif request.torch_index:
+        variant_backend = request.channel == "release" and request.cuda and settings.is_pytorch_index(request.torch_index)
+        if variant_backend and "--torch-backend" in _uv_help("pip", "install"):
+            flags += ["--torch-backend", str(request.cuda)]  # torch & co. from PyTorch's index, the rest from PyPI
+        else:
+            # first in line: torch (and whatever else it serves) from there, the rest from the default index
+            flags += ["--index", request.torch_index]
     elif request.cuda:
         if "--torch-backend" in _uv_help("pip", "install"):
             flags += ["--torch-backend", request.cuda]  # torch & co. from PyTorch's index, the rest from PyPI
@@ -105,9 +126,9 @@ def _pip_index_flags(request: EnvRequest) -> list[str]:
     flags: list[str] = []
     if request.index_url:
         flags += ["--index-url", request.index_url]
-    elif request.cuda:
+    elif request.torch_index or request.cuda:
         # pip merges indexes and prefers the highest version: 2.5.1+cu124 beats PyPI's 2.5.1
-        flags += ["--extra-index-url", settings.pytorch_index_url(request.cuda)]
+        flags += ["--extra-index-url", request.effective_index_url or ""]
     if request.find_links:
         flags += ["--find-links", request.find_links]
     return flags
@@ -122,8 +143,11 @@ def installer_environment(root: Path) -> dict[str, str]:
             env["SSL_CERT_FILE"] = str(ca_bundle)
     if env.get("SSL_CERT_FILE") and not env.get("PIP_CERT"):
         env["PIP_CERT"] = env["SSL_CERT_FILE"]
-    # same filesystem as the envs, so uv hardlinks instead of copying gigabytes
-    env.setdefault("UV_CACHE_DIR", str(root / "uv"))
+    # same filesystem as the envs, so uv hardlinks instead of copying gigabytes; both caches are
+    # casekit's own, so `casekit envs prune` can show and clear what casekit downloaded
+    uv_cache, pip_cache = settings.download_caches(root)
+    env.setdefault("UV_CACHE_DIR", str(uv_cache))
+    env.setdefault("PIP_CACHE_DIR", str(pip_cache))
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     return env
 
@@ -194,24 +218,30 @@ def _summarize(output: str) -> str:
 # ------------------------------------------------------------------ building
 
 
-def request_for(spec: TargetSpec, torch_version: str) -> EnvRequest:
+def request_for(spec: TargetSpec, torch_version: str, **found: str | None) -> EnvRequest:
+    """The env request for `spec` once its torch version is known; `found`: the variant and build
+    the channel's listing gave (cuda, torch_index, torch_file, torch_url)."""
     extra = tuple(spec.extra_packages)
     if not any(re.split(r"[=<>!~ ]", p, maxsplit=1)[0].lower() == "numpy" for p in extra):
         extra += (
             "numpy",
         )  # torch wheels do not depend on it, yet most repro scripts (and torch's own numpy interop) need it
+    fields: dict[str, str | None] = {"cuda": spec.cuda, **found}
     return EnvRequest(
         python=spec.python,
-        python_version=_python_version(spec.python),
+        python_version=python_version_of(spec.python),
         torch=torch_version,
-        cuda=spec.cuda,
         index_url=spec.index_url,
         find_links=spec.find_links or settings.default_find_links(),
         extra_packages=extra,
+        channel=spec.channel.value,
+        **fields,  # type: ignore[arg-type]
     )
 
 
-def _python_version(python: str | None) -> str:
+@functools.cache
+def python_version_of(python: str | None) -> str:
+    """'3.11': the version of the interpreter a managed env is made from (casekit's own when None)."""
     if python is None:
         return f"{sys.version_info.major}.{sys.version_info.minor}"
     if os.sep not in python:
@@ -235,8 +265,9 @@ def ensure_env(request: EnvRequest, root: Path, progress: ProgressFn, installer:
     folder = envs_dir(root)
     key = request.key
     path = folder / key
-    if why_not_ready(path) is None:
+    if why_not_ready(path) is None and not lacks_bytecode(path):
         progress(f"reusing env {key}")
+        mark_used(path)
         return CachedEnv(key, path, read_marker(path))
     folder.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(
@@ -244,7 +275,11 @@ def ensure_env(request: EnvRequest, root: Path, progress: ProgressFn, installer:
     ):
         problem = why_not_ready(path)
         if problem is None:
-            progress(f"reusing env {key} (built meanwhile by another casekit process)")
+            if lacks_bytecode(path):  # built before casekit compiled at build time: once, here, outside any run
+                _compile_in_place(path, root, progress)
+            else:
+                progress(f"reusing env {key} (built meanwhile by another casekit process)")
+            mark_used(path)
             return CachedEnv(key, path, read_marker(path))
         if problem != "missing":
             progress(f"env {key} is half-built or broken ({problem}); rebuilding it")
@@ -253,7 +288,9 @@ def ensure_env(request: EnvRequest, root: Path, progress: ProgressFn, installer:
                 shutil.rmtree(leftover, ignore_errors=True)
         building = folder / f"{key}.tmp-{os.getpid()}"
         try:
-            marker = _build(request, building, path, root, progress, installer or choose_installer())
+            # the download caches stay while a build reads them (`envs prune` waits for this)
+            with downloads_lock(root, shared=True, on_wait=lambda: progress("waiting for `casekit envs prune` …")):
+                marker = _build(request, building, path, root, progress, installer or choose_installer())
         except BaseException:
             shutil.rmtree(building, ignore_errors=True)
             raise
@@ -262,7 +299,27 @@ def ensure_env(request: EnvRequest, root: Path, progress: ProgressFn, installer:
             os.rename(path, retired)
             shutil.rmtree(retired, ignore_errors=True)
         os.rename(building, path)
+        mark_used(path)
     return CachedEnv(key, path, marker)
+
+
+def _compile_in_place(path: Path, root: Path, progress: ProgressFn) -> None:
+    """Compile a published env's bytecode (under its lock): the sandbox shows it read-only, so Python
+    could never write its cache there, and every target start would compile torch again."""
+    started = time.monotonic()
+    progress(f"env {path.name} has no bytecode: compiling it once (imports then take about a third) …")
+    log_path = path.parent / f"{path.name}.build.log"
+    python = path / "bin" / "python"
+    for site in site_folders(path):
+        # -I -S: no site hook, no .pth code; compileall compiles, it imports nothing of the env
+        command = [str(python), "-I", "-S", "-m", "compileall", "-q", "-j", "0", str(site)]
+        _run_logged(command, log_path, installer_environment(root), root, progress, "compileall", check=False)
+    marker = read_marker(path)
+    if marker is not None:
+        marker["bytecode"] = bytecode_counts(path)
+        marker["bytecode_compiled_s"] = round(time.monotonic() - started, 1)
+        write_atomic(path / MARKER, json.dumps(marker, indent=1))
+    progress(f"compiled env {path.name}'s bytecode in {time.monotonic() - started:.1f} s")
 
 
 def _build(
@@ -272,7 +329,7 @@ def _build(
     env = installer_environment(root)
     log_path = final.parent / f"{final.name}.build.log"
     log_path.write_text("")
-    packages = [f"torch=={request.torch}", *request.extra_packages]
+    packages = [request.torch_requirement, *request.extra_packages]
     python = building / "bin" / "python"
     if installer == "uv":
         progress(f"creating venv {final.name} with uv …")
@@ -281,7 +338,8 @@ def _build(
         _run_logged(["uv", "venv", *relocatable, "-p", base, str(building)], log_path, env, root, progress, "uv venv")
         progress(f"installing {' '.join(packages)} with uv (this can take minutes) …")
         # wheels only: the pins come from shared bundles, and building an sdist runs its code here, unsandboxed
-        command = ["uv", "pip", "install", "--python", str(python), "--only-binary", ":all:"]
+        # bytecode compiled now, before the env is published: the sandbox shows it read-only later
+        command = ["uv", "pip", "install", "--python", str(python), "--only-binary", ":all:", "--compile-bytecode"]
         command += [*_uv_tls_flags(), *_uv_index_flags(request)]
         _run_logged([*command, *packages], log_path, env, root, progress, "uv pip install")
         installer_version = _uv_version()
@@ -292,7 +350,7 @@ def _build(
         # casekit only ever runs bin/python, which does not.
         _run_logged([base, "-m", "venv", str(building)], log_path, env, root, progress, "venv")
         progress(f"installing {' '.join(packages)} with pip (this can take minutes) …")
-        command = [str(python), "-m", "pip", "install", "--progress-bar", "off", "--only-binary=:all:"]
+        command = [str(python), "-m", "pip", "install", "--progress-bar", "off", "--only-binary=:all:", "--compile"]
         command += _pip_index_flags(request)
         _run_logged([*command, *packages], log_path, env, root, progress, "pip install")
         installer_version = _pip_version(python, env)
@@ -309,6 +367,8 @@ def _build(
         "python": python_version,
         "python_executable": str(final / "bin" / "python"),
         "installer": installer_version,
+        "torch_file": request.torch_file or installed_wheel_name(building, "torch"),
+        "bytecode": bytecode_counts(building),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "build_s": round(time.monotonic() - started, 1),
     }
@@ -330,7 +390,13 @@ def _base_interpreter(python: str | None) -> str:
 
 
 def _run_logged(
-    command: list[str], log_path: Path, env: dict[str, str], cwd: Path, progress: ProgressFn, what: str
+    command: list[str],
+    log_path: Path,
+    env: dict[str, str],
+    cwd: Path,
+    progress: ProgressFn,
+    what: str,
+    check: bool = True,
 ) -> None:
     """Run an installer step, its output appended to the build log; echo its latest line every few seconds."""
     with open(log_path, "ab") as log:
@@ -359,7 +425,7 @@ def _run_logged(
             process.kill()
             process.wait()
             raise
-    if process.returncode != 0:
+    if process.returncode != 0 and check:
         with open(log_path, "rb") as handle:
             handle.seek(start)
             output = handle.read().decode("utf-8", "replace")

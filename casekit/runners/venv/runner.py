@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 from pathlib import Path
 
 from casekit.errors import EnvironmentFailed
+from casekit.runners.channels import Channel, choose_source
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
 from casekit.runners.process import EnvironmentUnusable, run_probe_subprocess
 from casekit.runners.sandbox import BWRAP_ALLOW_EXAMPLES, KNOWN_OPTIONS, Sandbox
-from casekit.runners.venv.cache import CachedEnv, EnvRequest, list_envs, mark_broken, why_not_ready
+from casekit.runners.venv.cache import CachedEnv, EnvRequest, mark_broken, why_not_ready
+from casekit.runners.venv.install import ISOLATING_ENV, choose_installer, ensure_env, python_version_of
+from casekit.runners.venv.resolve import MIRROR_HINT, IndexSeams, resolve_request
+from casekit.runners.wheel_index import IndexUnreachable, nightly_range, read_listing
 from casekit.settings import cache_root
-from casekit.runners.venv.install import ISOLATING_ENV, choose_installer, ensure_env, request_for, resolve_torch_version
-from casekit.versions import is_exact, is_release_prefix, pick_newest
 
 
 class VenvRunner(Runner):
@@ -24,11 +27,19 @@ class VenvRunner(Runner):
     sandbox_name = "bubblewrap"
     allow_options = frozenset(KNOWN_OPTIONS)
     allow_examples = BWRAP_ALLOW_EXAMPLES
+    channels = frozenset(Channel)
 
-    def __init__(self, spec: TargetSpec, cache_dir: Path | None = None, installer: str | None = None) -> None:
+    def __init__(
+        self,
+        spec: TargetSpec,
+        cache_dir: Path | None = None,
+        installer: str | None = None,
+        index_seams: IndexSeams | None = None,
+    ) -> None:
         super().__init__(spec)
         self.root = cache_dir or cache_root()
         self.installer = installer or choose_installer()
+        self.index_seams = index_seams
         self.env: CachedEnv | None = None
 
     @classmethod
@@ -39,6 +50,18 @@ class VenvRunner(Runner):
             folder = folder.parent
         return shutil.disk_usage(folder).free
 
+    @classmethod
+    def nightlies_between(cls, spec: TargetSpec, good: dt.date, bad: dt.date) -> tuple[list[str], list[str]]:
+        """The nightlies from `good` to `bad` in the channel's index for this variant, for this interpreter."""
+        source = choose_source(Channel.NIGHTLY, spec.cuda, index_url=spec.index_url, find_links=spec.find_links)
+        assert source.index_url is not None
+        try:
+            listing = read_listing(source.index_url)
+        except IndexUnreachable as error:
+            raise EnvironmentFailed(f"{error} ({MIRROR_HINT})") from None
+        builds, notes = nightly_range(listing.installable(python_version_of(spec.python)), good, bad)
+        return [build.public for build in builds], [*([source.note] if source.note else []), *notes]
+
     def prepare(self, progress: ProgressFn) -> None:
         """Resolve the torch version, then reuse or build the env."""
         if self.env is not None and why_not_ready(self.env.path) is None:
@@ -46,32 +69,7 @@ class VenvRunner(Runner):
         self.env = ensure_env(self._request(progress), self.root, progress, self.installer)
 
     def _request(self, progress: ProgressFn) -> EnvRequest:
-        requested = self.spec.torch
-        if requested and is_exact(requested):
-            return request_for(self.spec, requested)
-        if requested and not is_release_prefix(requested):
-            raise EnvironmentFailed(f"not a torch version: {requested!r} (try 2.5.1 or 2.13)")
-        draft = request_for(self.spec, requested or "latest")
-        progress(f"resolving torch {requested or 'latest'} …")
-        try:
-            version = resolve_torch_version(draft, requested, self.root, self.installer)
-        except EnvironmentFailed as error:
-            cached = self._newest_cached(draft, requested)
-            if cached is None:
-                raise
-            progress(f"{error}; using the newest cached match, torch {cached}")
-            return request_for(self.spec, cached)
-        progress(f"torch {requested or 'latest'} is {version}")
-        return request_for(self.spec, version)
-
-    def _newest_cached(self, draft: EnvRequest, requested: str | None) -> str | None:
-        """Offline fallback: the newest complete env that fits the request."""
-        versions = []
-        for env in list_envs(self.root):
-            request = (env.marker or {}).get("request")
-            if isinstance(request, dict) and draft.matches_apart_from_torch(request):
-                versions.append(str(request.get("torch")))
-        return pick_newest(versions, requested)
+        return resolve_request(self.spec, self.root, self.installer, progress, self.index_seams)
 
     def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
         self.prepare(progress)
@@ -100,5 +98,7 @@ class VenvRunner(Runner):
                 torch=marker.get("torch"),
                 python=marker.get("python"),
                 installer=marker.get("installer"),
+                torch_file=marker.get("torch_file"),
+                channel=self.spec.channel.value,
             )
         return facts
