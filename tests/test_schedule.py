@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from casekit.errors import CasekitError
+from casekit.replay.document import read_replay_document
 from casekit.replay.plan import ReplayRequest, TargetChoice, _select
 from casekit.replay.shard import without_volatile
 from casekit.runners.interface import TargetSpec
@@ -321,9 +322,8 @@ def test_the_k8s_jobs_commands_run_here_with_their_completion_index(tmp_path: Pa
         "--fail-on", "never", "--json", str(tmp_path / "whole.json"),
     )  # fmt: skip
     assert whole.returncode == 0, whole.stderr
-    assert without_volatile(json.loads((tmp_path / "results" / "merged.json").read_text())) == without_volatile(
-        json.loads((tmp_path / "whole.json").read_text())
-    )
+    merged, unsharded = (read_replay_document(tmp_path / name) for name in ("results/merged.json", "whole.json"))
+    assert without_volatile(merged) == without_volatile(unsharded)
 
 
 # ------------------------------------------------------------------ GitHub Actions
