@@ -71,6 +71,24 @@ def slugify(text: str) -> str:
     return slug[:60].strip("-") or "case"
 
 
+# Words a title needs and an id does not ("item() branch in step" -> item-branch-step).
+_FILLER = frozenset("a an and at by for from in into is it its of on or the to when where which while with".split())
+ID_WORDS, ID_CHARS = 4, 32
+
+
+def case_id_from_title(title: str) -> str:
+    """A short default case id from a title: its first few meaningful words, at most 32 characters,
+    cut at a word (a slug of the whole title is a mouthful to type in `show`, `replay --case`)."""
+    words = slugify(title).split("-")
+    kept = [w for w in words if w not in _FILLER] or words
+    chosen: list[str] = []
+    for word in kept[:ID_WORDS]:
+        if chosen and len("-".join([*chosen, word])) > ID_CHARS:
+            break
+        chosen.append(word)
+    return "-".join(chosen)[:ID_CHARS].strip("-") or "case"
+
+
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from casekit.archive.store import Archive
-from casekit.bundle import MAX_SCRIPT_CHARS, check_case_id, sha256_text, slugify
+from casekit.bundle import MAX_SCRIPT_CHARS, case_id_from_title, check_case_id, sha256_text
 from casekit.errors import CasekitError, ScriptError, ScriptNameError
 from casekit.includes import check_script_name, collect_includes, missing_includes
 from casekit.model import (
@@ -26,6 +26,7 @@ from casekit.model import (
     ScriptStatus,
 )
 from casekit.observe.batch import observe_batch
+from casekit.observe.cause import NO_CUDA_ADVICE, failure_text, needs_cuda
 from casekit.runners import registry
 from casekit.runners.interface import (
     ProbeBatchResult,
@@ -148,16 +149,28 @@ def _run_gates(which: ScriptRole, observation: ScriptObservation) -> list[GateFa
     if status is ScriptStatus.TIMEOUT:
         return [GateFailure(Gate.TIMEOUT, which, observation.detail or "a run timed out", _TIMEOUT_ADVICE)]
     if status in (ScriptStatus.EAGER_FAILED, ScriptStatus.ENV_FAILED, ScriptStatus.UNOBSERVED):
-        return [GateFailure(Gate.EAGER, which, f"the eager run failed: {_last_line(observation)}", _EAGER_ADVICE)]
-    called = sum(entry.calls for entry in observation.entries) or len(observation.calls)
-    if not called:
-        evidence = "no compiled entry point was called (torch.compile never ran, or the run ended before a call)"
-        return [GateFailure(Gate.COMPILED, which, evidence, _COMPILED_ADVICE)]
+        advice = NO_CUDA_ADVICE if needs_cuda(observation) else _eager_advice(observation)
+        return [GateFailure(Gate.EAGER, which, f"the eager run failed: {_last_line(observation)}", advice)]
     crashed = status in (ScriptStatus.COMPILE_ERROR, ScriptStatus.CRASHED)
+    called = sum(entry.calls for entry in observation.entries) or len(observation.calls)
+    # a run that compiled graphs or met breaks before it raised did call its entry point (a probe older
+    # than the module hook that records a raising call saw no call)
+    if not called and not (crashed and (observation.graphs or observation.sites)):
+        return [GateFailure(Gate.COMPILED, which, _never_called(observation), _COMPILED_ADVICE)]
     if not crashed and observation.check.compared == 0:
         evidence = f"{called} compiled call(s) but 0 compared with eager (the compiled run ended early?)"
         return [GateFailure(Gate.COMPILED, which, evidence, _COMPILED_ADVICE)]
     return []
+
+
+def _never_called(observation: ScriptObservation) -> str:
+    """Why no compiled entry point ran, from what the run shows."""
+    if observation.status in (ScriptStatus.COMPILE_ERROR, ScriptStatus.CRASHED):
+        return f"the compiled run stopped before any compiled call: {_last_line(observation)}"
+    names = sorted({entry.name for entry in observation.entries})
+    if names:
+        return f"torch.compile'd {', '.join(names[:3])} never called (the compiled run reached its end without a call)"
+    return "the script never calls torch.compile (no compiled function or module)"
 
 
 def _remaining_sites(pre: ScriptObservation, after: set[str], script_name: str | None) -> list[str]:
@@ -182,7 +195,17 @@ def _fix_gate(before: set[str], after: set[str], post: ScriptObservation, remain
 
 
 _TIMEOUT_ADVICE = "make the repro smaller, or raise --timeout"
-_EAGER_ADVICE = "make `python repro.py` run without torch.compile first (a sibling file? pass --include)"
+_EAGER_ADVICE = "make `python repro.py` run without torch.compile first"
+# an error that names a file or module the script looked for beside it: --include brings it along
+_MISSING_FILE = re.compile(r"No module named|FileNotFoundError|No such file or directory|ImportError")
+
+
+def _eager_advice(observation: ScriptObservation) -> str:
+    if _MISSING_FILE.search(failure_text(observation)):
+        return _EAGER_ADVICE + " (a sibling file? pass --include)"
+    return _EAGER_ADVICE
+
+
 _COMPILED_ADVICE = "call the torch.compile'd function or module in the script, and let the run reach its end"
 
 
@@ -355,7 +378,7 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
     waivable = check_waivers(request.waive)
     # `--id ''` is refused like any bad id, not taken as "the default"
     case_id = check_case_id(
-        request.case_id if request.case_id is not None else slugify(request.title or request.script.stem)
+        request.case_id if request.case_id is not None else case_id_from_title(request.title or request.script.stem)
     )
     pre = read_script(request.script)
     post = read_script(request.fixed) if request.fixed else None

@@ -31,6 +31,7 @@ from casekit.observe.cause import NotRun, not_run_cause
 from casekit.observe.interpret import break_invariant
 from casekit.observe.reasons import named_subject
 from casekit.pysource import defined_names, normalized_statement, used_names
+from casekit.scrub import shorten
 
 
 def functional_failure(status: ScriptStatus) -> bool:
@@ -362,12 +363,19 @@ def _persist_note(recorded: Site, observed: Site) -> str:
     elif not _same_place(recorded, observed):
         notes.append(f"library line renumbered: {recorded.where()} -> :{observed.line}, same statement")
     if recorded.category != observed.category:
+        # the observed reason stands beside the note: the note names the ids and what the reason was
+        was = shorten(recorded.reason, 60)
         notes.append(
-            f"reason changed: {recorded.category} ({recorded.reason[:60]}) -> {observed.category} ({observed.reason[:60]})"
+            f"reason changed: {_id(recorded.category)} -> {_id(observed.category)}" + (f", was: {was}" if was else "")
         )
     elif recorded.reason != observed.reason:
         notes.append("reason reworded")
     return "; ".join(notes)
+
+
+def _id(category: str) -> str:
+    """A category as a note names it: a GB id whole, a legacy reason key (the old wording) shortened."""
+    return shorten(category, 40)
 
 
 def _move_note(recorded: Site, observed: Site) -> str:
@@ -387,7 +395,7 @@ def _move_note(recorded: Site, observed: Site) -> str:
     elif _same_function(recorded, observed):
         note += f", {abs(recorded.line - observed.line)} line(s) away in the same function"
     if recorded.category != observed.category:
-        note += f"; reason {recorded.category} -> {observed.category}"
+        note += f"; reason {_id(recorded.category)} -> {_id(observed.category)}"
     return note
 
 
@@ -552,8 +560,10 @@ def _fallback_notes(result: ScriptResult, recorded: ScriptObservation | None, ob
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<function>.+)_at_(?P<line>\d+)$")
 
 
-def describe_fallback(function: str, where: str, now: bool = True) -> str:
-    """A frame that falls back to eager, in precise words: a resume function is only the code after a break."""
+def describe_fallback(function: str, where: str, now: bool = True, since: bool = True) -> str:
+    """A frame that falls back to eager, in precise words: a resume function is only the code after a break.
+
+    `since` False: a run on its own (a capture), compared with nothing, so it does not "now" fall back."""
     resume = _RESUME.match(function)
     if resume:
         place = f"the code after the break at line {resume['line']} in {resume['function']}"
@@ -561,11 +571,8 @@ def describe_fallback(function: str, where: str, now: bool = True) -> str:
             return f"{place} runs eagerly (its resume function falls back)"
         return f"{place} is compiled again (fallback cleared)"
     if now:
-        return (
-            f"{function} ({where}) now falls back to eager entirely"
-            if where
-            else f"{function} now falls back to eager entirely"
-        )
+        verb = "now falls back" if since else "falls back"
+        return f"{function} ({where}) {verb} to eager entirely" if where else f"{function} {verb} to eager entirely"
     return f"{function} no longer falls back to eager entirely (fallback cleared)"
 
 

@@ -354,6 +354,8 @@ class ReplayRecord:
     graphs: dict[ScriptRole, int] | None = None  # graph count (the report's timeline charts them)
     compile_s: dict[ScriptRole, float] | None = None  # first-call seconds summed over entry points
     timing_load: str | None = None  # "parallel:N" when compile_s was measured beside other runs
+    # the frames that fell back to eager entirely, "fn (file:line)" per script (the report's timeline rows)
+    fallbacks: dict[ScriptRole, list[str]] | None = None
 
 
 # The tag of a case imported from a log (`casekit import`): no repro yet, its script only raises.

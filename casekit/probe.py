@@ -836,16 +836,30 @@ class CompileInterceptor:
 
     def _hook_module(self, module, entry):
         interceptor = self
-        starts = []
+        starts = []  # [started, returned] per call in progress (a module may call itself)
 
         def before(_module, args, kwargs):
-            starts.append(time.perf_counter())
+            starts.append([time.perf_counter(), False])
 
         def after(_module, args, kwargs, output):
-            interceptor._record_call(entry, args, kwargs, starts.pop() if starts else time.perf_counter(), output, None)
+            started = starts[-1] if starts else [time.perf_counter(), False]
+            started[1] = True
+            interceptor._record_call(entry, args, kwargs, started[0], output, None)
+
+        def finally_(_module, args, kwargs, output):
+            # always_call: torch runs it from its `except` when forward raised, so a compiled call that
+            # raised (a crash under compile) is a call, as it is for a function entry point
+            started, returned = starts.pop() if starts else (time.perf_counter(), True)
+            error = sys.exc_info()[1]
+            if not returned and error is not None:
+                interceptor._record_call(entry, args, kwargs, started, None, error)
 
         module.register_forward_pre_hook(before, with_kwargs=True)
         module.register_forward_hook(after, with_kwargs=True)
+        try:
+            module.register_forward_hook(finally_, with_kwargs=True, always_call=True)
+        except TypeError:  # torch before 2.1: no always_call; a raising forward goes unrecorded
+            pass
         return module
 
 

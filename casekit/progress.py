@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import threading
 import time
@@ -47,6 +48,8 @@ class Verbosity(IntEnum):
 
 _verbosity = Verbosity.NORMAL
 _COUNT = re.compile(r"^(?:\[(?P<label>[^\]]+)\] )?(?P<done>\d+)/(?P<total>\d+)\b")
+_PLAIN_LEAD = "  ... "
+_PHASE_COLUMNS = 30  # a live phase's pulse and elapsed time beside its message
 _LABEL = re.compile(r"^\[(?P<label>[^\]]+)\] (?P<rest>.*)$", re.S)
 
 
@@ -97,6 +100,7 @@ class ProgressView:
     stream: TextIO
     plain: bool = True
     level: Verbosity = Verbosity.NORMAL
+    width: int | None = None  # a terminal's columns: each line is cut to fit (None: a log, kept whole)
     _bars: Progress | None = None
     _tasks: dict[str, Task] = field(default_factory=dict)
     _phases: dict[str, Phase] = field(default_factory=dict)
@@ -107,7 +111,7 @@ class ProgressView:
     def for_stderr(cls, stream: TextIO | None = None) -> Iterator[ProgressView]:
         """The view a command uses: stderr, plain or live by the rules above, the global verbosity."""
         out = stream or sys.stderr
-        view = cls(out, plain=plain_output(out), level=verbosity())
+        view = cls(out, plain=plain_output(out), level=verbosity(), width=terminal_width(out))
         view.start()
         try:
             yield view
@@ -120,7 +124,7 @@ class ProgressView:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-        console = Console(file=self.stream, force_terminal=True)  # plain_output said it is a terminal
+        console = Console(file=self.stream, force_terminal=True, width=self.width)  # plain_output said it is a terminal
         self._bars = Progress(
             TimeElapsedColumn(),  # first: a long description never pushes the elapsed time off the line
             TextColumn("{task.description}"),
@@ -169,7 +173,8 @@ class ProgressView:
         if self._bars is not None:  # a live line: the pulse and the elapsed time move while nothing else does
             from rich.markup import escape
 
-            phase.task_id = self._bars.add_task(escape(message), total=None, amount="")
+            shown = fit_line(message, max(20, self.width - _PHASE_COLUMNS)) if self.width else message
+            phase.task_id = self._bars.add_task(escape(shown), total=None, amount="")
         else:
             self._line(message)  # off a terminal: the phase's one line
         self._phases[label] = phase
@@ -179,12 +184,15 @@ class ProgressView:
         if phase is None or self._bars is None or phase.task_id is None:
             return
         self._bars.remove_task(phase.task_id)
-        self._line(f"{phase.message} {time.monotonic() - phase.started:.1f} s")
+        took = f" {time.monotonic() - phase.started:.1f} s"  # what it took stays whole, the message is cut
+        self._line((fit_line(phase.message, self.width - len(took)) if self.width else phase.message) + took)
 
     def _new_task(self, description: str, total: float) -> Task:
         task = Task(description, total)
         if self._bars is not None:
-            task.task_id = self._bars.add_task(description, total=total, amount=_counted(task))
+            # the bar, its count and its times need the rest of the line: a label gets a third of it
+            shown = fit_label(description, max(12, self.width // 3)) if self.width else description
+            task.task_id = self._bars.add_task(shown, total=total, amount=_counted(task))
         self._tasks[description] = task
         return task
 
@@ -194,10 +202,44 @@ class ProgressView:
 
     def _line(self, message: str) -> None:
         if self._bars is not None:
-            self._bars.console.print(message, markup=False, highlight=False)
+            line = fit_line(message, self.width) if self.width else message
+            self._bars.console.print(line, markup=False, highlight=False, no_wrap=True, overflow="ellipsis")
         else:
-            self.stream.write(f"  ... {message}\n")
+            shown = fit_line(message, self.width - len(_PLAIN_LEAD)) if self.width else message
+            self.stream.write(f"{_PLAIN_LEAD}{shown}\n")
             self.stream.flush()
+
+
+def terminal_width(stream: TextIO) -> int | None:
+    """The columns of the terminal `stream` writes to; None when it is not a terminal (a log keeps whole lines)."""
+    isatty = getattr(stream, "isatty", None)
+    if not (isatty and isatty()):
+        return None
+    return max(20, shutil.get_terminal_size().columns)
+
+
+def fit_line(line: str, width: int) -> str:
+    """One line that does not wrap: a long "[label] message" loses the middle of its label first (its
+    kind and its end say which target), then the end of the message."""
+    if len(line) <= width:
+        return line
+    match = _LABEL.match(line.lstrip()) if "\n" not in line else None
+    if match:
+        lead = line[: len(line) - len(line.lstrip())]
+        rest = match["rest"]
+        room = width - len(lead) - len(rest) - 3  # "[", "] "
+        label = fit_label(match["label"], max(12, room))
+        line = f"{lead}[{label}] {rest}"
+    return line if len(line) <= width else line[: width - 1] + "\u2026"
+
+
+def fit_label(label: str, room: int) -> str:
+    """A label in `room` characters: its kind and its end (`python:…/nightly/bin/python`), never its middle."""
+    if len(label) <= room:
+        return label
+    kind, sep, rest = label.partition(":")
+    head = kind + sep if sep and len(kind) + 2 < room // 2 else ""
+    return head + "\u2026" + (rest if head else label)[-(room - len(head) - 1) :]
 
 
 def _counted(task: Task) -> str:

@@ -21,11 +21,25 @@ from typing import Any
 
 # Where a path token starts: the start of the text or a delimiter.
 _TOKEN_START = r"(?:^|(?<=[\s\"'`(\[{<#=:,;]))"
-# A leftover temporary batch folder of any runner (python/venv runners use mkdtemp(prefix="casekit-")).
-_BATCH_DIR = re.compile(_TOKEN_START + r"[^\s\"'`]*?casekit-[A-Za-z0-9_]{4,}(?=/|\b)")
+# The temporary folders casekit makes itself (mkdtemp(prefix=temp_prefix(kind))): only these are batch folders.
+TEMP_FOLDER_KINDS = ("batch", "replay", "warm", "bisect", "query", "docker", "build")
+# A leftover one, whole or cut on the left (`mp/casekit-batch-...`); never a folder that merely starts with
+# "casekit-" (a user's `~/envs/casekit-nightly`), and never the text before a path (`python:` stays).
+_BATCH_DIR = re.compile(
+    _TOKEN_START
+    + r"(?:[^\s\"'`:]*/)?casekit-(?:"
+    + "|".join(TEMP_FOLDER_KINDS)
+    + r")-[A-Za-z0-9_-]*[A-Za-z0-9_](?![A-Za-z0-9_.-])"
+)
 # Absolute paths no bundle should hold, whatever machine captured it (the test greps for these).
 MACHINE_PATH = re.compile(r"(?<![\w.])/(?:tmp|root|home|work|Users|private|var/folders)/[^\s\"']+")
 _MIN_TAIL = 6  # shorter tails ("/a", "ot/") are too likely to be ordinary text
+
+
+def temp_prefix(kind: str) -> str:
+    """The mkdtemp prefix of one of casekit's own temporary folders (what the scrubber knows as a batch)."""
+    assert kind in TEMP_FOLDER_KINDS, kind
+    return f"casekit-{kind}-"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +66,7 @@ class Scrubber:
             value = value.replace(replacement.folder, replacement.placeholder or ".")
         for replacement, pattern in self._truncated:
             value = pattern.sub(lambda m, r=replacement: _replace_tail(m, r), value)  # type: ignore[misc]
-        return _BATCH_DIR.sub("<batch>", value)
+        return without_addresses(_BATCH_DIR.sub("<batch>", value))  # an address is as local as a path
 
     def walk(self, value: Any) -> Any:
         """Scrub every string inside dataclasses (in place; frozen ones are copied), dicts and lists."""
@@ -136,3 +150,52 @@ def machine_paths_in(text: str) -> list[str]:
         if len(folder) > 1 and folder in text:
             found.append(folder)
     return found
+
+
+# A repr's memory address (`<function f at 0x7f70d861b100>`) and an object id in a guard
+# (`___check_obj_id(G['datetime'].now, 140122642294608)`): they differ on every run and mean nothing to a
+# reader. A bare hex number stays: in a script's source line it is a constant (`mask = 0xFFFFFFFF`).
+_REPR_ADDRESS = re.compile(r"(<[^<>]*?) at 0x[0-9a-fA-F]+>")
+_GUARD_ID = re.compile(r"(___check_(?:obj|type)_id\([^()]*?, )\d{6,}\)")
+_OPENERS, _CLOSERS = "([{<", ")]}>"
+_WORD_BACKOFF = 16
+
+
+def without_addresses(text: str) -> str:
+    """`text` without memory addresses and object ids (a repr keeps its name: `<function f>`)."""
+    if not text or ("0x" not in text and "_id(" not in text):
+        return text
+    text = _REPR_ADDRESS.sub(r"\1>", text)
+    return _GUARD_ID.sub(r"\1<id>)", text)
+
+
+def shorten(text: str, limit: int) -> str:
+    """One line of at most `limit` characters, cut at a word, never inside brackets or quotes it opened:
+    `builtin: repr [<class ...` becomes `builtin: repr …`, not a bracket left open."""
+    value = " ".join(without_addresses(text).split())
+    if len(value) <= limit:
+        return value
+    cut = value[: max(1, limit - 1)]
+    if " " in cut[-_WORD_BACKOFF:]:  # at a word when one ends near the cut; a long path is cut inside
+        cut = cut[: cut.rindex(" ")]
+    start = _first_unclosed(cut)
+    cut = cut[1:] if start == 0 else cut[:start]  # a text that opens at once loses that opener instead
+    return cut.rstrip(" ,;:.-(") + "…"
+
+
+def _first_unclosed(text: str) -> int:
+    """Where the earliest bracket or quote that `text` leaves open starts (len(text) when none is)."""
+    stack: list[tuple[str, int]] = []
+    for index, char in enumerate(text):
+        if char == "<" and not text[index + 1 : index + 2].isalpha():
+            continue  # a comparison (`u0 < N`), not a repr
+        if char in _OPENERS:
+            stack.append((char, index))
+        elif char in _CLOSERS and stack and stack[-1][0] == _OPENERS[_CLOSERS.index(char)]:
+            stack.pop()
+        elif char in "'\"`" and not (char == "'" and index and text[index - 1].isalnum()):  # not it's
+            if stack and stack[-1][0] == char:
+                stack.pop()
+            else:
+                stack.append((char, index))
+    return stack[0][1] if stack else len(text)

@@ -100,6 +100,18 @@ def test_calls_that_were_never_compared_fail_the_compiled_gate():
     assert [f.gate for f in failures] == [Gate.COMPILED] and "0 compared" in failures[0].evidence
 
 
+def test_a_crash_after_graphs_and_breaks_called_its_entry_point_even_with_no_call_recorded():
+    """A bundle from a probe that saw no call of a module whose forward raised: the graphs say it ran."""
+    crash = ScriptObservation(
+        ScriptStatus.COMPILE_ERROR, graphs=2, sites=[site()], error=ErrorInfo("TypeError", "unexpected keyword")
+    )
+    assert check_gates({"pre": crash}) == []
+    before_any_call = ScriptObservation(ScriptStatus.COMPILE_ERROR, error=ErrorInfo("RuntimeError", "no weights"))
+    (failure,) = check_gates({"pre": before_any_call})
+    assert failure.gate is Gate.COMPILED
+    assert failure.evidence == "the compiled run stopped before any compiled call: RuntimeError: no weights"
+
+
 def test_a_compile_error_is_a_purpose_even_with_nothing_compared():
     crash = ran(ScriptStatus.COMPILE_ERROR, check=OutputCheck(), error=ErrorInfo("Unsupported", "boom"))
     assert check_gates({"pre": crash}) == [] and not is_sentinel({"pre": crash})
@@ -186,7 +198,9 @@ def test_scrubber_replaces_known_folders_and_their_left_truncated_tails():
     assert scrubber.text("at /home/alice/.cache and ome/alice/.cache/x") == "at ~/.cache and ~/.cache/x"
     assert scrubber.text("see ce/x") == "see ce/x"  # a tail too short to tell from text stays
     assert scrubber.text("a pre-fix, the root cause") == "a pre-fix, the root cause"  # ordinary words stay
-    assert scrubber.text("left over /tmp/casekit-zz12ab/scripts/a.pre/x.py") == "left over <batch>/scripts/a.pre/x.py"
+    assert scrubber.text("left over /tmp/casekit-batch-9-zz12ab/scripts/a.pre/x.py") == (
+        "left over <batch>/scripts/a.pre/x.py"
+    )
 
 
 def test_scrubber_walks_every_field_and_keeps_enums_and_frozen_frames():
@@ -321,3 +335,48 @@ def test_run_capture_runs_the_asked_interpreter_with_the_allowed_options_and_com
     request.allow, request.force, request.commit = ["network"], True, False
     with pytest.raises(CasekitError, match="--allow takes KEY=VALUE, not 'network'"):
         run_capture(request, archive, factory, lambda message: None)
+
+
+def test_the_scrubber_knows_casekits_own_temporary_folders_and_no_others():
+    import re
+
+    from casekit import scrub
+
+    bare = Scrubber([])
+    # casekit's own batch folders, whole or cut on the left, become <batch>
+    assert bare.text('File "/tmp/casekit-batch-4242-k3j_9zq1/probe.py"') == 'File "<batch>/probe.py"'
+    assert bare.text("at mp/casekit-replay-17-abcd1234/x.py:3") == "at <batch>/x.py:3"
+    # a user's folder named casekit-something is no batch; the text before a path (python:) stays
+    for text in (
+        "python:/home/alice/envs/casekit-nightly/bin/python",
+        "see /srv/casekit-data/run.log and ~/casekit-old/x.py",
+    ):
+        assert bare.text(text) == text
+    # control: the previous rule (any casekit-XXXX folder, from the token start) ate the prefix
+    old_rule = re.compile(scrub._TOKEN_START + r"[^\s\"'`]*?casekit-[A-Za-z0-9_]{4,}(?=/|\b)")
+    assert old_rule.sub("<batch>", "python:/home/alice/envs/casekit-nightly/bin/python") == "<batch>/bin/python"
+    # a repr's address goes, a constant in a source line stays
+    assert bare.text("wrapped <function f at 0x7f70d861b100>; mask = 0xFFFFFFFFFFFF") == (
+        "wrapped <function f>; mask = 0xFFFFFFFFFFFF"
+    )
+    # every temporary folder casekit makes is one the scrubber knows (the prefixes come from one list)
+    sources = Path(scrub.__file__).parent.rglob("*.py")
+    made = {m for p in sources for m in re.findall(r"prefix=\"(casekit-[a-z]+-)\"", p.read_text())}
+    assert not made, f"temporary folders named outside scrub.temp_prefix: {made}"
+    assert all(bare.text(f"/tmp/{scrub.temp_prefix(k)}1-ab12/x") == "<batch>/x" for k in scrub.TEMP_FOLDER_KINDS)
+
+
+def test_an_eager_failure_gets_the_advice_its_error_calls_for():
+    """From torch's own words: no CUDA -> a GPU target; a missing module or file -> --include; else neither."""
+    cpu_build = ErrorInfo("AssertionError", "Torch not compiled with CUDA enabled")  # torch 2.13.0+cpu, real text
+    no_driver = ErrorInfo("RuntimeError", "Found no NVIDIA driver on your system. Please check that you ...")
+    for error in (cpu_build, no_driver):
+        (failure,) = check_gates({"pre": ScriptObservation(ScriptStatus.EAGER_FAILED, error=error)})
+        assert "this interpreter has no CUDA: use a GPU target" in failure.line()
+        assert "--include" not in failure.line()
+    missing = ErrorInfo("FileNotFoundError", "[Errno 2] No such file or directory: 'weights.pt'")
+    (failure,) = check_gates({"pre": ScriptObservation(ScriptStatus.EAGER_FAILED, error=missing)})
+    assert "pass --include" in failure.line() and "CUDA" not in failure.line()
+    other = ErrorInfo("ValueError", "shapes do not match")
+    (failure,) = check_gates({"pre": ScriptObservation(ScriptStatus.EAGER_FAILED, error=other)})
+    assert "--include" not in failure.line() and "CUDA" not in failure.line()

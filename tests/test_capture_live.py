@@ -58,10 +58,21 @@ BAD_SCRIPTS = {
         ["--timeout", "3"],
         "gate timeout (pre-fix)",
     ),
+    "needs-cuda": (  # on this CPU build of torch: the advice is a GPU target, not --include
+        "import torch\n\ncompiled = torch.compile(lambda x: x + 1)\nprint(compiled(torch.ones(3, device='cuda')))\n",
+        [],
+        "the eager run failed: AssertionError: Torch not compiled with CUDA enabled; "
+        "this interpreter has no CUDA: use a GPU target",
+    ),
     "never-compiles": (
         "import torch\n\nprint('fullgraph=True: compiles as one graph')\n",
         [],
-        "gate compiled (pre-fix): no compiled entry point was called",
+        "gate compiled (pre-fix): the script never calls torch.compile",
+    ),
+    "compiles-but-never-calls": (
+        "import torch\n\n\ndef step(x):\n    return x + 1\n\n\ncompiled = torch.compile(step)\nprint('built')\n",
+        [],
+        "gate compiled (pre-fix): torch.compile'd step never called",
     ),
     "exits-under-compile": (
         "import sys\nimport torch\n\n\ndef step(x):\n    if x.sum() > 0:\n        return x * 2\n    return x\n\n\n"
@@ -76,6 +87,46 @@ BAD_SCRIPTS = {
         "--timeout must be a finite number of seconds greater than 0, not -1.0",
     ),
 }
+
+
+# A real crash under compile (torch 2.13.0, and it runs eagerly): the first graph compiles and runs, the
+# print breaks, and the resume function specializes a dimension marked dynamic, which Dynamo raises
+# (ConstraintViolationError) rather than breaking on. The module's one call raised: its entry point ran.
+CRASH_UNDER_COMPILE = """\
+import torch
+import torch._dynamo
+
+
+class Head(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        print("scaled")  # a graph break: the first graph is compiled and runs
+        return self.tail(x, y)
+
+    def tail(self, x, y):
+        if x.shape[0] == 4:  # specializes a dimension marked dynamic: a hard error under compile
+            return y.sum()
+        return y.mean()
+
+
+x = torch.ones(4, 3)
+torch._dynamo.mark_dynamic(x, 0)
+model = torch.compile(Head(), backend="eager")
+print(model(x))
+"""
+
+
+def test_a_crash_under_compile_after_the_entry_point_ran_is_kept_as_compile_error(tmp_path: Path):
+    script = write(tmp_path / "src", {"repro.py": CRASH_UNDER_COMPILE})
+    archive = tmp_path / "cases"
+    result = run_casekit("capture", str(script), "--archive", str(archive), "--title", "mark_dynamic specialized")
+    assert result.returncode == 0, result.stdout + result.stderr
+    case = Archive(archive).load("mark-dynamic-specialized")
+    pre = case.observations["pre"]
+    assert pre.status.value == "compile_error" and "ConstraintViolationError" in pre.detail
+    assert pre.graphs >= 1 and pre.sites  # it compiled and broke before it raised
+    assert [entry.calls for entry in pre.entries] == [1]  # the module's raising call is a call
+    assert case.capture is not None and not case.capture.waived_gates
 
 
 def write(folder: Path, files: dict[str, str]) -> Path:

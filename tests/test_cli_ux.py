@@ -67,11 +67,46 @@ def test_plain_progress_is_one_line_per_step_and_hides_tool_output(monkeypatch: 
     assert stream.getvalue().splitlines() == ["  ... [t] running 4 script(s) of 2 case(s)", "  ... [t] 1/4 a.pre done"]
 
 
+LONG = "python:/home/alice/envs/team/experiments/2026/nightly-build-with-debug/bin/python"
+
+
+def test_a_long_label_does_not_wrap_a_terminals_progress_lines(monkeypatch: pytest.MonkeyPatch):
+    """Each line fits the terminal: the label keeps its kind and its end; a log keeps every line whole."""
+    monkeypatch.setenv("COLUMNS", "72")
+    monkeypatch.setenv("NO_COLOR", "1")  # plain lines, on a terminal
+    terminal = Terminal()
+    with ProgressView.for_stderr(terminal) as view:
+        view(f"[{LONG}] running 18 script(s) of 9 case(s)")
+        view(f"[{LONG}] 3/18 item-branch.pre done (eager ok, compiled ok)")
+    lines = terminal.getvalue().splitlines()
+    assert len(lines) == 2 and all(len(line) <= 72 for line in lines), lines
+    assert lines[0].startswith("  ... [python:…") and "/bin/python] running 18 script(s) of 9 case(s)" in lines[0]
+    log = io.StringIO()
+    with ProgressView.for_stderr(log) as view:
+        view(f"[{LONG}] running 18 script(s) of 9 case(s)")
+    assert log.getvalue() == f"  ... [{LONG}] running 18 script(s) of 9 case(s)\n"  # not a terminal: whole
+
+
+def test_a_long_label_names_a_bar_that_fits(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "72")
+    terminal = Terminal()
+    with ProgressView.for_stderr(terminal) as view:
+        view(f"[{LONG}] 1/4 a.pre done")
+        assert view._bars is not None
+        shown = view._bars.tasks[-1].description
+        assert len(shown) <= 24 and shown.startswith("python:…") and shown.endswith("/bin/python")
+        view(f"[{LONG}] a line said beside the bars, far longer than the terminal is wide, many words")
+    assert all(len(line) <= 72 for line in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.getvalue()).splitlines())
+
+
 def test_a_phase_on_a_terminal_counts_its_elapsed_time_and_prints_what_it_took(monkeypatch: pytest.MonkeyPatch):
     """Importing torch, building an env, verifying rollbacks: a message ending in "…" stays on screen with
     its elapsed time until its label says the next thing, then is printed once with the seconds it took."""
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "200")  # wide enough for the whole line (a narrower terminal cuts the message)
     terminal = Terminal()
     with ProgressView.for_stderr(terminal) as view:
         view("[venv:torch-2.5.1] probe started in /x/python (pid 1): importing torch, warming Dynamo up …")
@@ -298,3 +333,47 @@ def test_bisect_json_dash_puts_the_document_alone_on_stdout(tmp_path: Path, monk
     report = json.loads(done.stdout)
     assert (report["schema"], report["first_bad"]) == ("casekit.bisect/1", "2.8.0")
     assert "step 3, ~3 left: trying 2.8.0" in done.stderr
+
+
+def test_did_you_mean_finds_what_a_person_half_remembers(tmp_path: Path):
+    from casekit.archive.store import suggestions
+
+    known = ["item-branch", "tensor-if", "deepcopy-state", "numpy-tolist", "print-in-forward", "logging-in-forward"]
+    assert suggestions("deepcopy-stat", known) == ["deepcopy-state"]  # a near typo, as before
+    assert suggestions("item", known) == ["item-branch"]  # the start of an id
+    assert suggestions("tolist", known) == ["numpy-tolist"]  # a part of it
+    assert set(suggestions("forward", known)) == {"print-in-forward", "logging-in-forward"}
+    assert suggestions("state-deepcopy", known) == ["deepcopy-state"]  # its words, in another order
+    assert suggestions("zzz", known) == []
+    cases = Archive(tmp_path / "cases")
+    cases.root.mkdir()
+    for case_id in known:
+        (cases.root / f"{case_id}.toml").write_text("")
+    with pytest.raises(CaseNotFound, match=r"no case 'tolist' in .*; did you mean 'numpy-tolist'\?"):
+        cases.load("tolist")
+
+
+def test_a_default_case_id_from_a_long_title_is_short():
+    from casekit.bundle import case_id_from_title
+
+    title = "LlamaRotaryEmbedding.forward gets an unexpected keyword argument hidden_states under compile"
+    assert case_id_from_title(title) == "llamarotaryembedding-forward"
+    assert case_id_from_title("item() branch in step") == "item-branch-step"
+    assert case_id_from_title("deepcopy of the optimizer state") == "deepcopy-optimizer-state"
+    assert case_id_from_title("the of") == "the-of"  # only filler words: kept rather than nothing
+    for long in (title, "x" * 200, "a " * 50 + "b"):
+        assert 0 < len(case_id_from_title(long)) <= 32
+
+
+def test_a_phase_on_a_narrow_terminal_fits_and_keeps_what_it_took(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "60")
+    terminal = Terminal()
+    with ProgressView.for_stderr(terminal) as view:
+        view(f"[{LONG}] probe started in /x/python (pid 1): importing torch, warming Dynamo up …")
+        view(f"[{LONG}] torch 2.13.0 imported in 0.1 s")
+    lines = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.getvalue()).splitlines()
+    closed = [line for line in lines if "warming" in line or line.rstrip().endswith(" s")]
+    assert closed and all(len(line.rstrip()) <= 60 for line in lines), lines
+    assert any(re.search(r"… \d+\.\d s$", line.rstrip()) for line in closed), closed

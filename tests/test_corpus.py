@@ -7,10 +7,19 @@ Slow: re-record a few cases for real on the three releases and classify the fres
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from pathlib import Path
 
 import pytest
+
+from casekit.bundle import sha256_text
+from casekit.classify import classify_case
+from casekit.model import Case, ScriptObservation, ScriptSource
+from casekit.replay.document import result_entry
+from casekit.report.text import observation_summary, result_text
+from casekit.scrub import shorten
 
 from .conftest import ROOT
 
@@ -82,3 +91,82 @@ def test_fresh_runs_on_three_releases_classify_as_expected(torch251_python, torc
         (tmp_path / case / "repro.py").write_text((confusion.HERE / case / "repro.py").read_text())
     rows = confusion.classify_corpus(SAMPLE, fixtures=tmp_path)
     assert rows and [(r.case, r.direction, r.site, r.got) for r in rows if r.expected != r.got] == []
+
+
+# ------------------------------------------------------------------ the messages a person reads
+
+ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}|_id\([^()]*, \d{6,}\)")
+
+
+def corpus_texts() -> list[tuple[str, str]]:
+    """(where, text) of everything casekit prints about the corpus: each capture's summary and each
+    replay's result, both directions, from the real probe results."""
+    texts = []
+    for case in CASES:
+        source = (confusion.HERE / case / "repro.py").read_text()
+        for release in ("2.5.1", "2.13.0"):
+            texts.append(
+                (f"{case} capture {release}", observation_summary("pre", confusion.observation(case, release)))
+            )
+        for direction, (captured_on, replayed_on) in confusion.DIRECTIONS.items():
+            bundle = Case(
+                id=case,
+                title=case,
+                pre=ScriptSource("repro.py", sha256_text(source), source),
+                observations={"pre": confusion.observation(case, captured_on)},
+            )
+            result = classify_case(bundle, replayed_on, {"pre": confusion.observation(case, replayed_on)})
+            texts.append((f"{case} {direction}", result_text(result_entry(result))))
+    return texts
+
+
+def test_the_corpus_messages_carry_no_address_and_no_cut_bracket():
+    texts = corpus_texts()
+    raw = " ".join(json.dumps(json.loads(p.read_text())) for p in confusion.HERE.glob("*/probe/*.json"))
+    assert ADDRESS.search(raw), "control: the corpus's raw Dynamo text holds addresses"
+    for where, text in texts:
+        assert not ADDRESS.search(text), (where, ADDRESS.search(text))
+    reasons = {s.reason for c in CASES for r in ("2.5.1", "2.13.0") for s in confusion.observation(c, r).sites}
+    for reason in reasons:  # every cut of every real reason closes what it opened
+        for limit in range(12, 90, 3):
+            short = shorten(reason, limit)
+            assert len(short) <= limit and not _unbalanced(short), (reason, limit, short)
+
+
+def _unbalanced(text: str) -> bool:
+    depth = {"(": 0, "[": 0, "{": 0}
+    for opener, closer in ("()", "[]", "{}"):
+        depth[opener] = text.count(opener) - text.count(closer)
+    return any(depth.values())
+
+
+def test_a_changed_reason_is_said_once_and_a_capture_compares_nothing():
+    changed = 0
+    for where, text in corpus_texts():
+        for line in text.splitlines():
+            if "[reason changed:" in line:
+                changed += 1
+                shown, note = line.split("[reason changed:", 1)
+                reason = shown.split(maxsplit=3)[-1].strip().rstrip("…")
+                assert reason not in note, (where, line)  # the note names the ids and the old reason only
+            if " capture " in where:
+                assert "now falls back" not in line and "no longer" not in line, (where, line)
+    assert changed >= 4  # ctxmgr_assert, fstring_debug_log, datetime_now, two_skipped_functions
+
+
+def test_a_post_fix_that_did_not_compile_is_not_said_to_have_no_breaks():
+    """set_stance_api on 2.5.1 fails its eager baseline: its post-fix (recorded clean on 2.13) shows nothing."""
+    source = (confusion.HERE / "set_stance_api" / "repro.py").read_text()
+    recorded = confusion.observation("set_stance_api", "2.13.0")
+    fixed = ScriptObservation(recorded.status, graphs=1)  # the fix: one graph, no break
+    bundle = Case(
+        id="set_stance_api",
+        title="set_stance",
+        pre=ScriptSource("repro.py", sha256_text(source), source),
+        post=ScriptSource("repro_fixed.py", sha256_text(source), source),
+        observations={"pre": recorded, "post": fixed},
+    )
+    ran = confusion.observation("set_stance_api", "2.5.1")
+    text = result_text(result_entry(classify_case(bundle, "2.5.1", {"pre": ran, "post": ran})))
+    assert "post: no breaks" not in text
+    assert "post: no break observed (eager_failed: its compiled run did not finish)" in text

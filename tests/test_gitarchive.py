@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -29,8 +30,10 @@ from casekit.model import (
     SiteVerdict,
 )
 from casekit.replay.plan import replay_message
-from casekit.replay.run import ReplayReport, TargetRun, portable_label
+from casekit.replay.run import ReplayReport, TargetRun
+from casekit.report.markdown import md
 from casekit.runners.interface import TargetSpec
+from casekit.runners.python import portable_interpreter
 
 FIXTURE_ARCHIVE = Path(__file__).parent / "fixtures" / "report" / "archive"
 SCRIPT = "import torch\n\ndef f(x):\n    return x.item()\n"
@@ -245,7 +248,18 @@ def test_replay_commit_then_log_reads_it_back(repo: git.Repo) -> None:
     runner = CliRunner()
     done = runner.invoke(
         casekit_app,
-        ["replay", "--archive", str(root / "cases"), "--python", sys.executable, "--commit", "--fail-on", "never"],
+        [
+            "replay",
+            "--archive",
+            str(root / "cases"),
+            "--python",
+            sys.executable,
+            "--commit",
+            "--json",
+            str(root.parent / "replay.json"),
+            "--fail-on",
+            "never",
+        ],
     )
     assert done.exit_code == 0, done.output
     subject = repo.head.commit.summary
@@ -256,5 +270,18 @@ def test_replay_commit_then_log_reads_it_back(repo: git.Repo) -> None:
     assert shown.exit_code == 0, shown.output
     assert str(subject) in shown.output
     # the history names the interpreter without this machine's folders (a bundle is shared)
-    assert f"replay on {portable_label('python:' + sys.executable)}" in shown.output
+    assert f"replay on {'python:' + portable_interpreter(sys.executable)}" in shown.output
     assert "replay on python:<python>/bin/" in shown.output or sys.prefix not in sys.executable
+    # one interpreter is one target: the JSON and the history it just recorded name it alike
+    document = json.loads((root.parent / "replay.json").read_text())
+    label = portable_interpreter(sys.executable)
+    assert [t["label"] for t in document["targets"]] == [f"python:{label}"]
+    assert document["targets"][0]["display"] == f"python:{sys.executable}"
+    report = runner.invoke(
+        casekit_app,
+        ["report", "--archive", str(root / "cases"), "--results", str(root.parent / "replay.json"), "-f", "md"]
+        + ["--out", "-"],
+    )
+    assert report.exit_code == 0, report.output
+    # the bundle's history held python:current and venv:torch-2.5.1; this replay adds one target, not two
+    assert "1 case(s) × 3 target(s)" in report.output and md(f"python:{label}") in report.output

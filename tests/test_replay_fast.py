@@ -249,12 +249,27 @@ def test_a_target_label_in_the_bundle_history_names_no_folder_of_this_machine() 
     import os
     import sys
 
-    from casekit.replay.run import portable_label
+    from casekit.runners import registry
 
-    assert portable_label(f"python:{sys.executable}").startswith("python:<python>/")
-    assert portable_label(f"python:{os.path.expanduser('~')}/envs/nightly/bin/python") == (
-        "python:~/envs/nightly/bin/python"
+    def python(path: str | None) -> tuple[str, str]:
+        spec = registry.interpreter_runner().target(python=path)
+        return registry.label(spec), registry.display(spec)
+
+    label, shown = python(sys.executable)
+    assert label.startswith("python:<python>/") and shown == f"python:{sys.executable}"
+    home = os.path.expanduser("~")
+    assert python(f"{home}/envs/nightly/bin/python")[0] == "python:~/envs/nightly/bin/python"
+    # a folder of the user's that merely starts with "casekit-" is no batch folder: the label keeps it whole
+    assert python(f"{home}/envs/casekit-nightly/bin/python") == (
+        "python:~/envs/casekit-nightly/bin/python",
+        f"python:{home}/envs/casekit-nightly/bin/python",
     )
-    assert portable_label("python:/opt/team/envs/nightly/bin/python") == "python:…/nightly/bin/python"
-    assert portable_label("venv:torch-2.13") == "venv:torch-2.13"
-    assert portable_label("python:current") == "python:current"
+    assert python("/opt/team/envs/nightly/bin/python")[0] == "python:…/nightly/bin/python"
+    assert python(None) == ("python:current", "python:current")
+    assert registry.label(registry.runner_class("venv").target(torch="2.13")) == "venv:torch-2.13"
+
+
+def test_two_interpreters_one_label_are_refused_before_anything_runs() -> None:
+    choice = TargetChoice(pythons=("/opt/a/envs/nightly/bin/python", "/opt/b/envs/nightly/bin/python"))
+    with pytest.raises(CasekitError, match=r"would both be recorded as python:…/nightly/bin/python"):
+        choice.specs()

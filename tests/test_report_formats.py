@@ -183,6 +183,22 @@ def test_report_command(tmp_path: Path) -> None:
     assert refused.exit_code != 0 and "HTML report is a folder" in str(refused.exception)
 
 
+def test_markdown_code_spans_show_their_text_as_written() -> None:
+    """A code span decodes no entity: the target must not be HTML-escaped there (rendered by CommonMark)."""
+    from markdown_it import MarkdownIt
+
+    case = hostile_case()
+    case.replays[-1].target = "python:<batch>/bin/python"
+    twin = copy.deepcopy(case)
+    twin.id, twin.replays[-1].target = "ticks", "docker:`a``b`<i>x</i>"
+    text = get_format("md").render(summarize([case, twin]))["report.md"]
+    rendered = MarkdownIt("commonmark").render(text)
+    assert "<code>python:&lt;batch&gt;/bin/python</code>" in rendered  # shows as <batch>, not &lt;batch&gt;
+    assert "&amp;lt;batch&amp;gt;" not in rendered
+    assert "<code>docker:`a``b`&lt;i&gt;x&lt;/i&gt;</code>" in rendered  # backticks kept, no markup added
+    assert "<i>" not in rendered and "<script>" not in rendered
+
+
 def test_fail_on_warn_makes_warnings_junit_failures_and_fails_the_step_summary(tmp_path: Path) -> None:
     """CI sees what the terminal says: at --fail-on warn a fallback or a moved break is red in JUnit."""
     app = typer.Typer()

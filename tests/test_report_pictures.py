@@ -291,3 +291,78 @@ def test_a_real_bisection_renders_with_its_boundary_and_on_the_timeline(cases: d
     timeline = parse_svg(timeline_svg(timeline_from_case(cases[doc["subject"]]), [doc]))
     line = groups(timeline, "bisect-boundary")
     assert len(line) == 1 and doc["first_bad"] in " ".join(texts(line[0]))
+
+
+# ------------------------------------------------------------------ what --results and fallbacks add
+
+REPORT = Path(__file__).parent / "fixtures" / "report"
+
+
+def test_the_timeline_draws_the_replay_given_with_results():
+    """`replay --json F` (no --record), then `report --results F`: the case page's timeline has its column."""
+    from casekit.replay.document import read_replay_document
+
+    case = copy.deepcopy(Archive(REPORT / "archive").load("item-branch"))
+    case.replays = []  # nothing recorded: only the results file knows the replay
+    document = read_replay_document(REPORT / "replay-torch-2.5.1.json")
+    summary = summarize([case], [("replay-torch-2.5.1.json", document)])
+    page = get_format("html").render(summary)["cases/item-branch.html"]
+    (svg,) = [part for part in page.split("<svg")[1:] if 'class="timeline-svg"' in part]
+    heads = [t for t in svg.split("<title>")[1:] if "(--results, not recorded)" in t]
+    assert heads and "changed (warn)" in heads[0], heads  # the column of the results file, with its verdict
+    marks = Counter(mark.split('"')[0] for mark in svg.split('class="mark mark-')[1:])
+    assert marks["recorded"] and sum(v for k, v in marks.items() if k != "recorded") >= 1, marks
+
+
+def corpus_case_replayed(name: str, captured_on: str, replayed_on: str) -> Case:
+    """A corpus repro captured on one release with its history entry of a real replay on the other."""
+    import sys
+
+    from casekit.bundle import sha256_text
+    from casekit.classify import classify_case
+    from casekit.model import ScriptSource
+    from casekit.replay.run import TargetRun, replay_record
+    from casekit.runners.interface import TargetSpec
+
+    sys.path.insert(0, str(Path(__file__).parent / "corpus"))
+    import confusion
+
+    source = (confusion.HERE / name / "repro.py").read_text()
+    case = Case(
+        id=name,
+        title=name,
+        pre=ScriptSource("repro.py", sha256_text(source), source),
+        observations={"pre": confusion.observation(name, captured_on)},
+        environment={"torch": captured_on},
+    )
+    result = classify_case(case, "python:current", {"pre": confusion.observation(name, replayed_on)})
+    run = TargetRun(TargetSpec("python"), "python:current", environment={"torch": replayed_on})
+    case.replays.append(replay_record(result, run))
+    return case
+
+
+def test_a_frame_that_now_falls_back_has_a_row_and_a_worse_mark():
+    """bool_mask_getitem: on 2.13 `inner` falls back to eager entirely (the break persists, reworded);
+    its row says new, in red, so the column cannot read as an improvement."""
+    case = corpus_case_replayed("bool_mask_getitem", "2.5.1", "2.13.0")
+    timeline = timeline_from_case(case)
+    (row,) = [r for r in timeline.rows if r.is_fallback]
+    assert row.label == "pre falls back to eager: inner (repro.py:7)"
+    capture, replay = timeline.columns
+    assert capture.marks_at(row.key) == [] and replay.marks_at(row.key) == [SiteClass.NEW.value]
+    back = corpus_case_replayed("bool_mask_getitem", "2.13.0", "2.5.1")  # the other way: cleared
+    (row,) = [r for r in timeline_from_case(back).rows if r.is_fallback]
+    capture, replay = timeline_from_case(back).columns
+    assert capture.marks_at(row.key) == ["recorded"] and replay.marks_at(row.key) == [SiteClass.GONE.value]
+
+
+def test_a_column_head_is_never_coloured_better_than_its_severity():
+    from casekit.report.pictures import HEAT_LEGEND, SEVERITY_FLOOR, head_verdict
+
+    for verdict in Verdict:
+        for severity in Severity:
+            shown = head_verdict(verdict, severity)
+            assert HEAT_LEGEND.index(shown) >= HEAT_LEGEND.index(verdict)
+            assert HEAT_LEGEND.index(shown) >= HEAT_LEGEND.index(SEVERITY_FLOOR[severity])
+    assert head_verdict(Verdict.IMPROVED, Severity.WARN) is Verdict.CHANGED  # a warning is not green
+    assert head_verdict(Verdict.UNCHANGED, Severity.INFO) is Verdict.UNCHANGED

@@ -164,13 +164,26 @@ def test_missing_interpreter_is_one_clear_error() -> None:
 def test_interpreter_without_torch_is_one_clear_error(tmp_path: Path, batch_dirs: list[Path]) -> None:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
     bare = str(tmp_path / "bare" / "bin" / "python")
-    pattern = rf"^python {bare}: torch is not importable: ModuleNotFoundError: No module named 'torch'$"
+    pattern = (
+        rf"^python {bare}: torch is not importable: ModuleNotFoundError: No module named 'torch'; "
+        r"install torch into it, or name another interpreter with --python PATH$"
+    )
     with pytest.raises(RunnerError, match=pattern):
         PythonRunner(TargetSpec("python", python=bare)).prepare(lambda _line: None)
     script = write(tmp_path / "item_break.py", ITEM_BREAK)
     with pytest.raises(EnvironmentFailed, match=pattern):
         run_probe_subprocess(bare, [ProbeJob("item-break:pre", script)], lambda _line: None)
     assert batch_dirs and not any(path.exists() for path in batch_dirs)
+
+
+def test_casekits_own_interpreter_without_torch_names_python_and_with_torch() -> None:
+    """A `uv tool` or pipx install holds no torch: the remedy is another interpreter or torch beside casekit."""
+    line = process.torch_missing(sys.executable, "ModuleNotFoundError: No module named 'torch'")
+    assert line.endswith(
+        "name an interpreter that has torch with --python PATH, or install torch beside casekit "
+        "(uv tool install --with torch ..., pipx inject casekit torch)"
+    )
+    assert "--python" not in process.torch_missing("/opt/other/bin/python", "x").split("; ")[0]
 
 
 def test_overall_timeout_is_every_run_plus_the_import() -> None:

@@ -136,9 +136,10 @@ def test_the_real_runners_keep_their_labels_and_reproduce_flags() -> None:
     assert [registry.label(s) for s in (venv, docker, python, registry.interpreter_target())] == [
         "venv:torch-2.13.0-cu124",
         "docker:torch-2.5.1-img",
-        "python:/opt/t/bin/python",
+        "python:…/t/bin/python",  # the key a bundle's history and the JSON share: no host folder
         "python:current",
     ]
+    assert registry.display(python) == "python:/opt/t/bin/python"  # what the person here typed
     assert registry.replay_flags(venv) == ["--torch", "2.13.0", "--cuda", "cu124"]  # venv: what --torch gets
     assert registry.replay_flags(docker) == ["--torch", "2.5.1", "--runner", "docker", "--image", "img"]
     assert registry.replay_flags(python) == ["--python", "/opt/t/bin/python"]

@@ -50,7 +50,7 @@ from casekit.model import (
 from casekit.timeouts import recorded_run_seconds
 
 INDEX_FILE = "index.json"
-FORMAT = 1
+FORMAT = 2  # 2: replay records keep their fallbacks
 # About 1 KB an entry: far above a 10,000-case archive, below what would exhaust memory.
 MAX_INDEX_BYTES = 256 * 1024 * 1024
 # The file is the JSON document with its seal as the first key: {"tag":"<hex>", then the sealed rest.
@@ -138,7 +138,7 @@ def _record_from_row(row: list[Any]) -> ReplayRecord:
         SiteVerdict(ROLES[script], SITE_CLASSES[kind], where, category)
         for script, kind, where, category in row[SITES_AT]
     ]
-    for name in ("observed", "graphs", "compile_s"):  # script -> ...: keyed by role again
+    for name in ("observed", "graphs", "compile_s", "fallbacks"):  # script -> ...: keyed by role again
         table = getattr(record, name)
         if table is not None:
             setattr(record, name, {ROLES[which]: value for which, value in table.items()})
@@ -188,6 +188,9 @@ ROW_CHECKS: dict[str, Callable[[Any], bool]] = {
     "graphs": lambda value: value is None or _script_table(value, int),
     "compile_s": lambda value: value is None or _script_table(value, int, float),
     "timing_load": lambda value: value is None or isinstance(value, str),
+    "fallbacks": lambda value: (
+        value is None or (_script_table(value, list) and all(_texts(*frames) for frames in value.values()))
+    ),
 }
 
 

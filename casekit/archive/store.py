@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,11 +169,27 @@ def ignore_scratch(root: Path) -> None:
         pass  # a full or read-only disk: the lock works without it, and the write that matters says why
 
 
-def _not_found(case_id: str, root: Path, known: list[str]) -> str:
-    """'no case X; did you mean Y?' from the archive's ids (all of them when few)."""
+def suggestions(wanted: str, known: list[str], limit: int = 3) -> list[str]:
+    """The ids a person who typed `wanted` may have meant, best first: near typos (difflib), then ids it
+    begins (`item` -> `item-branch`), then ids holding it or every word of it (`branch`, `step-item`)."""
     import difflib
 
-    close = difflib.get_close_matches(case_id, known, n=3, cutoff=0.6)
+    query = wanted.lower()
+    words = [w for w in re.split(r"[^a-z0-9]+", query) if w]
+    found = difflib.get_close_matches(wanted, known, n=limit, cutoff=0.6)
+    ranked = [
+        [k for k in known if k.lower().startswith(query)],
+        [k for k in known if query in k.lower() or (len(query) > 3 and k.lower() in query)],
+        [k for k in known if words and all(w in re.split(r"[^a-z0-9]+", k.lower()) for w in words)],
+    ]
+    for group in ranked:
+        found += sorted(k for k in group if k not in found)
+    return found[:limit]
+
+
+def _not_found(case_id: str, root: Path, known: list[str]) -> str:
+    """'no case X; did you mean Y?' from the archive's ids (all of them when few)."""
+    close = suggestions(case_id, known)
     if close:
         return f"no case {case_id!r} in {root}; did you mean {' or '.join(repr(c) for c in close)}?"
     listed = ", ".join(known[:8]) + (f" and {len(known) - 8} more" if len(known) > 8 else "")

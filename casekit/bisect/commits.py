@@ -49,6 +49,7 @@ from casekit.model import ScriptSource
 from casekit.observe.batch import observe_batch
 from casekit.runners import registry
 from casekit.runners.interface import ProbeJob, ProgressFn, Runner, RunnerFactory
+from casekit.scrub import temp_prefix
 
 SKIP_EXIT_CODE = 125  # git bisect run's "cannot test this commit"
 COMMIT_ENV_VAR = "CASEKIT_BISECT_COMMIT"  # lets a command that lives outside the repo know the commit
@@ -118,7 +119,7 @@ def _forget_worktree(repo: git.Repo, worktree: Path) -> None:
 def temporary_worktree(repo_path: Path, sha: str, under: Path | None = None) -> Iterator[Path]:
     """A detached checkout of `sha` in a fresh temporary folder (inside `under` if given), removed on exit whatever happens."""
     repo = _open_repo(Path(repo_path))
-    parent = Path(tempfile.mkdtemp(prefix="casekit-bisect-", dir=under))
+    parent = Path(tempfile.mkdtemp(prefix=temp_prefix("bisect"), dir=under))
     worktree = parent / sha[:12]
     try:
         _git(repo, "worktree", "add", "--detach", str(worktree), sha)
@@ -368,7 +369,7 @@ def bisect_commits(
     candidates = list_first_parent_commits(config.repo, config.good, config.bad)
     setup = _probe_setup(config)
     if config.warm and not config.judge.exit_code:
-        setup.worktrees = Path(tempfile.mkdtemp(prefix="casekit-bisect-"))
+        setup.worktrees = Path(tempfile.mkdtemp(prefix=temp_prefix("bisect")))
     subject = _commit_subject(config, make_runner or registry_runner(), progress, setup)
     evaluate = Evaluator(subject, config.cache, progress)
     what = config.judge.describe()

@@ -33,8 +33,10 @@ from casekit.runners.process import (
     check_interpreter,
     kill_process_tree,
     overall_timeout,
+    torch_missing,
 )
 from casekit.runners.sandbox import Sandbox
+from casekit.scrub import temp_prefix
 
 POLL_S = 0.02
 
@@ -57,7 +59,7 @@ class WarmProbe:
         self.sandbox = sandbox or Sandbox.from_options()
         self.sandbox.check()
         self.writable = list(writable)
-        self.state = Path(tempfile.mkdtemp(prefix="casekit-warm-"))
+        self.state = Path(tempfile.mkdtemp(prefix=temp_prefix("warm")))
         self.stage = self.sandbox.stage_for(self.state)  # the sandbox launcher's, when casekit is root
         self.places = self.sandbox.place([self.state, *self.writable])  # host folder -> where the probe sees it
         self.process: subprocess.Popen[bytes] | None = None
@@ -110,8 +112,9 @@ class WarmProbe:
         record = json.loads(env_path.read_text())
         if not record.get("ok"):
             self.close()
-            why = record.get("error") if record.get("refused") else f"torch is not importable: {record.get('error')}"
-            raise EnvironmentUnusable(f"python {self.python}: {why}")
+            if record.get("refused"):
+                raise EnvironmentUnusable(f"python {self.python}: {record.get('error')}")
+            raise EnvironmentUnusable(torch_missing(self.python, str(record.get("error"))))
         self.import_s = record.get("import_s")
         progress(f"torch {(record.get('environment') or {}).get('torch')} imported in {self.import_s:.1f} s (once)")
         return process

@@ -41,7 +41,11 @@ def capture(
     script: Annotated[Path, typer.Argument(help="The minimal repro (pre-fix) script.")],
     fixed: Annotated[Path | None, typer.Option("--fixed", help="The fixed (post-fix) script.")] = None,
     case_id: Annotated[
-        str | None, typer.Option("--id", help="Case id (a slug) [default: from the title or file name]")
+        str | None,
+        typer.Option(
+            "--id",
+            help="Case id (a slug) [default: the first words of the title or the file name, up to 32 characters]",
+        ),
     ] = None,
     title: Annotated[str | None, typer.Option("--title", help="One-line title of the case.")] = None,
     tag: Annotated[list[str] | None, typer.Option("--tag", help="A tag (repeatable).")] = None,

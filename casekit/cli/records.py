@@ -194,7 +194,7 @@ def merge(
     )
     if json_out and not to_stderr:
         typer.echo(f"wrote {json_out}")
-    failed = [target.label for target in data.failed_targets()]
+    failed = [target.display or target.label for target in data.failed_targets()]
     if failed:  # the why is in the report above, once
         typer.echo(f"casekit: error: {len(failed)} target(s) could not run: {', '.join(failed)}", err=True)
     raise typer.Exit(merged.exit_code(threshold))

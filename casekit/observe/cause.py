@@ -22,7 +22,32 @@ TORCH_FLOOR = re.compile(r"(?:PyTorch|torch)\s*(?:>=|≥|version\s*>=?)\s*(?P<fl
 MISSING_MODULE = re.compile(r"No module named")
 TARGET_TORCH = re.compile(r"torch[-=@ ]?(?P<version>\d+\.\d+(?:\.\d+)?)")
 
+# What torch says when a script asks for a GPU the interpreter cannot reach: a CPU build ("Torch not
+# compiled with CUDA enabled"), a CUDA build with no driver or no device, a checkpoint saved on a GPU.
+NO_CUDA = re.compile(
+    r"not compiled with CUDA enabled|no NVIDIA driver|No CUDA GPUs are available|no CUDA-capable device"
+    r"|CUDA driver initialization failed|torch\.cuda\.is_available\(\) is False"
+    r"|Cannot access accelerator device when none is available",
+    re.IGNORECASE,
+)
+NO_CUDA_ADVICE = (
+    "this interpreter has no CUDA: use a GPU target (--python with a CUDA build of torch on a GPU host, "
+    "or --runner docker --cuda cuXXX --allow gpus=all)"
+)
+
 RequiresLookup = Callable[[str, str], list[str] | None]
+
+
+def failure_text(observation: ScriptObservation) -> str:
+    """Everything a failed run said: its detail, its error, the tail of its output."""
+    return "\n".join(
+        [observation.detail, observation.error.message if observation.error else "", observation.stdout_tail]
+    )
+
+
+def needs_cuda(observation: ScriptObservation) -> bool:
+    """Whether the run failed for want of a GPU (read from torch's own error text)."""
+    return bool(NO_CUDA.search(failure_text(observation)))
 
 
 @dataclass(frozen=True)
@@ -83,9 +108,7 @@ def not_run_cause(
     The library is the pinned one the error names (or the only one pinned); its floor is the one
     the error states, else the one its installed metadata declares.
     """
-    text = "\n".join(
-        [observation.detail, observation.error.message if observation.error else "", observation.stdout_tail]
-    )
+    text = failure_text(observation)
     torch = target_torch(target) or observation.packages.get("torch")
     libraries = {d: v for d, v in sorted(packages.items()) if d.lower() != "torch"}
     named = [d for d in libraries if re.search(rf"\b{re.escape(d)}\b", text, re.IGNORECASE)]
@@ -102,7 +125,8 @@ def not_run_cause(
                 found = dist, floor
                 break
     if found is None:
-        return NotRun(f"nothing ran: {observation.detail or observation.status.value}")
+        hint = f"; {NO_CUDA_ADVICE}" if NO_CUDA.search(text) else ""
+        return NotRun(f"nothing ran: {observation.detail or observation.status.value}{hint}")
     dist, floor = found
     shown = torch or "the target's torch"
     return NotRun(

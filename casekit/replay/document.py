@@ -125,6 +125,7 @@ class TargetEntry:
     warnings: list[str] = field(default_factory=list)
     seconds: float | None = None
     import_s: float | None = None
+    display: str | None = None  # the target as this machine names it (`python:/home/me/...`); the label is the key
     # the Dynamo settings that change break shape, as this release has them: name -> {"value", "default"}
     # ("set": true for those the replay set); None: not recorded (a probe before casekit recorded them)
     dynamo: dict[str, dict[str, Any]] | None = None
@@ -186,7 +187,7 @@ class ReplayDocument:
 def _target_json(target: TargetEntry) -> dict[str, Any]:
     """A target as JSON; what a probe before settings were recorded did not say is left out, not null."""
     data = dataclasses.asdict(target)
-    for key in ("dynamo", "libraries"):
+    for key in ("dynamo", "libraries", "display"):  # display: the label says it all but for an interpreter path
         if not data[key]:
             del data[key]
     return data
@@ -309,6 +310,7 @@ def target_entry(run: TargetRun) -> TargetEntry:
         warnings=list(run.warnings),
         seconds=round(run.seconds, 2),
         import_s=run.import_s,
+        display=run.display,
         dynamo=run.environment.get("dynamo_settings"),
         libraries=run.libraries(),
     )
@@ -486,6 +488,7 @@ def _target_entry(data: dict[str, Any]) -> TargetEntry:
         warnings=list(data.get("warnings") or []),
         seconds=data.get("seconds"),
         import_s=data.get("import_s"),
+        display=data.get("display"),
         dynamo=data.get("dynamo"),
         libraries=dict(data.get("libraries") or {}),
     )

@@ -114,7 +114,17 @@ class TargetChoice:
             specs.append(registry.image_runner().target(image=self.image, options=options))
         if not specs:
             specs.append(interpreters.target(options=options))  # the local torch
-        return [registry.check_target(spec) for spec in specs]
+        checked = [registry.check_target(spec) for spec in specs]
+        shown: dict[str, str] = {}
+        for spec in checked:  # one label is one target in every document and history: two may not share it
+            label, display = registry.label(spec), registry.display(spec)
+            if label in shown and shown[label] != display:
+                raise CasekitError(
+                    f"{shown[label]} and {display} would both be recorded as {label}: "
+                    "give one of them in another folder layout (a label keeps the path's last three parts)"
+                )
+            shown[label] = display
+        return checked
 
 
 @dataclass(frozen=True)
@@ -164,7 +174,9 @@ class ReplayOutcome:
     report: ReplayReport | None = None  # None: this shard had nothing to run
     skipped_drafts: list[str] = field(default_factory=list)
     invalid: list[BundleError] = field(default_factory=list)
-    failed_targets: list[str] = field(default_factory=list)  # "label: why", one per environment that failed
+    failed_targets: list[str] = field(
+        default_factory=list
+    )  # "target: why" (as shown here), one per environment that failed
     json_written: Path | None = None
     results_written: list[Path] = field(default_factory=list)  # --results-dir: one file per target
     committed: str | None = None
@@ -269,7 +281,7 @@ def run_replay(
     if selection.cells is not None:
         for run in report.targets:
             run.results = [r for r in run.results if (r.case_id, run.label) in selection.cells]
-    failed = [f"{run.label}: {run.error}" for run in report.targets if run.error]
+    failed = [f"{run.display or run.label}: {run.error}" for run in report.targets if run.error]  # for people
     unrecorded = [f"could not record the replay of {run.record_error}" for run in report.targets if run.record_error]
     outcome = ReplayOutcome(
         _sliced(replay_document(report, request.shard, selection.matrix), request, selection),

@@ -49,7 +49,6 @@ from casekit.runners.interface import (
     TargetSpec,
 )
 from casekit.runners.process import REPLAY_PREFIX
-from casekit.scrub import Scrubber, machine_folders
 from casekit.timeouts import replay_run_timeout
 from casekit.versions import package_pin
 
@@ -90,6 +89,7 @@ class TargetRun:
     import_s: float | None = None
     recorded: list[str] = field(default_factory=list)  # case ids whose bundle got this target's record
     record_error: str | None = None  # why the others did not (a full disk...): each is as it was
+    display: str | None = None  # the target for people here (`python:/home/me/...`); None: the label
 
     def libraries(self) -> dict[str, str]:
         """The library versions this target's scripts imported (torch aside): one environment, one version each."""
@@ -271,7 +271,7 @@ def run_target(
     if pins:
         spec = replace(spec, extra_packages=tuple(spec.extra_packages) + pins)
     label, shown = registry.label(spec), registry.display(spec)
-    run = TargetRun(spec=spec, label=label, warnings=list(pin_warnings))
+    run = TargetRun(spec=spec, label=label, warnings=list(pin_warnings), display=shown if shown != label else None)
     say: ProgressFn = lambda message: progress(f"[{shown}] {message}")  # noqa: E731
     folder = Path(tempfile.mkdtemp(prefix=f"{REPLAY_PREFIX}{os.getpid()}-"))  # the pid: swept if we are killed
     try:
@@ -313,19 +313,6 @@ def run_target(
     return run
 
 
-def portable_label(label: str) -> str:
-    """A target label fit for a shared bundle: an interpreter path loses this machine's folders
-    (`python:/home/me/envs/nightly/bin/python` -> `python:~/envs/nightly/bin/python`, another absolute
-    path keeps only its last three parts: `python:…/nightly/bin/python`)."""
-    kind, sep, where = label.partition(":")
-    if not sep or not where.startswith("/"):
-        return label
-    where = Scrubber(machine_folders()).text(where)
-    if where.startswith("/"):
-        where = "…/" + "/".join(Path(where).parts[-3:])
-    return f"{kind}:{where}"
-
-
 def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
     """The compact history entry a bundle keeps (so later replays can tell 'reappeared')."""
     sites = []
@@ -337,7 +324,7 @@ def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
             sites.append(SiteVerdict(which, pairing.site_class, site.anchor.where(), site.category))
     return ReplayRecord(
         at=dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
-        target=portable_label(run.label),
+        target=run.label,
         torch=str(run.environment.get("torch", "?")),
         runner=run.spec.runner,
         verdict=result.verdict,
@@ -351,6 +338,10 @@ def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
             which: round(sum(e.first_call_s for e in script.observation.entries if e.first_call_s is not None), 4)
             for which, script in result.scripts.items()
             if any(e.first_call_s is not None for e in script.observation.entries)
+        },
+        fallbacks={
+            which: [f"{f.function} ({f.file}:{f.line})" for f in script.observation.fallback_frames]
+            for which, script in result.scripts.items()
         },
         timing_load=next(
             (s.observation.timing_load for s in result.scripts.values() if s.observation.timing_load), None

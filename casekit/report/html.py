@@ -482,7 +482,8 @@ def case_page(summary: CaseSummary) -> str:
         )
         facts.append(("from", origin))
     body.append('<dl class="facts">' + "".join(f"<dt>{h(k)}</dt><dd>{h(v)}</dd>" for k, v in facts if v) + "</dl>")
-    body.append(timeline_section(case))
+    results = [cell.record for cell in summary.cells.values() if cell.record is not None]
+    body.append(timeline_section(case, results=results))
     for label, text, css in (
         ("Notes", case.notes, ""),
         ("Fix", case.fix_summary, ""),

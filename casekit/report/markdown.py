@@ -2,11 +2,14 @@
 
 GitHub renders HTML inside Markdown, so bundle text is HTML-escaped and table
 pipes are escaped too; nothing a bundle says can add markup to the summary.
+Code spans are the exception: their text is shown literally, so it is not
+escaped there (only fenced with enough backticks), and none stands in a table.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from typing import assert_never
 
 from casekit.model import Severity
@@ -36,6 +39,19 @@ def md(text: object, limit: int = 200) -> str:
     if len(value) > limit:
         value = value[: limit - 1] + "…"
     return html.escape(value, quote=False).replace("|", "\\|").replace("`", "'")
+
+
+def code(text: object, limit: int = 200) -> str:
+    """One inline code span of `text`, shown literally: inside a code span Markdown decodes no entity
+    and GitHub renders no HTML, so nothing is HTML-escaped there (`&lt;batch&gt;` would show as is);
+    the fence is one backtick longer than any run of backticks inside (CommonMark's rule)."""
+    value = " ".join(str(text if text is not None else "").split())
+    if len(value) > limit:
+        value = value[: limit - 1] + "…"
+    longest = max((len(run) for run in re.findall(r"`+", value)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if value.startswith("`") or value.endswith("`") or not value.strip() else ""
+    return f"{fence}{pad}{value}{pad}{fence}"
 
 
 def cell_md(cell: Cell | None) -> str:
@@ -94,7 +110,7 @@ def render_markdown(summary: ArchiveSummary) -> str:
         lines += ["### Needs attention", ""]
         for cell in attention:
             lines.append(
-                f"- {icon(cell.severity)} **{md(cell.case_id)}** on `{md(cell.target, 80)}` (torch {md(cell.torch, 30)}): {md(cell.verdict)}"
+                f"- {icon(cell.severity)} **{md(cell.case_id)}** on {code(cell.target, 80)} (torch {md(cell.torch, 30)}): {md(cell.verdict)}"
                 + (" — **fails**" if summary.fails(cell) else "")
             )
             for detail in cell.details[:MAX_DETAIL_LINES]:

@@ -167,7 +167,7 @@ class TimelineRow:
     """One break site of the case: a script line (where the break is anchored in the script)."""
 
     script: ScriptRole
-    where: str  # "repro.py:8"
+    where: str  # "repro.py:8", or for a frame that falls back to eager entirely, FALLBACK + "fn (repro.py:7)"
     function: str = ""
 
     @property
@@ -175,8 +175,19 @@ class TimelineRow:
         return f"{self.script}|{self.where}"
 
     @property
+    def is_fallback(self) -> bool:
+        return self.where.startswith(FALLBACK)
+
+    @property
     def label(self) -> str:
+        if self.is_fallback:
+            return f"{self.script} falls back to eager: {self.where.removeprefix(FALLBACK)}"
         return f"{self.script} {self.where}" + (f" {self.function}" if self.function else "")
+
+
+# A row of its own for each frame that falls back to eager entirely: fewer breaks with a new fallback is
+# a regression, and the picture must not read as an improvement.
+FALLBACK = "fallback:"
 
 
 @dataclass
@@ -203,7 +214,8 @@ class TimelineColumn:
         self.marks.setdefault(key, Counter())[mark] += 1
 
     def describe(self) -> str:
-        head = f"{self.target or 'capture'} on torch {self.torch}" + (f" at {self.at}" if self.at else "")
+        when = f" at {self.at}" if self.at else (" (--results, not recorded)" if self.verdict else "")
+        head = f"{self.target or 'capture'} on torch {self.torch}{when}"
         states = ", ".join(f"{w} {s}" for w, s in self.statuses.items())
         verdict = f": {self.verdict} ({self.severity})" if self.verdict else ""
         return "; ".join(part for part in (head + verdict, states, *self.reasons[:4]) if part)
@@ -233,7 +245,30 @@ def _capture_column(case: Case, functions: dict[str, str]) -> TimelineColumn | N
             key = TimelineRow(which, anchor.where()).key
             functions.setdefault(key, anchor.function)
             column.add(key, RECORDED)
+        for frame in observation.fallback_frames:
+            column.add(TimelineRow(which, f"{FALLBACK}{frame.function} ({frame.file}:{frame.line})").key, RECORDED)
     return column
+
+
+def _fallback_marks(column: TimelineColumn, record: ReplayRecord, recorded: dict[ScriptRole, set[str]]) -> None:
+    """A replay's fallbacks against the capture's: persists, new (a regression), gone (cleared)."""
+    if record.fallbacks is None:
+        return  # a history entry from before fallbacks were kept: nothing to say
+    for which, frames in record.fallbacks.items():
+        before = recorded.get(which, set())
+        for frame in frames:
+            column.add(
+                TimelineRow(which, FALLBACK + frame).key,
+                (SiteClass.PERSISTS if frame in before else SiteClass.NEW).value,
+            )
+        if ran_to_end(record.statuses.get(which)):
+            for frame in sorted(before - set(frames)):
+                column.add(TimelineRow(which, FALLBACK + frame).key, SiteClass.GONE.value)
+
+
+def ran_to_end(status: ScriptStatus | None) -> bool:
+    """Whether a script ran its compiled code to the end, so that what it did not show is gone."""
+    return status in (ScriptStatus.OK, ScriptStatus.MISMATCH)
 
 
 def _replay_column(record: ReplayRecord, label: str) -> TimelineColumn:
@@ -261,20 +296,31 @@ def _column_labels(records: Sequence[ReplayRecord]) -> list[str]:
     for record in records:
         seen[record.torch] = seen.get(record.torch, 0) + 1
     return [
-        record.torch if seen[record.torch] == 1 else f"{record.torch} {record.at[5:16].replace('T', ' ')}"
+        record.torch
+        if seen[record.torch] == 1
+        else f"{record.torch} {record.at[5:16].replace('T', ' ') if record.at else 'results'}"
         for record in records
     ]
 
 
-def timeline_from_case(case: Case) -> Timeline:
-    """The case's history as rows (break sites) x columns (capture, then replays in release order)."""
+def timeline_from_case(case: Case, results: Sequence[ReplayRecord] = ()) -> Timeline:
+    """The case's history as rows (break sites, frames falling back) x columns (capture, then replays in
+    release order). `results`: replays given with `report --results` (not recorded), drawn beside the
+    history and marked as such."""
     functions: dict[str, str] = {}
     columns: list[TimelineColumn] = []
     capture = _capture_column(case, functions)
     if capture is not None:
         columns.append(capture)
-    records = sorted(case.replays, key=lambda r: (version_order(r.torch), r.at, r.target))
-    columns += [_replay_column(r, label) for r, label in zip(records, _column_labels(records), strict=True)]
+    recorded = {
+        which: {f"{f.function} ({f.file}:{f.line})" for f in observation.fallback_frames}
+        for which, observation in case.observations.items()
+    }
+    records = sorted([*case.replays, *results], key=lambda r: (version_order(r.torch), r.at, r.target))
+    for record, label in zip(records, _column_labels(records), strict=True):
+        column = _replay_column(record, label)
+        _fallback_marks(column, record, recorded)
+        columns.append(column)
     scripts = [ScriptRole.PRE, ScriptRole.POST] if case.post is not None else [ScriptRole.PRE]
     keys: dict[str, TimelineRow] = {}
     for column in columns:
@@ -289,9 +335,9 @@ def timeline_from_case(case: Case) -> Timeline:
     return Timeline(case.id, case.title, rows, columns, scripts)
 
 
-def _line_key(row: TimelineRow) -> tuple[str, int]:
-    file, _, line = row.where.rpartition(":")
-    return (file, int(line) if line.isdigit() else 0)
+def _line_key(row: TimelineRow) -> tuple[int, str, int]:
+    file, _, line = row.where.rstrip(")").rpartition(":")
+    return (int(row.is_fallback), file, int(line) if line.isdigit() else 0)
 
 
 # ------------------------------------------------------------------ shared drawing
@@ -364,8 +410,23 @@ def _seconds(value: float) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
+# The mildest verdict colour a severity may wear: a warning never looks unchanged or improved.
+SEVERITY_FLOOR: dict[Severity, Verdict] = {
+    Severity.INFO: Verdict.UNCHANGED,
+    Severity.WARN: Verdict.CHANGED,
+    Severity.ERROR: Verdict.REGRESSED,
+}
+
+
+def head_verdict(verdict: Verdict, severity: Severity | None) -> Verdict:
+    """The verdict whose colour a column head wears: its own, or the severity's floor when that is worse."""
+    floor = SEVERITY_FLOOR[severity] if severity else verdict
+    return max(verdict, floor, key=HEAT_LEGEND.index)  # HEAT_LEGEND runs best to worst
+
+
 def _header(column: TimelineColumn, x: float) -> str:
-    fill, ink = verdict_fill(column.verdict) if column.verdict else ("#ddf4ff", "#0969da")
+    shown = head_verdict(column.verdict, column.severity) if column.verdict else None
+    fill, ink = verdict_fill(shown) if shown else ("#ddf4ff", "#0969da")
     stroke = severity_stroke(column.severity) if column.severity else "#d0d7de"
     release, _, when = column.label.partition(" ")  # "2.13.0+cpu 11-30 23:55" when the release repeats
     lines = [(release, 12, True), *([(when, 10, False)] if when else []), (column.verdict or "capture", 11, False)]
@@ -663,9 +724,10 @@ def heatmap_section(summary: Any) -> str:
     )
 
 
-def timeline_section(case: Case, bisects: Sequence[dict[str, Any]] = ()) -> str:
-    """The case page's timeline figure, with the bisections of this case when given."""
-    timeline = timeline_from_case(case)
+def timeline_section(case: Case, bisects: Sequence[dict[str, Any]] = (), results: Sequence[ReplayRecord] = ()) -> str:
+    """The case page's timeline figure, with the replays of `report --results` and the bisections of
+    this case when given."""
+    timeline = timeline_from_case(case, results)
     if not timeline.columns:
         return ""
     strips = "".join(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from casekit.archive.index import CaseDigest
+from casekit.classify import ran_compiled
 from casekit.model import (
     DRAFT_TAG,
     SITE_CLASS_ORDER,
@@ -23,13 +24,15 @@ from casekit.model import (
     ScriptStatus,
     Severity,
     SiteClass,
+    SiteVerdict,
     Verdict,
 )
 from casekit.outcome import FailOn
+from casekit.scrub import without_addresses
 from casekit.versions import version_order
 
 if TYPE_CHECKING:
-    from casekit.replay.document import ReplayDocument
+    from casekit.replay.document import ReplayDocument, ResultEntry
 
 
 @dataclass
@@ -46,6 +49,7 @@ class Cell:
     details: list[str] = field(default_factory=list)  # what changed, one line each
     at: str = ""  # ISO time of the replay ("" for results documents)
     source: str = "history"  # "history" (the bundle) | a results file name
+    record: ReplayRecord | None = None  # a results document's result in the history's form (the timeline draws it)
 
     def class_summary(self) -> str:
         """'2 moved, 1 gone' (persisting breaks only when nothing else happened)."""
@@ -57,7 +61,10 @@ class Cell:
         if moving:
             return ", ".join(moving)
         persists = self.classes.get(SiteClass.PERSISTS, 0)
-        return f"{persists} persist" if persists else "no breaks"
+        if persists:
+            return f"{persists} persist"
+        # a script that did not compile to the end shows no break: that is not "no breaks"
+        return "no breaks" if all(ran_compiled(status) for status in self.statuses.values()) else "none observed"
 
 
 @dataclass
@@ -138,8 +145,29 @@ def cell_from_record(case_id: str, record: ReplayRecord) -> Cell:
         severity=record.severity,
         statuses=dict(record.statuses),
         classes=dict(classes),
-        details=details,
+        details=[without_addresses(d) for d in details],
         at=record.at,
+    )
+
+
+def record_from_result(result: ResultEntry, torch: str) -> ReplayRecord:
+    """A results document's result as a history entry would hold it (no time: it was not recorded)."""
+    return ReplayRecord(
+        at="",
+        target=result.target,
+        torch=torch,
+        runner="",
+        verdict=result.verdict,
+        severity=result.severity,
+        statuses={which: script.status for which, script in result.scripts.items()},
+        sites=[
+            SiteVerdict(which, site.site_class, site.side.call_site or site.side.where(), site.side.category)
+            for which, script in result.scripts.items()
+            for site in script.sites
+        ],
+        reasons=list(result.reasons),
+        graphs={which: script.graphs for which, script in result.scripts.items()},
+        fallbacks={which: list(script.fallback_frames) for which, script in result.scripts.items()},
     )
 
 
@@ -180,8 +208,9 @@ def cells_from_results(data: ReplayDocument, source: str) -> list[Cell]:
                 severity=result.severity,
                 statuses=statuses,
                 classes=dict(classes),
-                details=details,
+                details=[without_addresses(d) for d in details],
                 source=source,
+                record=record_from_result(result, torch_of.get(result.target, "?")),
             )
         )
     return cells

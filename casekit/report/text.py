@@ -8,10 +8,11 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from casekit.archive.index import CaseDigest
-from casekit.classify import describe_fallback
+from casekit.classify import describe_fallback, ran_compiled
 from casekit.model import SITE_CLASS_ORDER, Case, ScriptObservation, ScriptRole, Severity, Site, SiteClass, Verdict
 from casekit.observe.reasons import describe_category
 from casekit.report.summary import attribution
+from casekit.scrub import shorten, without_addresses
 
 if TYPE_CHECKING:
     from casekit.replay.document import ReplayDocument, ResultEntry, SiteEntry, TargetEntry
@@ -69,7 +70,7 @@ def site_row(site: Site) -> list[str]:
         where,
         site.function,
         site.gb_id or "-",
-        site.reason if site.reason else describe_category(site.category),
+        shorten(site.reason, 60) if site.reason else describe_category(site.category),  # not cut inside brackets
         site.source,
     ]
 
@@ -86,7 +87,10 @@ def observation_summary(label: str, observation: ScriptObservation) -> str:
         )
     for fallback in observation.fallback_frames:
         where = f"{fallback.file}:{fallback.line}"
-        lines.append(f"  {describe_fallback(fallback.function, where)}: {fallback.reason}")
+        # at capture nothing is compared: the frame falls back, it does not "now" fall back
+        lines.append(
+            f"  {describe_fallback(fallback.function, where, since=False)}: {without_addresses(fallback.reason)}"
+        )
     for recompile in observation.recompiles:
         lines.append(
             f"  recompile: {recompile.function} ({recompile.file}:{recompile.line}): {'; '.join(recompile.reasons)}"
@@ -94,12 +98,12 @@ def observation_summary(label: str, observation: ScriptObservation) -> str:
     if observation.error:
         where = f" at {observation.error.location.where()}" if observation.error.location else ""
         lines.append(
-            f"  error{where}: {observation.error.type}: {observation.error.message.splitlines()[0] if observation.error.message else ''}"
+            f"  error{where}: {observation.error.type}: {without_addresses(_first_line(observation.error.message))}"
         )
     if observation.fullgraph_status:
         if observation.fullgraph:
             where = f" at {observation.fullgraph.location.where()}" if observation.fullgraph.location else ""
-            first = observation.fullgraph.message.splitlines()[0] if observation.fullgraph.message else ""
+            first = without_addresses(_first_line(observation.fullgraph.message))
             lines.append(
                 f"  fullgraph=True: {fullgraph_kind(observation)}{where}: {observation.fullgraph.type}: {first}"
             )
@@ -123,7 +127,11 @@ def observation_summary(label: str, observation: ScriptObservation) -> str:
     inputs = sorted({", ".join(call.inputs) for call in observation.calls})
     if inputs:
         lines.append("  inputs: " + " | ".join(f"({i})" for i in inputs[:6]))
-    return "\n".join(lines)
+    return without_addresses("\n".join(lines))  # bundles captured before addresses were dropped
+
+
+def _first_line(text: str) -> str:
+    return text.splitlines()[0] if text else ""
 
 
 def _indent(text: str, prefix: str = "  ") -> str:
@@ -228,14 +236,14 @@ def _site_line(which: ScriptRole, site: SiteEntry) -> str:
     side = site.side
     note = f"  [{site.note}]" if site.note else ""
     cause = f"\n         {attribution(site.axis, site.cause)}" if site.cause else ""
-    return f"  {which:4} {site.site_class:10} {side.where():24} {side.reason[:60]}{note}{cause}"
+    return f"  {which:4} {site.site_class:10} {side.where():24} {shorten(side.reason, 60)}{note}{cause}"
 
 
 def result_text(result: ResultEntry) -> str:
     """One case on one target: the verdict, why (every reason), the breaks that changed, the way back."""
     lines = [f"{result.case} on {result.target}: {result.verdict} ({result.severity})"]
     reasons = list(result.reasons)
-    lines += [f"  why: {reason}" for reason in reasons]
+    lines += [f"  why: {without_addresses(reason)}" for reason in reasons]
     for which, script in result.scripts.items():  # the changes the reasons do not already name
         said = [reason for reason in reasons if reason.startswith(f"{which}: ")]
         if script.recorded_status and script.recorded_status != script.status:
@@ -244,11 +252,13 @@ def result_text(result: ResultEntry) -> str:
             lines.append(f"  recompiles: {which} {script.recompiles_recorded} -> {script.recompiles}")
     for which, script in result.scripts.items():
         counts = class_counts(site.site_class for site in script.sites)
+        if not script.sites and not ran_compiled(script.status):  # a script that did not compile shows no break
+            counts = f"no break observed ({script.status}: its compiled run did not finish)"
         lines.append(f"  {which}: {counts}")
         lines += [
             _site_line(which, site) for site in script.sites if site.site_class is not SiteClass.PERSISTS or site.note
         ]
-        lines += [f"  {which} note: {_reworded(note)}" for note in script.notes]
+        lines += [f"  {which} note: {without_addresses(_reworded(note))}" for note in script.notes]
     rollback = result.rollback
     if rollback:
         verified = rollback.verified
@@ -265,7 +275,7 @@ def _target_header(target: TargetEntry, cases: int) -> str:
     took = f" in {target.seconds:.1f} s" if target.seconds is not None else ""
     changed = [f"{name}={entry.get('value')}" for name, entry in (target.dynamo or {}).items() if entry.get("set")]
     dynamo = f", Dynamo {' '.join(changed)} (defaults otherwise)" if changed else ""
-    return f"target {target.label}: torch {torch}{cuda}, python {target.python or '?'}{dynamo}, {cases} case(s){took}"
+    return f"target {target.display or target.label}: torch {torch}{cuda}, python {target.python or '?'}{dynamo}, {cases} case(s){took}"
 
 
 def replay_document_text(document: ReplayDocument, verbose: bool = False, marks: dict[str, str] | None = None) -> str:

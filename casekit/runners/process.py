@@ -24,12 +24,32 @@ from casekit.fsutil import tail_text
 from casekit.runners.batch import lay_out_batch, read_batch, read_env_record, read_json_file, write_request
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProbeScheduling, ProgressFn
 from casekit.runners.sandbox import Sandbox
+from casekit.scrub import temp_prefix
 
-BATCH_PREFIX = "casekit-batch-"
-REPLAY_PREFIX = "casekit-replay-"  # replay's own script folder: swept the same way
+BATCH_PREFIX = temp_prefix("batch")
+REPLAY_PREFIX = temp_prefix("replay")  # replay's own script folder: swept the same way
 OWNED_PREFIXES = (BATCH_PREFIX, REPLAY_PREFIX)
 IMPORT_MARGIN_S = 120.0  # importing torch + dynamo takes 7-10 s here; slow disks and cold caches take longer
 POLL_S = 0.2
+
+
+def torch_missing(python: str, error: str) -> str:
+    """The line for an interpreter whose torch does not import, with the remedy that fits it: casekit's
+    own environment (a `uv tool` or pipx install holds no torch) takes another interpreter or torch beside
+    it; an interpreter the user named takes torch, or another name."""
+    if _same_file(python, sys.executable):
+        remedy = (
+            "name an interpreter that has torch with --python PATH, or install torch beside casekit "
+            "(uv tool install --with torch ..., pipx inject casekit torch)"
+        )
+    else:
+        remedy = "install torch into it, or name another interpreter with --python PATH"
+    return f"python {python}: torch is not importable: {error}; {remedy}"
+
+
+def _same_file(a: str, b: str) -> bool:
+    # by path, not by inode: a venv's python is a link to its base interpreter, yet another environment
+    return os.path.abspath(a) == os.path.abspath(b)
 
 
 class EnvironmentUnusable(EnvironmentFailed, RunnerError):
@@ -251,7 +271,7 @@ def _raise_if_unusable(python: str, batch_dir: Path, returncode: int | None, pro
         if record.get("refused"):  # torch imported; this release cannot take what the target asks (--dynamo)
             raise EnvironmentUnusable(f"python {python}: {record.get('error')}")
         if not record.get("ok"):
-            raise EnvironmentUnusable(f"python {python}: torch is not importable: {record.get('error')}")
+            raise EnvironmentUnusable(torch_missing(python, str(record.get("error"))))
         return
     last = (probe_log.strip().splitlines() or ["no output"])[-1]
     raise RunnerError(f"python {python}: the probe did not start (exit status {returncode}): {last}")

@@ -7,6 +7,7 @@ import re
 import shutil
 import sys
 from collections.abc import Iterable
+from pathlib import PurePosixPath
 
 from casekit.errors import RunnerError
 from casekit.runners.interface import (
@@ -18,8 +19,9 @@ from casekit.runners.interface import (
     VersionSource,
     variant_flags,
 )
-from casekit.runners.process import EnvironmentUnusable, check_interpreter, run_probe_subprocess
+from casekit.runners.process import EnvironmentUnusable, check_interpreter, run_probe_subprocess, torch_missing
 from casekit.runners.sandbox import BWRAP_ALLOW_EXAMPLES, KNOWN_OPTIONS, Sandbox, runtime_of
+from casekit.scrub import Scrubber, machine_folders
 from casekit.versions import matches_request
 
 
@@ -34,10 +36,17 @@ def query_versions(python: str) -> tuple[str, str]:
         raise EnvironmentUnusable(str(error)) from None
     version = installed_version("torch", runtime.import_path)
     if version is None:
-        raise EnvironmentUnusable(
-            f"python {python}: torch is not importable: ModuleNotFoundError: No module named 'torch'"
-        )
+        raise EnvironmentUnusable(torch_missing(python, "ModuleNotFoundError: No module named 'torch'"))
     return version, runtime.python_version
+
+
+def portable_interpreter(python: str) -> str:
+    """An interpreter path fit for a shared bundle: this machine's home, prefixes and batch folders become
+    placeholders (`~/envs/nightly/bin/python`); another absolute path keeps its last three parts."""
+    if not python.startswith("/"):
+        return python  # a bare name looked up on PATH ("python3.12") names no folder
+    where = Scrubber(machine_folders()).text(python)
+    return "…/" + "/".join(PurePosixPath(where).parts[-3:]) if where.startswith("/") else where
 
 
 def installed_version(name: str, import_path: Iterable[str]) -> str | None:
@@ -124,7 +133,14 @@ class PythonRunner(Runner):
 
     @classmethod
     def label_of(cls, spec: TargetSpec) -> str:
-        """'python:/usr/bin/python3', or 'python:current' for casekit's own interpreter."""
+        """The interpreter without this machine's folders, the same in the replay JSON, the bundles'
+        history and every report: 'python:~/envs/nightly/bin/python', 'python:…/nightly/bin/python' for
+        another absolute path (its last three parts), 'python:current' for casekit's own interpreter."""
+        return f"{spec.runner}:{portable_interpreter(spec.python) if spec.python else 'current'}"
+
+    @classmethod
+    def display_of(cls, spec: TargetSpec) -> str:
+        """'python:/home/me/envs/nightly/bin/python': the path as given, for the person at this machine."""
         return f"{spec.runner}:{spec.python or 'current'}"
 
     @classmethod

@@ -60,6 +60,7 @@ from typing import Any
 from casekit import settings
 from casekit.errors import RunnerError, SandboxUnavailable
 from casekit.runners.batch import RunIsolation
+from casekit.scrub import temp_prefix
 
 LAUNCHER_PATH = Path(__file__).resolve().parent / "sandbox_launcher.py"
 NOBODY = 65534
@@ -669,7 +670,7 @@ class Sandbox:
         """Run `python ARGS` in the sandbox to the end: (exit status, stdout, stderr)."""
         import tempfile
 
-        folder = Path(tempfile.mkdtemp(prefix="casekit-query-"))
+        folder = Path(tempfile.mkdtemp(prefix=temp_prefix("query")))
         stage = self.stage_for(folder)
         try:
             process = self.popen(

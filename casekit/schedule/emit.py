@@ -238,7 +238,7 @@ class KubernetesEmitter:
                 )
             )
             jobs.append(job)
-            expected.append(f"python:{target}")
+            expected.append(registry.label(registry.interpreter_target(target)))  # what the pod records
         if not jobs:
             raise CasekitError("nothing to emit: the plan has no shard with a cell to run")
         wait = (

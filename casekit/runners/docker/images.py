@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from casekit import settings
 from casekit.errors import DockerUnavailable, EnvironmentFailed
 from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.scrub import temp_prefix
 
 if TYPE_CHECKING:
     import docker
@@ -178,7 +179,7 @@ def build_image(recipe: ImageRecipe, progress: ProgressFn, client: docker.Docker
     client = client or connect()
     _ensure_base(recipe.base_image, progress, client)
     progress(f"docker: building {recipe.tag} on {recipe.base_image} …")
-    with tempfile.TemporaryDirectory(prefix="casekit-build-") as context:
+    with tempfile.TemporaryDirectory(prefix=temp_prefix("build")) as context:
         _fill_context(Path(context), recipe)
         log_tail: list[str] = []
         try:

@@ -44,6 +44,7 @@ from casekit.runners.docker import images
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec, host_key
 from casekit.runners.process import overall_timeout
 from casekit.runners.sandbox import FAST_FORK_TUNABLE, env_items
+from casekit.scrub import temp_prefix
 
 if TYPE_CHECKING:
     import docker
@@ -157,7 +158,7 @@ class DockerRunner(Runner):
         self.prepare(progress)
         assert self.image is not None
         # ignore_cleanup_errors: out/ may hold folders root made in the container, which a host user cannot empty.
-        with tempfile.TemporaryDirectory(prefix="casekit-docker-", ignore_cleanup_errors=True) as folder:
+        with tempfile.TemporaryDirectory(prefix=temp_prefix("docker"), ignore_cleanup_errors=True) as folder:
             batch_dir = Path(folder)
             lay_out_batch(batch_dir, jobs, ROOT_IN_CONTAINER, self.run_isolation(), self.scheduling)
             (batch_dir / "runs").mkdir(exist_ok=True)  # where the runs' tmpfs is mounted
