@@ -946,6 +946,8 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
         data["imported_packages"] = imported_package_versions(
             {name.split(".")[0] for name in sys.modules} - baseline_modules
         )
+        if job.get("report_modules"):
+            data["library_modules"] = library_modules(run_dir)
         try:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -965,7 +967,7 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
         finish("exited" if code else "ok", code)
         real_exit(code)
 
-    baseline_modules = {name.split(".")[0] for name in sys.modules}
+    baseline_modules = {name.split(".")[0] for name in sys.modules} - _PRELOADED_TOP
     eager_outputs = None
     if mode != "eager" and os.path.exists(eager_outputs_path):
         try:
@@ -1560,6 +1562,8 @@ def run_job(torch, job, runs_dir, isolation=None, eager=None):
             runs[mode] = run_one(torch, job, mode, runs_dir, timeout, isolation)
         if mode == "eager" and runs[mode]["status"] == "timeout":
             break  # the script hangs without compile: compiled runs would only hang again
+        if mode == "eager" and runs[mode]["status"] != "ok" and job.get("eager_must_pass"):
+            break  # a reducer's candidate that fails eagerly is refused already: compiling it is wasted
     for kept in (EAGER_OUTPUTS, EAGER_AHEAD):
         try:
             os.unlink(os.path.join(runs_dir, "{}.{}".format(job["id"], kept)))
@@ -1676,14 +1680,58 @@ def serve(state_dir, requests, run_namespaces=False):
         os.makedirs(runs_dir, exist_ok=True)
         write_json_atomic(os.path.join(out_dir, "env.json"), dict(env_record, import_s=0.0, warm=True))
         if request.get("schema") == REQUEST_SCHEMA:
-            for job in request["jobs"]:
-                result = run_job(torch, job, runs_dir, request.get("isolation"))
-                write_json_atomic(os.path.join(out_dir, "{}.result.json".format(job["id"])), result)
+            preload(request.get("preload"))
+            # one run at a time unless the request asks for more (a reducer's batch of candidates)
+            parallel = runs_at_once(request) if "parallel_runs" in request else 1
+            run_batch(torch, request["jobs"], out_dir, runs_dir, request.get("isolation"), parallel)
         done = {"schema": PROBE_SCHEMA, "wall_s": time.time() - begun}
         if request.get("schema") != REQUEST_SCHEMA:
             done["error"] = "unsupported request schema {!r}".format(request.get("schema"))
         write_json_atomic(os.path.join(out_dir, "done.json"), done)
     return 0
+
+
+_MODULE_NAME = None  # type: ignore  # compiled on first use
+_PRELOADED_TOP = set()  # type: set  # top-level names imported by preload(): still a run's own packages
+MAX_LIBRARY_MODULES = 4000
+
+
+def preload(names):
+    """Import installed modules once in the warm probe, before its runs are forked (a reducer's
+    candidates all import the same library: `transformers` costs seconds a run otherwise).
+
+    Only what this interpreter's own path finds is imported: the probe never has a job's folder on
+    its path, so a script's own files are never run here. A module that fails to import is skipped
+    (the runs import it themselves, and fail as they would)."""
+    global _MODULE_NAME
+    import importlib
+    import re
+
+    if _MODULE_NAME is None:
+        _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+    for name in list(names or [])[:MAX_LIBRARY_MODULES]:
+        if not isinstance(name, str) or not _MODULE_NAME.match(name) or name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+        except BaseException:
+            continue
+        _PRELOADED_TOP.add(name.split(".")[0])
+
+
+def library_modules(run_dir):
+    """The installed modules a run imported (dotted names): what a warm probe may preload for its
+    next runs of the same script. Modules of the run's own folder (the script's files) are left out."""
+    own = os.path.realpath(run_dir) + os.sep
+    names = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if not isinstance(path, str) or name == "__main__":
+            continue
+        if os.path.realpath(path).startswith(own):
+            continue
+        names.append(name)
+    return sorted(names)[:MAX_LIBRARY_MODULES]
 
 
 # ------------------------------------------------------------ run scheduling

@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from casekit.cli import cases, environments, records
+from casekit.cli import reduce as reduce_command
 from casekit.cli import replay as replay_command
 from casekit.cli.bisect import register as register_bisect
 from casekit.cli.help import TeachingGroup, casekit_version
@@ -75,6 +76,7 @@ replay_command.register(app)
 environments.register(app)
 register_bisect(app)
 records.register(app)
+reduce_command.register(app)
 
 
 def main() -> None:
