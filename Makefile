@@ -39,14 +39,17 @@ else
 endif
 
 # ruff (the probe parsed as Python 3.9), mypy on the core, mypy on the probe for the
-# oldest Python mypy targets (3.10; the probe itself must also run on 3.9), and the
-# import-linter layer contracts of pyproject.toml.
+# oldest Python mypy targets (3.10; the probe itself must also run on 3.9), the
+# import-linter layer contracts of pyproject.toml, and shellcheck on the CI's shell
+# scripts when it is installed (tests/test_ci_scripts.py checks the same).
 lint: $(STAMP)
 	$(PYTHON) -m ruff check casekit tests bench
 	$(PYTHON) -m ruff format --check casekit tests bench
 	$(PYTHON) -m mypy
 	$(PYTHON) -m mypy --python-version 3.10 casekit/probe.py
 	PYTHONPATH=$(CURDIR) $(PYTHON) -c 'from importlinter.cli import lint_imports_command; lint_imports_command()'
+	@if command -v shellcheck >/dev/null; then shellcheck .ci/run .ci/*.sh containers/*.sh; \
+	else echo "shellcheck not installed: shell scripts not linted (apt-get install -y shellcheck)"; fi
 
 format: $(STAMP)
 	$(PYTHON) -m ruff format casekit tests bench

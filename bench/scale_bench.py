@@ -34,10 +34,20 @@ sys.path.insert(0, str(ROOT))
 
 from casekit.archive.store import Archive  # noqa: E402
 from casekit.bundle import case_to_toml, sha256_text  # noqa: E402
-from casekit.model import Case, ReplayRecord, ScriptSource, Severity, SiteClass, SiteVerdict  # noqa: E402
+from casekit.model import (  # noqa: E402
+    Case,
+    ReplayRecord,
+    ScriptRole,
+    ScriptSource,
+    ScriptStatus,
+    Severity,
+    SiteClass,
+    SiteVerdict,
+    Verdict,
+)
 
 TARGETS = [("venv-torch2.5.1", "2.5.1"), ("python-2.13.0", "2.13.0+cpu")]
-VERDICTS = [("unchanged", Severity.INFO), ("improved", Severity.INFO), ("changed", Severity.WARN)]
+VERDICTS = [(Verdict.UNCHANGED, Severity.INFO), (Verdict.IMPROVED, Severity.INFO), (Verdict.CHANGED, Severity.WARN)]
 SHARD_LABELS = json.dumps([label for label, _ in TARGETS] + ["venv-torch2.7.1", "venv-torch2.9.0"])
 
 NAIVE_LIST = """
@@ -84,11 +94,12 @@ def variant(template: Case, number: int) -> Case:
         text = source.source.rstrip("\n") + f"\n# synthetic variant {number}\n"
         return ScriptSource(source.name, sha256_text(text), text)
 
-    pre_sites = template.observations["pre"].sites if "pre" in template.observations else []
+    recorded_pre = template.observations.get(ScriptRole.PRE)
+    pre_sites = recorded_pre.sites if recorded_pre else []
     replays = []
     for index, (label, torch) in enumerate(TARGETS):
         verdict, severity = VERDICTS[(number + index) % len(VERDICTS)]
-        site_class = SiteClass.GONE if verdict == "improved" else SiteClass.PERSISTS
+        site_class = SiteClass.GONE if verdict is Verdict.IMPROVED else SiteClass.PERSISTS
         replays.append(
             ReplayRecord(
                 at=f"2026-11-{10 + index:02d}T12:00:{number % 60:02d}+00:00",
@@ -97,8 +108,8 @@ def variant(template: Case, number: int) -> Case:
                 runner=label.split("-")[0],
                 verdict=verdict,
                 severity=severity,
-                statuses={"pre": "ok", "post": "ok"} if template.post else {"pre": "ok"},
-                sites=[SiteVerdict("pre", site_class, site.where(), site.category) for site in pre_sites],
+                statuses={role: ScriptStatus.OK for role in ScriptRole if template.script(role)},
+                sites=[SiteVerdict(ScriptRole.PRE, site_class, site.where(), site.category) for site in pre_sites],
             )
         )
     pre = script(template.pre)

@@ -24,12 +24,11 @@ import tomli_w
 
 from casekit.errors import BundleError, BundleWriteError, CaseIdError, ScriptNameError
 from casekit.fsutil import UnreadableFile, read_regular_bytes, write_atomic
-from casekit.model import Case, to_plain
+from casekit.includes import IncludeError, check_includes, check_script_name
+from casekit.model import Case, ScriptRole, to_plain
 
 SCHEMA_VERSION = 1
 CASE_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,79}")
-# A script name becomes a file name on the replaying host: one plain name, never a path.
-SCRIPT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}")
 # Bounds: a shared archive is untrusted input; nothing in it may make casekit read or hold without limit.
 MAX_BUNDLE_BYTES = 32 * 1024 * 1024
 MAX_SCRIPT_CHARS = 1024 * 1024
@@ -67,16 +66,6 @@ def check_case_id(case_id: str) -> str:
     return case_id
 
 
-def check_script_name(name: str) -> str:
-    """A script name is one plain file name (letters, digits, '.', '_', '+', '-'): never a path, never hidden."""
-    if not isinstance(name, str) or not SCRIPT_NAME.fullmatch(name) or ".." in name:
-        raise ScriptNameError(
-            f"invalid script name {name!r}: a bundle's script name must be one plain file name "
-            "(letters, digits, '.', '_', '+', '-'; at most 128 characters; no folders)"
-        )
-    return name
-
-
 def slugify(text: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
     return slug[:60].strip("-") or "case"
@@ -88,9 +77,7 @@ def sha256_text(text: str) -> str:
 
 def case_to_toml(case: Case) -> str:
     plain = to_plain(case)
-    plain["scripts"] = {"pre": plain.pop("pre")}
-    if "post" in plain:
-        plain["scripts"]["post"] = plain.pop("post")
+    plain["scripts"] = {role.value: plain.pop(role.value) for role in ScriptRole if role.value in plain}
     ordered = {key: plain[key] for key in FIELD_ORDER if key in plain and plain[key] not in ({}, [])}
     ordered.update({k: v for k, v in plain.items() if k not in ordered and v not in ({}, [])})
     return tomli_w.dumps(ordered, multiline_strings=True)
@@ -147,18 +134,16 @@ def parse_case(text: str, path: Path | str = "<bundle>") -> Case:
             path, "schema_version", f"unsupported version {version!r} (this casekit reads {SCHEMA_VERSION})"
         )
     scripts = data.pop("scripts", None)
-    if not isinstance(scripts, dict) or "pre" not in scripts:
+    if not isinstance(scripts, dict) or ScriptRole.PRE not in scripts:
         raise BundleError(path, "scripts.pre", "missing: a bundle embeds at least the pre-fix script")
-    data["pre"] = scripts["pre"]
-    if "post" in scripts:
-        data["post"] = scripts["post"]
-    unknown = set(scripts) - {"pre", "post"}
+    unknown = set(scripts) - set(ScriptRole)
     if unknown:
         raise BundleError(path, f"scripts.{sorted(unknown)[0]}", "unknown script (expected 'pre' and 'post')")
+    data.update({role.value: scripts[role] for role in ScriptRole if role in scripts})
     case = from_plain(Case, data, path, "")
     check_id_field(case, path)
     check_environment(case.environment, path)
-    for which in ("pre", "post"):
+    for which in ScriptRole:
         script = case.script(which)
         if script:
             try:
@@ -174,9 +159,7 @@ def parse_case(text: str, path: Path | str = "<bundle>") -> Case:
 
 
 def _check_included_files(case: Case, path: Path | str) -> None:
-    from casekit.includes import IncludeError, check_includes  # includes imports this module
-
-    names = [script.name for which in ("pre", "post") if (script := case.script(which))]
+    names = [script.name for which in ScriptRole if (script := case.script(which))]
     try:
         check_includes(case.includes, names)
     except IncludeError as error:
@@ -292,7 +275,15 @@ def from_plain(tp: Any, value: Any, path: Path | str, where: str) -> Any:
         if not isinstance(value, dict):
             raise BundleError(path, where, f"expected a table, got {_describe(value)}")
         _check_count(value, path, where)
-        return {str(k): from_plain(args[1], v, path, _join(where, str(k))) for k, v in value.items()}
+        key_type = args[0]
+        if isinstance(key_type, type) and issubclass(key_type, enum.Enum):  # script -> ...: keys are enum values
+            keys = [from_plain(key_type, k, path, _join(where, str(k))) for k in value]
+        else:
+            keys = [str(k) for k in value]
+        return {
+            key: from_plain(args[1], v, path, _join(where, str(k)))
+            for key, (k, v) in zip(keys, value.items(), strict=True)
+        }
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise BundleError(path, where, f"expected a number, got {_describe(value)}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import enum
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -11,21 +10,31 @@ from pathlib import Path
 from typing import Any
 
 from casekit.archive.store import Archive
-from casekit.bundle import MAX_SCRIPT_CHARS, check_case_id, check_script_name, sha256_text, slugify
+from casekit.bundle import MAX_SCRIPT_CHARS, check_case_id, sha256_text, slugify
 from casekit.errors import CasekitError, ScriptError, ScriptNameError
-from casekit.importer import DRAFT_TAG
-from casekit.includes import collect_includes, missing_includes
+from casekit.includes import check_script_name, collect_includes, missing_includes
 from casekit.model import (
+    DRAFT_TAG,
     CaptureRecord,
     Case,
+    Gate,
     IncludedFile,
     Provenance,
     ScriptObservation,
+    ScriptRole,
     ScriptSource,
     ScriptStatus,
 )
 from casekit.observe.batch import observe_batch
-from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner
+from casekit.runners import registry
+from casekit.runners.interface import (
+    ProbeBatchResult,
+    ProbeJob,
+    ProgressFn,
+    Runner,
+    RunnerFactory,
+    allow_options,
+)
 from casekit.scrub import Replacement, Scrubber, interpreter_prefix, machine_folders
 from casekit.timeouts import DEFAULT_RUN_TIMEOUT_S, check_timeout
 
@@ -48,18 +57,21 @@ class CaptureRequest:
     force: bool = False
     includes: list[Path] = field(default_factory=list)  # files and folders beside the script it needs
     waive: list[str] = field(default_factory=list)  # gates kept failing on purpose ("all" = every one)
+    python: str | None = None  # the interpreter that runs the probe; None: this one
+    allow: list[str] = field(default_factory=list)  # sandbox relaxations, KEY=VALUE (docs/sandbox.md)
+    commit: bool = False  # commit the new bundle to the archive's git repository
 
 
-# ---------------------------------------------------------------- gates
+@dataclass
+class CaptureOutcome:
+    """What a capture filed, and the commit line when it committed the bundle."""
+
+    case: Case
+    path: Path
+    committed: str | None = None
 
 
-class Gate(enum.StrEnum):
-    """What a capture must have observed to be a case (see `check_gates`)."""
-
-    EAGER = "eager"  # the eager baseline ran
-    COMPILED = "compiled"  # a compiled entry point was called (and compared with eager)
-    TIMEOUT = "timeout"  # no run timed out
-    FIX = "fix"  # the post-fix removes or changes what the pre-fix showed, and matches eager
+# ---------------------------------------------------------------- gates (Gate is in the model: bundles record waivers)
 
 
 GATE_NAMES = tuple(g.value for g in Gate)
@@ -70,7 +82,7 @@ class GateFailure:
     """One failed gate: which, on which script, the evidence, and what to do."""
 
     gate: Gate
-    script: str  # "pre" | "post"
+    script: ScriptRole
     evidence: str
     advice: str
 
@@ -100,36 +112,38 @@ def findings(observation: ScriptObservation, script_name: str | None = None) -> 
     return found
 
 
-def is_sentinel(observations: Mapping[str, ScriptObservation]) -> bool:
+def is_sentinel(observations: Mapping[ScriptRole, ScriptObservation]) -> bool:
     """A pre-fix that ran and compiled cleanly: a case that alerts when a break appears.
 
     A post-fix may come with it (a version-difference case: the rewrite to use once the break appears).
     """
-    pre = observations.get("pre")
-    return pre is not None and pre.status is ScriptStatus.OK and not _run_gates("pre", pre) and not findings(pre)
+    pre = observations.get(ScriptRole.PRE)
+    return (
+        pre is not None and pre.status is ScriptStatus.OK and not _run_gates(ScriptRole.PRE, pre) and not findings(pre)
+    )
 
 
 def check_gates(
-    observations: Mapping[str, ScriptObservation], script_names: Mapping[str, str] | None = None
+    observations: Mapping[ScriptRole, ScriptObservation], script_names: Mapping[ScriptRole, str] | None = None
 ) -> list[GateFailure]:
     """Every gate the observations fail (pure: used by capture before saving and by `casekit validate`).
 
     `script_names` ("pre" -> "repro.py") lets a break in repro.py and the same break in fixed.py compare equal.
     """
     failures: list[GateFailure] = []
-    for which in ("pre", "post"):
+    for which in ScriptRole:
         observation = observations.get(which)
         if observation is not None:
             failures.extend(_run_gates(which, observation))
-    pre, post = observations.get("pre"), observations.get("post")
+    pre, post = observations.get(ScriptRole.PRE), observations.get(ScriptRole.POST)
     if pre is not None and post is not None and not any(f.gate is not Gate.FIX for f in failures):
         names = script_names or {}
-        before, after = findings(pre, names.get("pre")), findings(post, names.get("post"))
-        failures.extend(_fix_gate(before, after, post, _remaining_sites(pre, after, names.get("pre"))))
+        before, after = findings(pre, names.get(ScriptRole.PRE)), findings(post, names.get(ScriptRole.POST))
+        failures.extend(_fix_gate(before, after, post, _remaining_sites(pre, after, names.get(ScriptRole.PRE))))
     return failures
 
 
-def _run_gates(which: str, observation: ScriptObservation) -> list[GateFailure]:
+def _run_gates(which: ScriptRole, observation: ScriptObservation) -> list[GateFailure]:
     status = observation.status
     if status is ScriptStatus.TIMEOUT:
         return [GateFailure(Gate.TIMEOUT, which, observation.detail or "a run timed out", _TIMEOUT_ADVICE)]
@@ -159,10 +173,11 @@ def _fix_gate(before: set[str], after: set[str], post: ScriptObservation, remain
     if before and before <= after:
         remained = "; ".join((remaining or sorted(before))[:3])
         advice = "pass the script that really fixes it as --fixed"
-        return [GateFailure(Gate.FIX, "post", f"the fix changes nothing the pre-fix showed: {remained}", advice)]
+        evidence = f"the fix changes nothing the pre-fix showed: {remained}"
+        return [GateFailure(Gate.FIX, ScriptRole.POST, evidence, advice)]
     if post.status is not ScriptStatus.OK:
         evidence = f"the post-fix does not match eager ({post.status.value}: {_last_line(post)})"
-        return [GateFailure(Gate.FIX, "post", evidence, "a fix must run and give eager's outputs")]
+        return [GateFailure(Gate.FIX, ScriptRole.POST, evidence, "a fix must run and give eager's outputs")]
     return []
 
 
@@ -179,7 +194,7 @@ def _last_line(observation: ScriptObservation) -> str:
     return (observation.detail.strip().splitlines() or [observation.status.value])[-1][:300]
 
 
-def gates_to_check(failures: list[GateFailure], waived: Iterable[str]) -> list[GateFailure]:
+def gates_to_check(failures: list[GateFailure], waived: Iterable[str | Gate]) -> list[GateFailure]:
     """The failures the user did not waive ("all" waives every gate)."""
     names = set(waived)
     return [f for f in failures if "all" not in names and f.gate.value not in names]
@@ -273,7 +288,7 @@ def provenance_of(path: Path) -> Provenance | None:
 
 def jobs_for(
     case_id: str,
-    scripts: dict[str, Path],
+    scripts: dict[ScriptRole, Path],
     modes: tuple[str, ...],
     backend: str,
     timeout: float,
@@ -303,7 +318,7 @@ def environment_record(batch: ProbeBatchResult, runner: Runner, packages: dict[s
 
 
 def capture_record(
-    request: CaptureRequest, observations: Mapping[str, ScriptObservation], waived: list[str]
+    request: CaptureRequest, observations: Mapping[ScriptRole, ScriptObservation], waived: list[Gate]
 ) -> CaptureRecord:
     run_seconds = {}
     for which, observation in observations.items():
@@ -315,12 +330,14 @@ def capture_record(
     )
 
 
-def read_includes(request: CaptureRequest, sources: Mapping[str, ScriptSource | None]) -> tuple[IncludedFile, ...]:
+def read_includes(
+    request: CaptureRequest, sources: Mapping[ScriptRole, ScriptSource | None]
+) -> tuple[IncludedFile, ...]:
     """The --include files, and a refusal when a script imports or reads a sibling that is not included."""
     others = [request.fixed] if request.fixed else []  # with --include it sits beside the pre-fix: never included
     included = collect_includes(request.script, request.includes, others) if request.includes else []
     problems = []
-    for which, script in (("pre", request.script), ("post", request.fixed)):
+    for which, script in ((ScriptRole.PRE, request.script), (ScriptRole.POST, request.fixed)):
         source = sources.get(which)
         if script is not None and source is not None:
             problems.extend(missing_includes(script, source.source, included))
@@ -344,23 +361,24 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
     post = read_script(request.fixed) if request.fixed else None
     if request.fixed and request.fixed.resolve().parent != request.script.resolve().parent and request.includes:
         raise CasekitError("--include needs the pre-fix and the post-fix scripts in the same folder")
-    includes = read_includes(request, {"pre": pre, "post": post})
+    includes = read_includes(request, {ScriptRole.PRE: pre, ScriptRole.POST: post})
     if archive.exists(case_id) and not request.force:
         raise CasekitError(f"case {case_id!r} already exists in {archive.root} (choose --id, or --force to replace it)")
-    scripts = {"pre": request.script}
+    scripts = {ScriptRole.PRE: request.script}
     if request.fixed:
-        scripts["post"] = request.fixed
+        scripts[ScriptRole.POST] = request.fixed
     modes = ("eager", "compiled", "fullgraph") if request.fullgraph else ("eager", "compiled")
     jobs = jobs_for(case_id, scripts, modes, request.backend, request.timeout, includes)
-    progress(f"preparing {runner.spec.label}")
+    shown = registry.display(runner.spec)
+    progress(f"preparing {shown}")
     runner.prepare(progress)
     progress(
-        f"observing {len(jobs)} script(s) on {runner.spec.label}: eager baseline, compiled run"
+        f"observing {len(jobs)} script(s) on {shown}: eager baseline, compiled run"
         + (", fullgraph=True run" if request.fullgraph else "")
     )
     batch = runner.run_probe(jobs, progress)
-    sources = {"pre": pre, "post": post}
-    observations = {}
+    sources = {ScriptRole.PRE: pre, ScriptRole.POST: post}
+    observations: dict[ScriptRole, ScriptObservation] = {}
     for job, which in zip(jobs, scripts, strict=True):
         source = sources[which]
         assert source is not None
@@ -369,7 +387,7 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
     refused = gates_to_check(failures, waivable)
     if refused:
         raise GateError(refused)
-    waived = sorted({f.gate.value for f in failures})
+    waived = sorted({f.gate for f in failures})
     for failure in failures:
         progress(f"waived: {failure.line()}")
     packages: dict[str, str] = {}
@@ -377,7 +395,7 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
         packages.update(observation.packages)
     case = Case(
         id=case_id,
-        title=request.title or f"{request.script.name}: {len(observations['pre'].sites)} graph break(s)",
+        title=request.title or f"{request.script.name}: {len(observations[ScriptRole.PRE].sites)} graph break(s)",
         pre=pre,
         post=post,
         tags=list(request.tags),
@@ -404,6 +422,23 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
     return case
 
 
+def run_capture(
+    request: CaptureRequest, archive: Archive, make_runner: RunnerFactory, progress: ProgressFn
+) -> CaptureOutcome:
+    """`casekit capture`: refuse a --commit outside a git repository before anything runs, observe
+    and file the case on the requested interpreter (`capture`), then commit the bundle when asked."""
+    from casekit.archive.git import commit_paths, require_repo
+
+    if request.commit:
+        require_repo(archive.root)
+    spec = registry.interpreter_target(request.python, allow_options(request.allow))
+    case = capture(request, make_runner(spec), archive, progress)
+    outcome = CaptureOutcome(case, archive.path_for(case.id))
+    if request.commit:
+        outcome.committed = commit_paths(archive.root, [outcome.path], f"capture {case.id}: {case.title}")
+    return outcome
+
+
 def validate_gates(case: Case) -> list[GateFailure]:
     """The gates a recorded case breaks that its capture did not waive (what `casekit validate` checks).
 
@@ -412,5 +447,5 @@ def validate_gates(case: Case) -> list[GateFailure]:
     if DRAFT_TAG in case.tags:
         return []
     waived = case.capture.waived_gates if case.capture else []
-    names = {which: script.name for which in ("pre", "post") if (script := case.script(which))}
+    names = {which: script.name for which in ScriptRole if (script := case.script(which))}
     return gates_to_check(check_gates(case.observations, names), waived)

@@ -8,31 +8,78 @@ severity (error = functional, warn = performance, info = nothing to act on).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import assert_never
 
 from casekit.model import (
     Case,
     FallbackFrame,
     ReplayRecord,
     ScriptObservation,
+    ScriptRole,
     ScriptStatus,
     Severity,
     Site,
     SiteClass,
+    SiteKind,
+    Verdict,
 )
-from casekit.observe.cause import not_run_cause
+from casekit.observe.cause import NotRun, not_run_cause
 from casekit.observe.interpret import break_invariant
 from casekit.observe.reasons import named_subject
 
-FUNCTIONAL_FAILURES = {
-    ScriptStatus.EAGER_FAILED,
-    ScriptStatus.COMPILE_ERROR,
-    ScriptStatus.MISMATCH,
-    ScriptStatus.TIMEOUT,
-    ScriptStatus.CRASHED,
-    ScriptStatus.ENV_FAILED,
-}
-NOT_RUN = {ScriptStatus.EAGER_FAILED, ScriptStatus.ENV_FAILED}
+
+def functional_failure(status: ScriptStatus) -> bool:
+    """Whether a script status is a functional failure (error level): anything but a clean run."""
+    match status:
+        case ScriptStatus.OK:
+            return False
+        case (
+            ScriptStatus.EAGER_FAILED
+            | ScriptStatus.COMPILE_ERROR
+            | ScriptStatus.MISMATCH
+            | ScriptStatus.TIMEOUT
+            | ScriptStatus.CRASHED
+            | ScriptStatus.ENV_FAILED
+        ):
+            return True
+        case _:
+            assert_never(status)
+
+
+def ran_compiled(status: ScriptStatus) -> bool:
+    """Whether a script with this status got to run its compiled code to the end: only then is a missing break gone."""
+    match status:
+        case ScriptStatus.OK | ScriptStatus.MISMATCH:
+            return True
+        case (
+            ScriptStatus.EAGER_FAILED
+            | ScriptStatus.COMPILE_ERROR
+            | ScriptStatus.TIMEOUT
+            | ScriptStatus.CRASHED
+            | ScriptStatus.ENV_FAILED
+        ):
+            return False
+        case _:
+            assert_never(status)
+
+
+def ran_eager(status: ScriptStatus) -> bool:
+    """Whether the eager baseline ran (the environment worked and the script itself runs without compile)."""
+    match status:
+        case ScriptStatus.EAGER_FAILED | ScriptStatus.ENV_FAILED:
+            return False
+        case (
+            ScriptStatus.OK
+            | ScriptStatus.COMPILE_ERROR
+            | ScriptStatus.MISMATCH
+            | ScriptStatus.TIMEOUT
+            | ScriptStatus.CRASHED
+        ):
+            return True
+        case _:
+            assert_never(status)
 
 
 @dataclass
@@ -56,7 +103,7 @@ class SitePairing:
 class ScriptResult:
     """One script (pre or post) of one case on one target."""
 
-    which: str
+    which: ScriptRole
     status: ScriptStatus
     recorded_status: ScriptStatus | None
     observation: ScriptObservation
@@ -66,6 +113,12 @@ class ScriptResult:
     recompiles_before: int = 0
     recompiles_after: int = 0
     notes: list[str] = field(default_factory=list)
+    not_run: NotRun | None = None  # set when nothing ran at all (its line is in notes too)
+    name: str = ""  # how reasons name the script ("" : its role, "pre" / "post")
+
+    @property
+    def label(self) -> str:
+        return self.name or self.which.value
 
     def count(self, site_class: SiteClass) -> int:
         return sum(1 for pairing in self.sites if pairing.site_class is site_class)
@@ -88,8 +141,8 @@ class CaseResult:
 
     case_id: str
     target: str
-    scripts: dict[str, ScriptResult]
-    verdict: str
+    scripts: dict[ScriptRole, ScriptResult]
+    verdict: Verdict
     severity: Severity
     reasons: list[str] = field(default_factory=list)
     rollback: Rollback | None = None
@@ -292,12 +345,12 @@ def pair_sites(
             pairings.append(SitePairing(SiteClass.REAPPEARED, site, None, "a break that had been fixed is back"))
         else:
             pairings.append(SitePairing(SiteClass.NEW, site, None, ""))
-    order = {c: i for i, c in enumerate(SiteClass)}
+    order = {c: i for i, c in enumerate(SiteClass)}  # declaration order: persists, moved, gone, ...
     pairings.sort(key=lambda p: (order[p.site_class], p.site.anchor.line))
     return pairings
 
 
-def previously_gone(replays: list[ReplayRecord], which: str) -> set[str]:
+def previously_gone(replays: list[ReplayRecord], which: ScriptRole) -> set[str]:
     """Site keys an earlier replay saw as gone (and did not see again since)."""
     gone: set[str] = set()
     for replay in replays:
@@ -314,7 +367,7 @@ def previously_gone(replays: list[ReplayRecord], which: str) -> set[str]:
 
 def script_ran(observed: ScriptObservation) -> bool:
     """Whether the script got to run its compiled code to the end: only then is a missing break gone."""
-    return observed.status in (ScriptStatus.OK, ScriptStatus.MISMATCH)
+    return ran_compiled(observed.status)
 
 
 def _fallback_notes(result: ScriptResult, recorded: ScriptObservation | None, observed: ScriptObservation) -> None:
@@ -327,7 +380,13 @@ def _fallback_notes(result: ScriptResult, recorded: ScriptObservation | None, ob
     still_skipped = {f.function for f in observed.fallback_frames}
     for pairing in result.sites:
         r, o = pairing.recorded, pairing.observed
-        if pairing.site_class is SiteClass.PERSISTS and r and o and r.kind == "skip" and o.kind != "skip":
+        if (
+            pairing.site_class is SiteClass.PERSISTS
+            and r
+            and o
+            and r.kind is SiteKind.SKIP
+            and o.kind is not SiteKind.SKIP
+        ):
             if r.anchor.function not in still_skipped:
                 cleared = "the frame no longer falls back to eager entirely (fallback cleared)"
                 pairing.note = f"{cleared}; {pairing.note}" if pairing.note else cleared
@@ -357,34 +416,40 @@ def describe_fallback(function: str, where: str, now: bool = True) -> str:
     return f"{function} no longer falls back to eager entirely (fallback cleared)"
 
 
-def classify_script(case: Case, which: str, observed: ScriptObservation, target: str = "") -> ScriptResult:
+def classify_script(
+    case: Case, which: ScriptRole, observed: ScriptObservation, target: str = "", name: str = ""
+) -> ScriptResult:
+    """One script observed on `target` against what the case recorded for it; `name` is how reasons call it."""
     recorded = case.observations.get(which)
     recorded_sites = recorded.sites if recorded else []
     fixed_categories: set[str] = set()
-    if which == "post" and "pre" in case.observations:
+    recorded_pre = case.observations.get(ScriptRole.PRE)
+    if which is ScriptRole.POST and recorded_pre is not None:
         post_categories = {s.category for s in recorded_sites}
-        fixed_categories = {s.category for s in case.observations["pre"].sites} - post_categories
+        fixed_categories = {s.category for s in recorded_pre.sites} - post_categories
     result = ScriptResult(
         which=which,
         status=observed.status,
         recorded_status=recorded.status if recorded else None,
         observation=observed,
+        name=name,
     )
     ran = script_ran(observed)
     history = previously_gone(case.replays, which)
     result.sites = pair_sites(recorded_sites, observed.sites, history, fixed_categories, ran=ran)
     # the eager baseline (or the environment) failed: the compiled code never ran at all
-    nothing_ran = observed.status in NOT_RUN and not observed.sites and not observed.graphs
+    nothing_ran = not ran_eager(observed.status) and not observed.sites and not observed.graphs
     if nothing_ran:  # no fallback cleared, no recompiles compared: nothing was observed at all
         packages = {**(recorded.packages if recorded else {}), **case.environment.get("packages", {})}
-        result.notes.append(not_run_cause(observed, packages, target))
+        result.not_run = not_run_cause(observed, packages, target)
+        result.notes.append(result.not_run.line)
         return result
     _fallback_notes(result, recorded, observed)
     result.recompiles_before = len(recorded.recompiles) if recorded else 0
     result.recompiles_after = len(observed.recompiles)
-    if recorded and recorded.status in FUNCTIONAL_FAILURES and observed.status is ScriptStatus.OK:
+    if recorded and functional_failure(recorded.status) and observed.status is ScriptStatus.OK:
         result.notes.append(f"was {recorded.status.value} at capture, now runs: fixed upstream")
-    elif recorded and recorded.status is observed.status and observed.status in FUNCTIONAL_FAILURES:
+    elif recorded and recorded.status is observed.status and functional_failure(observed.status):
         result.notes.append(f"persisting {observed.status.value}: {observed.detail}")
     if not ran and result.count(SiteClass.UNOBSERVED):
         n = result.count(SiteClass.UNOBSERVED)
@@ -392,7 +457,7 @@ def classify_script(case: Case, which: str, observed: ScriptObservation, target:
     invariant = break_invariant(observed)
     if invariant:
         result.notes.append(invariant)
-    if which == "pre" and result.count(SiteClass.GONE) and case.post is not None:
+    if which is ScriptRole.PRE and result.count(SiteClass.GONE) and case.post is not None:
         result.notes.append("a pre-fix break is gone upstream: the workaround may be removable")
     return result
 
@@ -401,18 +466,17 @@ def post_fix_broken(post: ScriptResult | None, pre: ScriptResult | None = None) 
     """Why the post-fix no longer holds, or None."""
     if post is None:
         return None
-    cause = next((note for note in post.notes if note.startswith("nothing ran: ")), None)
-    if cause:
+    if post.not_run is not None:
         # The environment's doing (it failed, or a pinned library refuses this torch) says nothing about the
         # fix; but when the pre-fix ran in the same environment, the fix itself is what fails (an API it used
         # changed: a torch.cond fix that no longer runs even eagerly).
-        pre_ran = pre is not None and pre.status not in (ScriptStatus.EAGER_FAILED, ScriptStatus.ENV_FAILED)
+        pre_ran = pre is not None and ran_eager(pre.status)
         unchanged = post.status == post.recorded_status  # it failed so at capture too: nothing new about the fix
-        if not pre_ran or unchanged or "(pinned)" in cause or post.status is ScriptStatus.ENV_FAILED:
+        if not pre_ran or unchanged or post.not_run.pinned or post.status is ScriptStatus.ENV_FAILED:
             return None
         return f"post-fix {post.status.value}: {post.observation.detail}"
     if (
-        post.status in FUNCTIONAL_FAILURES
+        functional_failure(post.status)
         and post.status is not ScriptStatus.ENV_FAILED
         and post.status != post.recorded_status
     ):
@@ -426,59 +490,74 @@ def post_fix_broken(post: ScriptResult | None, pre: ScriptResult | None = None) 
     return None
 
 
-def judge(case: Case, target: str, scripts: dict[str, ScriptResult]) -> CaseResult:
+def judge(case: Case, target: str, scripts: dict[ScriptRole, ScriptResult]) -> CaseResult:
     """Verdict and severity from the script results."""
     reasons: list[str] = []
     severity = Severity.INFO
-    verdict = "unchanged"
+    verdict = Verdict.UNCHANGED
 
-    def raise_to(level: Severity, name: str, why: str) -> None:
+    def raise_to(level: Severity, name: Verdict, why: str) -> None:
         nonlocal severity, verdict
         reasons.append(why)
         if level.rank > severity.rank:
             severity, verdict = level, name
-        elif level.rank == severity.rank and verdict in ("unchanged", "improved"):
+        elif level.rank == severity.rank and verdict in (Verdict.UNCHANGED, Verdict.IMPROVED):
             verdict = name
 
-    for which, result in scripts.items():
-        cause = next((n for n in result.notes if n.startswith("nothing ran: ")), None)
+    for result in scripts.values():
+        which = result.label
         if result.status is ScriptStatus.ENV_FAILED:
-            raise_to(Severity.ERROR, "env_failed", f"{which}: environment failed: {result.observation.detail}")
-            if cause:
-                reasons.append(f"{which}: {cause}")
+            raise_to(Severity.ERROR, Verdict.ENV_FAILED, f"{which}: environment failed: {result.observation.detail}")
+            if result.not_run:
+                reasons.append(f"{which}: {result.not_run.line}")
             continue
-        if cause and result.status != result.recorded_status:
+        if result.not_run and result.status != result.recorded_status:
             # a pinned library refusing the target's torch is the environment's doing, not the script's
-            name = "env_failed" if "(pinned)" in cause else "regressed"
-            raise_to(Severity.ERROR, name, f"{which}: {cause}")
+            name = Verdict.ENV_FAILED if result.not_run.pinned else Verdict.REGRESSED
+            raise_to(Severity.ERROR, name, f"{which}: {result.not_run.line}")
             continue
-        if result.status in FUNCTIONAL_FAILURES and result.status != result.recorded_status:
-            raise_to(Severity.ERROR, "regressed", f"{which}: {result.status.value}: {result.observation.detail}")
-        if result.recorded_status in FUNCTIONAL_FAILURES and result.status is ScriptStatus.OK:
-            raise_to(Severity.INFO, "improved", f"{which}: {result.recorded_status.value} fixed upstream")  # type: ignore[union-attr]
+        if functional_failure(result.status) and result.status != result.recorded_status:
+            raise_to(Severity.ERROR, Verdict.REGRESSED, f"{which}: {result.status.value}: {result.observation.detail}")
+        recorded = result.recorded_status
+        if recorded is not None and functional_failure(recorded) and result.status is ScriptStatus.OK:
+            raise_to(Severity.INFO, Verdict.IMPROVED, f"{which}: {recorded.value} fixed upstream")
         for site_class in (SiteClass.NEW, SiteClass.MOVED, SiteClass.REAPPEARED):
             n = result.count(site_class)
             if n:
-                raise_to(Severity.WARN, "changed", f"{which}: {n} {site_class.value}")
+                raise_to(Severity.WARN, Verdict.CHANGED, f"{which}: {n} {site_class.value}")
         if result.new_fallbacks:
             raise_to(
-                Severity.WARN, "changed", f"{which}: {len(result.new_fallbacks)} function(s) now fall back to eager"
+                Severity.WARN,
+                Verdict.CHANGED,
+                f"{which}: {len(result.new_fallbacks)} function(s) now fall back to eager",
             )
         if result.recompiles_after > result.recompiles_before:
             raise_to(
-                Severity.WARN, "changed", f"{which}: recompiles {result.recompiles_before} -> {result.recompiles_after}"
+                Severity.WARN,
+                Verdict.CHANGED,
+                f"{which}: recompiles {result.recompiles_before} -> {result.recompiles_after}",
             )
         if result.count(SiteClass.GONE):
-            raise_to(Severity.INFO, "improved", f"{which}: {result.count(SiteClass.GONE)} gone")
-    broken = post_fix_broken(scripts.get("post"), scripts.get("pre"))
+            raise_to(Severity.INFO, Verdict.IMPROVED, f"{which}: {result.count(SiteClass.GONE)} gone")
+    broken = post_fix_broken(scripts.get(ScriptRole.POST), scripts.get(ScriptRole.PRE))
     rollback = None
     if broken:
-        raise_to(Severity.ERROR, "fix_broken", broken)
-        verdict = "fix_broken"  # the most useful name for it, whatever else regressed
+        raise_to(Severity.ERROR, Verdict.FIX_BROKEN, broken)
+        verdict = Verdict.FIX_BROKEN  # the most useful name for it, whatever else regressed
         rollback = Rollback(needed=True, detail=broken, notes=case.rollback_notes)
     return CaseResult(case.id, target, scripts, verdict, severity, reasons, rollback)
 
 
-def classify_case(case: Case, target: str, observed: dict[str, ScriptObservation]) -> CaseResult:
-    scripts = {which: classify_script(case, which, obs, target) for which, obs in observed.items()}
+def classify_case(
+    case: Case,
+    target: str,
+    observed: Mapping[ScriptRole, ScriptObservation],
+    names: Mapping[ScriptRole, str] | None = None,
+) -> CaseResult:
+    """Classify every observed script of a case on `target`; `names` says how reasons call a script
+    (a commit bisection calls its one script "script"), by default its role."""
+    roles = {ScriptRole(which): obs for which, obs in observed.items()}  # a role given as its value is one too
+    scripts = {
+        which: classify_script(case, which, obs, target, (names or {}).get(which, "")) for which, obs in roles.items()
+    }
     return judge(case, target, scripts)

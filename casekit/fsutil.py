@@ -1,59 +1,68 @@
-"""File mechanics used everywhere: atomic writes, an inter-process lock, a bounded tail."""
+"""File mechanics used everywhere: the atomic writer, an inter-process lock, bounded reads, a tail."""
 
 from __future__ import annotations
 
 import fcntl
 import os
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from casekit.errors import CasekitError
 
+# The one path that means "standard output" (`--json -`, `--out -`): nothing is written for it.
+STDOUT = Path("-")
 
-def _process_umask() -> int:
-    """The umask, read without setting it (os.umask is process-global: flipping it races with threads).
-
-    Linux reports it in /proc/self/status; elsewhere assume the common 022.
-    """
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-# What open() would give a new file; mkstemp makes 0600, but archives and reports are shared files.
-FILE_MODE = 0o666 & ~_process_umask()
-
-
-def write_atomic(path: Path, data: str | bytes, mode: int = FILE_MODE) -> None:
+def write_atomic(
+    path: str | os.PathLike[str], data: str | bytes, *, durable: bool = True, executable: bool = False
+) -> None:
     """Write then rename: readers and interrupted runs see the old file or the new one, never half.
 
-    The temporary file sits beside the target so the rename is atomic, and is
-    fsynced first so a crash cannot leave an empty file under the final name.
+    casekit's one writer for files others read (bundles, documents, reports, caches). The
+    temporary file sits beside the target, so the rename is atomic; its name is fresh and
+    random, made with O_EXCL and O_NOFOLLOW, so nothing planted there is written through.
+    It is made as open() makes a file (0666 less the umask: 0644 under 022), never
+    mkstemp's 0600. `durable` fsyncs it before the rename, so a crash cannot leave an
+    empty file under the final name; derived files that can always be written again
+    (a report's pages) pass False and skip the cost. `executable`: 0777 less the umask (a job script).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    target = os.fspath(path)
+    folder, name = os.path.split(target)
+    tmp, fd = _new_temporary(folder, name, 0o777 if executable else 0o666)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-            os.fchmod(handle.fileno(), mode)
-        os.replace(tmp, path)
+        try:
+            view = memoryview(data.encode("utf-8") if isinstance(data, str) else data)
+            while view:  # os.write may write less than asked
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
     except BaseException:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
         raise
+
+
+def _new_temporary(folder: str, name: str, mode: int = 0o666) -> tuple[str, int]:
+    """A file of a fresh random name beside `name`, opened for writing; the folder made if missing."""
+    for _ in range(100):  # a name taken (a leftover, something planted) is passed over, never opened
+        tmp = os.path.join(folder, f".{name}.{os.urandom(6).hex()}.tmp")
+        try:
+            return tmp, os.open(tmp, _TEMP_FLAGS, mode)
+        except FileExistsError:
+            continue
+        except FileNotFoundError:  # the folder is new: made once here, not checked before every write
+            os.makedirs(folder, exist_ok=True)
+            return tmp, os.open(tmp, _TEMP_FLAGS, mode)
+    raise FileExistsError(f"no free temporary name beside {os.path.join(folder, name)}")
 
 
 @contextmanager

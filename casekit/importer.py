@@ -30,13 +30,22 @@ from casekit.archive.store import Archive
 from casekit.bundle import check_case_id, sha256_text, slugify
 from casekit.classify import same_break
 from casekit.errors import CasekitError
-from casekit.model import Case, Recompile, ScriptObservation, ScriptSource, ScriptStatus, Site, SiteKind
+from casekit.model import (
+    DRAFT_TAG,
+    Case,
+    Recompile,
+    ScriptObservation,
+    ScriptRole,
+    ScriptSource,
+    ScriptStatus,
+    Site,
+    SiteKind,
+)
 from casekit.observe.interpret import SHORT_DTYPE, SITE_PACKAGES, STDLIB, site_from_raw
 from casekit.observe.logs import RawBreak, parse_graph_break, parse_recompile, parse_wont_convert
 from casekit.observe.reasons import describe_category, normalize_function
 from casekit.scrub import Replacement, Scrubber, machine_folders
 
-DRAFT_TAG = "draft"
 PLACEHOLDER_NAME = "draft_repro.py"
 TRACE_GLOB = ("dedicated_log_torch_trace_*.log", "dedicated_log_torch_trace_*.log.gz")
 LOG_TAG = re.compile(r"\[__(?P<tag>graph_breaks|recompiles|recompiles_verbose)\] ?")
@@ -352,7 +361,7 @@ def merge_sites(events: list[Event], namer: ImportNamer) -> list[Site]:
                 site.stack,
                 site.call_site,
             )
-        if site.kind == "skip":
+        if site.kind is SiteKind.SKIP:
             known.kind = SiteKind.SKIP
     return list(sites.values())
 
@@ -553,7 +562,7 @@ def _draft(
         notes=draft_notes(origin, sites, recompiles, facts, function),
         created=created,
         environment=dict(environment),
-        observations={"pre": observation},
+        observations={ScriptRole.PRE: observation},
     )
 
 

@@ -1,4 +1,5 @@
-"""Files a repro needs beside it (a helper module, a small config): embedded, checked, laid out.
+"""The files of a case's folder: the scripts' names, and the files a repro needs beside them (a helper
+module, a small config), embedded, checked, laid out.
 
 A bundle stores each included file under its path relative to the script's
 folder; every runner writes them back beside the script with the same paths,
@@ -17,15 +18,18 @@ import base64
 import binascii
 import hashlib
 import os
+import re
 import stat
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 
-from casekit.bundle import check_script_name
 from casekit.errors import CasekitError, ScriptNameError
 from casekit.fsutil import UnreadableFile, read_regular_bytes
 from casekit.model import IncludedFile
+from casekit.pysource import parse_python
 
+# A script name becomes a file name on the replaying host: one plain name, never a path.
+SCRIPT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}")
 MAX_FILE_BYTES = 512 * 1024
 MAX_BINARY_BYTES = 64 * 1024  # base64 grows a third and is unreadable in a diff: keep binaries small
 MAX_TOTAL_BYTES = 2 * 1024 * 1024
@@ -35,6 +39,16 @@ SKIPPED_PARTS = {"__pycache__", ".git", ".mypy_cache", ".pytest_cache"}
 
 class IncludeError(CasekitError):
     """An included file is missing, too large, outside the script's folder or badly named."""
+
+
+def check_script_name(name: str) -> str:
+    """A script name is one plain file name (letters, digits, '.', '_', '+', '-'): never a path, never hidden."""
+    if not isinstance(name, str) or not SCRIPT_NAME.fullmatch(name) or ".." in name:
+        raise ScriptNameError(
+            f"invalid script name {name!r}: a bundle's script name must be one plain file name "
+            "(letters, digits, '.', '_', '+', '-'; at most 128 characters; no folders)"
+        )
+    return name
 
 
 def check_include_path(path: str) -> str:
@@ -235,7 +249,7 @@ def missing_includes(script: Path, source: str, included: Iterable[IncludedFile]
     problems: list[str] = []
     for name, text in sources:
         try:
-            tree = ast.parse(text)
+            tree = parse_python(text)
         except SyntaxError:
             continue
         for module in sorted(_imported_top_modules(tree)):

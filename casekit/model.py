@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 
 class ScriptStatus(enum.StrEnum):
@@ -34,15 +34,26 @@ class SiteClass(enum.StrEnum):
     UNOBSERVED = "unobserved"  # recorded, but the script did not run far enough to tell (not gone)
 
 
-# The order every report lists site classes in: what needs attention first, never alphabetical.
-SITE_CLASS_ORDER = (
-    SiteClass.NEW,
-    SiteClass.REAPPEARED,
-    SiteClass.MOVED,
-    SiteClass.GONE,
-    SiteClass.PERSISTS,
-    SiteClass.UNOBSERVED,
-)
+def attention_rank(site_class: SiteClass) -> int:
+    """Where a site class comes in every report's list: what needs attention first, never alphabetical."""
+    match site_class:
+        case SiteClass.NEW:
+            return 0
+        case SiteClass.REAPPEARED:
+            return 1
+        case SiteClass.MOVED:
+            return 2
+        case SiteClass.GONE:
+            return 3
+        case SiteClass.PERSISTS:
+            return 4
+        case SiteClass.UNOBSERVED:
+            return 5
+        case _:
+            assert_never(site_class)
+
+
+SITE_CLASS_ORDER = tuple(sorted(SiteClass, key=attention_rank))
 
 
 class ScriptRole(enum.StrEnum):
@@ -50,6 +61,17 @@ class ScriptRole(enum.StrEnum):
 
     PRE = "pre"
     POST = "post"
+
+    @property
+    def label(self) -> str:
+        """'pre-fix' / 'post-fix': the script as reports name it."""
+        match self:
+            case ScriptRole.PRE:
+                return "pre-fix"
+            case ScriptRole.POST:
+                return "post-fix"
+            case _:
+                assert_never(self)
 
 
 class SiteKind(enum.StrEnum):
@@ -82,7 +104,32 @@ class Severity(enum.StrEnum):
 
     @property
     def rank(self) -> int:
-        return {"info": 0, "warn": 1, "error": 2}[self.value]
+        """0 info, 1 warn, 2 error: what --fail-on and "the worst result" compare."""
+        match self:
+            case Severity.INFO:
+                return 0
+            case Severity.WARN:
+                return 1
+            case Severity.ERROR:
+                return 2
+            case _:
+                assert_never(self)
+
+
+class FullgraphStatus(enum.StrEnum):
+    """How the fullgraph=True run ended: one graph, or an error (the first break, or a compile error)."""
+
+    OK = "ok"
+    ERROR = "error"
+
+
+class Gate(enum.StrEnum):
+    """What a capture must have observed to be a case (see `capture.check_gates`)."""
+
+    EAGER = "eager"  # the eager baseline ran
+    COMPILED = "compiled"  # a compiled entry point was called (and compared with eager)
+    TIMEOUT = "timeout"  # no run timed out
+    FIX = "fix"  # the post-fix removes or changes what the pre-fix showed, and matches eager
 
 
 @dataclass(frozen=True)
@@ -222,7 +269,7 @@ class ScriptObservation:
     check: OutputCheck = field(default_factory=OutputCheck)
     error: ErrorInfo | None = None  # compile_error / eager_failed / crashed details
     fullgraph: ErrorInfo | None = None  # the first break as an error under fullgraph=True
-    fullgraph_status: str | None = None  # "ok" | "error" | None (not run)
+    fullgraph_status: FullgraphStatus | None = None  # None: not run
     eager_wall_s: float | None = None
     compiled_wall_s: float | None = None
     timing_load: str | None = None  # "parallel:N": timings taken with N runs at once (None: one at a time)
@@ -257,7 +304,7 @@ class CaptureRecord:
     timeout_s: float | None = None  # the capture --timeout
     run_seconds: dict[str, float] = field(default_factory=dict)  # "pre.eager" -> wall seconds observed
     sentinel: bool = False  # the pre-fix compiles cleanly: the case alerts when a break appears
-    waived_gates: list[str] = field(default_factory=list)  # gates that failed and were kept on purpose
+    waived_gates: list[Gate] = field(default_factory=list)  # gates that failed and were kept on purpose
 
     def mark(self) -> str:
         """'sentinel' / 'waived: eager, fix': how the case was kept, shown wherever it is listed."""
@@ -298,13 +345,17 @@ class ReplayRecord:
     runner: str
     verdict: Verdict
     severity: Severity
-    statuses: dict[str, str]  # script -> status
+    statuses: dict[ScriptRole, ScriptStatus]
     sites: list[SiteVerdict] = field(default_factory=list)
-    observed: dict[str, list[str]] = field(default_factory=dict)  # script -> "file:line|category" keys seen
+    observed: dict[ScriptRole, list[str]] = field(default_factory=dict)  # "file:line|category" keys seen
     reasons: list[str] = field(default_factory=list)  # why the verdict, in a line each
-    graphs: dict[str, int] | None = None  # script -> graph count (the report's timeline charts them)
-    compile_s: dict[str, float] | None = None  # script -> first-call seconds summed over entry points
+    graphs: dict[ScriptRole, int] | None = None  # graph count (the report's timeline charts them)
+    compile_s: dict[ScriptRole, float] | None = None  # first-call seconds summed over entry points
     timing_load: str | None = None  # "parallel:N" when compile_s was measured beside other runs
+
+
+# The tag of a case imported from a log (`casekit import`): no repro yet, its script only raises.
+DRAFT_TAG = "draft"
 
 
 @dataclass
@@ -322,15 +373,21 @@ class Case:
     created: str = ""
     backend: str = "eager"
     environment: dict[str, Any] = field(default_factory=dict)
-    observations: dict[str, ScriptObservation] = field(default_factory=dict)  # "pre" / "post"
+    observations: dict[ScriptRole, ScriptObservation] = field(default_factory=dict)
     provenance: Provenance | None = None
     replays: list[ReplayRecord] = field(default_factory=list)
     includes: list[IncludedFile] = field(default_factory=list)  # laid out beside pre and post scripts
     capture: CaptureRecord | None = None
     schema_version: int = 1
 
-    def script(self, which: str) -> ScriptSource | None:
-        return self.pre if which == "pre" else self.post
+    def script(self, which: ScriptRole) -> ScriptSource | None:
+        match which:
+            case ScriptRole.PRE:
+                return self.pre
+            case ScriptRole.POST:
+                return self.post
+            case _:
+                assert_never(which)
 
 
 def to_plain(value: Any) -> Any:

@@ -5,18 +5,11 @@ Every long-running core call takes a `ProgressFn` (a callable taking one message
 
     with ProgressView.for_stderr() as view:          # the CLI opens one per command
         replay(..., progress=view)                    # plain messages: one line each
-        with view.task("torch 2.5.1 wheels", total=2.1e9, unit="bytes") as task:
-            task.advance(chunk)                       # a bar with bytes and ETA on a TTY
 
 Conventions a message may follow (runners already do): a "[label] " prefix names
 the bar the message belongs to, and "K/N" right after it moves that bar (the probe's
 "3/10 case.pre done"). Indented messages are tool output (pip, uv, docker build):
 shown only with -v. Quiet (-q) shows nothing but what the command prints itself.
-
-Code that only holds a ProgressFn (a runner's "[label] " wrapper, say) uses
-`progress_task(progress, "downloading torch", total=nbytes, unit="bytes")`: a real
-bar when it holds the view itself, else "K/N" messages (at most one per tenth), which
-the view turns into a bar on a TTY and into a few plain lines elsewhere.
 
 Off a TTY, under NO_COLOR or TERM=dumb, output is one plain line per step with no
 control characters, so CI logs and golden files stay stable.
@@ -28,7 +21,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -71,23 +64,12 @@ def plain_output(stream: TextIO) -> bool:
 
 @dataclass
 class Task:
-    """One bar (or, off a TTY, a line at its start and its end)."""
+    """One bar on a terminal: a label's "K/N" messages move it."""
 
-    view: ProgressView
     description: str
-    total: float | None
-    unit: str
+    total: float
     completed: float = 0.0
     task_id: Any = None
-
-    def advance(self, amount: float = 1.0) -> None:
-        self.update(self.completed + amount)
-
-    def update(self, completed: float, total: float | None = None) -> None:
-        self.completed = completed
-        if total is not None:
-            self.total = total
-        self.view._update(self)
 
 
 @dataclass
@@ -123,7 +105,7 @@ class ProgressView:
         self._bars = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
-            TextColumn("{task.fields[amount]}"),  # "3/10" for steps, "1.2/2.1 GB" for bytes
+            TextColumn("{task.fields[amount]}"),  # "3/10"
             TimeRemainingColumn(),
             TimeElapsedColumn(),
             console=console,
@@ -147,37 +129,18 @@ class ProgressView:
             count = _COUNT.match(message)
             if count and self._bars is not None:
                 label = count.group("label") or "progress"
-                task = self._tasks.get(label) or self._new_task(label, float(count.group("total")), "steps")
+                task = self._tasks.get(label) or self._new_task(label, float(count.group("total")))
                 task.completed, task.total = float(count.group("done")), float(count.group("total"))
                 self._render(task)
                 return
             self._line(message)
 
-    @contextmanager
-    def task(self, description: str, total: float | None = None, unit: str = "steps") -> Iterator[Task]:
-        """A bar for work whose size is known (unit "bytes" shows sizes and ETA); plain: a start and end line."""
-        with self._lock:
-            task = self._new_task(description, total, unit)
-        if self._bars is None and self.level is not Verbosity.QUIET:
-            self._line(f"{description} ...")
-        try:
-            yield task
-        finally:
-            with self._lock:
-                self._tasks.pop(description, None)
-            if self._bars is None and self.level is not Verbosity.QUIET:
-                self._line(f"{description}: done{_amount(task)}")
-
-    def _new_task(self, description: str, total: float | None, unit: str) -> Task:
-        task = Task(self, description, total, unit)
+    def _new_task(self, description: str, total: float) -> Task:
+        task = Task(description, total)
         if self._bars is not None:
             task.task_id = self._bars.add_task(description, total=total, amount=_counted(task))
         self._tasks[description] = task
         return task
-
-    def _update(self, task: Task) -> None:
-        with self._lock:
-            self._render(task)
 
     def _render(self, task: Task) -> None:
         if self._bars is not None and task.task_id is not None:
@@ -192,55 +155,5 @@ class ProgressView:
 
 
 def _counted(task: Task) -> str:
-    """How far a task is, in its unit: '3/10' or '1.20/2.10 GB'."""
-    if task.unit == "bytes":
-        return (
-            f"{task.completed / 1e9:.2f}/{task.total / 1e9:.2f} GB" if task.total else f"{task.completed / 1e9:.2f} GB"
-        )
-    return f"{task.completed:g}/{task.total:g}" if task.total else f"{task.completed:g}"
-
-
-def _amount(task: Task) -> str:
-    if task.unit == "bytes":
-        return f" ({task.completed / 1e6:.1f} MB)"
-    return f" ({task.completed:g}/{task.total:g})" if task.total else ""
-
-
-class _MessageTask:
-    """A task for a plain ProgressFn: "K/N description" messages, at most one per tenth of the work."""
-
-    def __init__(self, progress: Callable[[str], None], description: str, total: float | None, unit: str) -> None:
-        self.progress, self.description, self.total, self.unit = progress, description, total, unit
-        self.completed = 0.0
-        self._said = -1
-
-    def advance(self, amount: float = 1.0) -> None:
-        self.update(self.completed + amount)
-
-    def update(self, completed: float, total: float | None = None) -> None:
-        self.completed = completed
-        if total is not None:
-            self.total = total
-        if not self.total:
-            return
-        tenth = int(10 * min(self.completed, self.total) / self.total)
-        if tenth > self._said:
-            self._said = tenth
-            done, size = (int(self.completed), int(self.total))
-            if self.unit == "bytes":
-                done, size = int(self.completed // 1e6), int(self.total // 1e6)
-            self.progress(f"{done}/{size}{' MB' if self.unit == 'bytes' else ''} {self.description}")
-
-
-@contextmanager
-def progress_task(
-    progress: Callable[[str], None], description: str, total: float | None = None, unit: str = "steps"
-) -> Iterator[Task | _MessageTask]:
-    """A task on whatever progress callable a core function was given (see the module docstring)."""
-    if isinstance(progress, ProgressView):
-        with progress.task(description, total, unit) as task:
-            yield task
-        return
-    progress(f"{description} ...")
-    yield _MessageTask(progress, description, total, unit)
-    progress(f"{description}: done")
+    """How far a task is: '3/10'."""
+    return f"{task.completed:g}/{task.total:g}"

@@ -26,7 +26,6 @@ CACHE_ENV = "CASEKIT_CACHE"
 INSTALLER_ENV = "CASEKIT_INSTALLER"
 CA_BUNDLE_ENV = "CASEKIT_CA_BUNDLE"
 KEEP_BATCH_ENV = "CASEKIT_KEEP_BATCH"
-BISECT_COMMIT_ENV = "CASEKIT_BISECT_COMMIT"
 BWRAP_ENV = "CASEKIT_BWRAP"
 
 DEFAULT_ARCHIVE = "cases"
@@ -82,9 +81,9 @@ def docker_host() -> str:
     return os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
 
 
-def docker_host_is_remote() -> bool:
-    """tcp:// or ssh://: the engine cannot see this machine's folders."""
-    host = os.environ.get("DOCKER_HOST", "")
+def docker_host_is_remote(host: str | None = None) -> bool:
+    """tcp:// or ssh:// (`host`, else DOCKER_HOST): the engine cannot see this machine's folders."""
+    host = host or os.environ.get("DOCKER_HOST", "")
     return bool(host) and not host.startswith("unix://")
 
 

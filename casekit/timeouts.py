@@ -7,6 +7,7 @@ replay for the 300 s default when it ran in two seconds at capture.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -47,6 +48,19 @@ def replay_run_timeout(record: CaptureRecord | None, override: float | None) -> 
     slowest = max(record.run_seconds.values(), default=None)
     derived = max(REPLAY_FLOOR_S, REPLAY_FACTOR * slowest) if slowest is not None else DEFAULT_RUN_TIMEOUT_S
     return min(derived, record.timeout_s) if record.timeout_s else derived
+
+
+def recorded_run_seconds(record: CaptureRecord | None) -> float | None:
+    """What a case's runs took at capture, added up (eager and compiled, pre and post): what one
+    replay of it costs, for planning shards. None when nothing usable was recorded."""
+    if record is None:
+        return None
+    # a forged or broken bundle may hold anything: only finite, non-negative seconds count
+    seconds = [
+        value for value in record.run_seconds.values() if isinstance(value, (int, float)) and math.isfinite(value)
+    ]
+    usable = [value for value in seconds if value >= 0]
+    return round(sum(usable), 3) if usable else None
 
 
 def batch_timeout(jobs: Iterable[TimedJob], import_allowance_s: float) -> float:

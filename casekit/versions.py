@@ -140,12 +140,13 @@ def without_local(text: str) -> str:
     return text.split("+", 1)[0]
 
 
-def release_key(text: str) -> tuple[int, ...]:
-    """A sort key for reports: '2.13.0+cpu' -> (2, 13, 0); what does not parse sorts last."""
+def version_order(text: str) -> tuple[int, Version | str]:
+    """The sort key of versions as reports show them: PEP 440 order, build label ignored
+    ('2.5.1+cu124' < '2.10.0.dev20250101' < '2.13.0'); what is not a version sorts last, by its text."""
     try:
-        return Version(text).release
+        return (0, Version(Version(text).public))
     except InvalidVersion:
-        return (10**6,)
+        return (1, text)
 
 
 # A distribution name as PEP 508 allows it, and a version as PEP 440 writes it (local tags too): nothing

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from casekit.errors import RunnerError
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
+from casekit.runners.registry import label
 
 PROBE_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "probe"
 FIXTURE_SCRIPTS = Path(__file__).resolve().parent / "fixtures" / "scripts"
@@ -44,6 +45,10 @@ class RecordedRunner(Runner):
 
     name = "recorded"
 
+    @classmethod
+    def check_options(cls, options: object) -> None:
+        """It stands in for whichever runner the spec names: that runner's keys are checked in its own tests."""
+
     def __init__(self, spec: TargetSpec, target: Target, log: list[tuple[str, ProbeJob]]) -> None:
         super().__init__(spec)
         self.target = target
@@ -57,7 +62,7 @@ class RecordedRunner(Runner):
         results: dict[str, dict[str, object]] = {}
         failed: dict[str, str] = {}
         for job in jobs:
-            self.log.append((self.spec.label, job))
+            self.log.append((label(self.spec), job))
             stem = self.target.serve_as.get(job.script.stem, job.script.stem)
             raw = _recorded(self.target.release, stem)
             if raw is None:
@@ -76,16 +81,16 @@ class RecordedRunner(Runner):
         )
 
     def describe(self) -> dict[str, object]:
-        return {"runner": self.spec.runner, "label": self.spec.label}
+        return {"runner": self.spec.runner, "label": label(self.spec)}
 
 
 def recorded_targets(targets: dict[str, Target]) -> tuple[list[TargetSpec], Callable[[TargetSpec], Runner], list]:
     """TargetSpecs named after each key, a runner factory serving them, and the log of jobs run."""
     log: list[tuple[str, ProbeJob]] = []
     specs = [TargetSpec(runner="python", python=name) for name in targets]
-    by_label = {spec.label: targets[spec.python or ""] for spec in specs}
+    by_label = {label(spec): targets[spec.python or ""] for spec in specs}
 
     def factory(spec: TargetSpec) -> Runner:
-        return RecordedRunner(spec, by_label[spec.label], log)
+        return RecordedRunner(spec, by_label[label(spec)], log)
 
     return specs, factory, log

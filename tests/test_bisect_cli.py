@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 
 from casekit.archive.store import Archive
 from casekit.bisect import releases
-from casekit.cli.bisect import parse_python_for, register
+from casekit.bisect.plan import parse_python_for
+from casekit.cli.bisect import register
 from casekit.errors import BisectError, CasekitError
 from tests.test_bisect_commits import git, make_dirty, snapshot
 from tests.test_bisect_releases_fast import HISTORY, VERSIONS, FakeReplay, make_case

@@ -33,9 +33,11 @@ from casekit.model import (
     ScriptSource,
     ScriptStatus,
     Site,
+    SiteKind,
 )
-from casekit.replay.run import ReplayOptions, RunnerFactory, TargetRun
-from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.replay.run import ReplayOptions, TargetRun
+from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec
+from casekit.runners.registry import label
 
 PRE = "import torch\n\n\ndef f(x):\n    n = x.sum().item()\n    return x * n\n\n\nprint(torch.compile(f)(torch.ones(2)))\n"
 POST = "import torch\n\n\ndef f(x):\n    return x * x.sum()\n\n\nprint(torch.compile(f)(torch.ones(2)))\n"
@@ -104,11 +106,11 @@ class FakeReplay:
         assert options.record is False and options.verify_rollback is False
         self.specs.append(spec)
         version = spec.torch or "?"
-        run = TargetRun(spec=spec, label=spec.label, environment={"torch": version})
+        run = TargetRun(spec=spec, label=label(spec), environment={"torch": version})
         if version in self.broken:
             run.error = f"cannot install torch {version}"
             return run
-        run.results = [classify_case(case, spec.label, self.history[version]) for case in cases]
+        run.results = [classify_case(case, label(spec), self.history[version]) for case in cases]
         return run
 
     @property
@@ -313,7 +315,7 @@ def test_cached_observation_round_trips_everything_classification_reads() -> Non
         "GB0124",
         call_site=Frame("repro.py", 9, "forward", "y = self.m(x)"),
         stack=[Frame("repro.py", 9, "forward")],
-        kind="skip",
+        kind=SiteKind.SKIP,
         excerpt="long log text",
     )
     original = ScriptObservation(

@@ -15,15 +15,16 @@ import pytest
 
 from casekit.bisect.ahead import BuildAhead
 from casekit.bisect.engine import CacheSettings
-from casekit.bisect.predicates import Predicate
+from casekit.bisect.predicates import Predicate, PredicateKind
 from casekit.bisect.releases import ReleaseBisect, ReleaseSeams, bisect_releases
 from casekit.bisect.report import multi_report_to_json, render_shared_text, validate_multi_document
 from casekit.bisect.shared import Ahead, bisect_releases_many
 from casekit.bundle import sha256_text
 from casekit.classify import classify_case
 from casekit.model import Case, ScriptObservation
-from casekit.replay.run import ReplayOptions, RunnerFactory, TargetRun
-from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.replay.run import ReplayOptions, TargetRun
+from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec
+from casekit.runners.registry import label
 from tests.test_bisect_releases_fast import HISTORY, VERSIONS, make_case, no_runner
 
 MORE = [f"2.{minor}.0" for minor in range(11, 16)]
@@ -62,11 +63,11 @@ class PerCaseReplay:
     ) -> TargetRun:
         version = spec.torch or "?"
         self.calls.append((version, [case.id for case in cases]))
-        run = TargetRun(spec=spec, label=spec.label, environment={"torch": version})
+        run = TargetRun(spec=spec, label=label(spec), environment={"torch": version})
         if version in self.broken:
             run.error = f"cannot install torch {version}"
             return run
-        run.results = [classify_case(c, spec.label, self.histories[c.id][version]) for c in cases]
+        run.results = [classify_case(c, label(spec), self.histories[c.id][version]) for c in cases]
         return run
 
 
@@ -129,7 +130,7 @@ def test_a_case_the_predicate_cannot_follow_is_reported_not_fatal(tmp_path: Path
     fake = PerCaseReplay({"late": LATE, "no-post": LATE})
     shared = bisect_releases_many(
         [case_named("late"), no_post],
-        config(tmp_path, predicate=Predicate("post-holds")),
+        config(tmp_path, predicate=Predicate(PredicateKind.POST_HOLDS)),
         ReleaseSeams(run_target=fake, make_runner=no_runner),
     )
     assert "no post-fix" in shared.errors["no-post"] and shared.reports["late"].first_bad == "2.8.0"

@@ -10,7 +10,25 @@ import pytest
 from casekit.archive.store import Archive
 from casekit.bundle import case_to_toml, check_case_id, load_case, parse_case, sha256_text
 from casekit.errors import BundleError, CaseIdError
-from casekit.model import Case, EntryPoint, Frame, OutputCheck, ScriptObservation, ScriptSource, ScriptStatus, Site
+from casekit.model import (
+    CaptureRecord,
+    Case,
+    EntryPoint,
+    Frame,
+    FullgraphStatus,
+    Gate,
+    OutputCheck,
+    ReplayRecord,
+    ScriptObservation,
+    ScriptRole,
+    ScriptSource,
+    ScriptStatus,
+    Severity,
+    Site,
+    SiteClass,
+    SiteVerdict,
+    Verdict,
+)
 
 from .conftest import run_casekit
 
@@ -36,7 +54,7 @@ def make_case(case_id: str = "demo") -> Case:
         tags=["item"],
         rollback_notes="go back to fullgraph=False",
         observations={
-            "pre": ScriptObservation(
+            ScriptRole.PRE: ScriptObservation(
                 status=ScriptStatus.OK,
                 graphs=2,
                 sites=[site],
@@ -78,6 +96,62 @@ def test_bad_bundles_name_the_field(mutate, field, problem):
     assert f"field '{field}'" in str(error.value)
     assert problem in str(error.value)
     assert str(error.value).startswith("cases/demo.toml")
+
+
+def replayed_case() -> Case:
+    """make_case with what a capture and a replay add: a waived gate, fullgraph status, a history record."""
+    case = make_case()
+    case.observations[ScriptRole.PRE].fullgraph_status = FullgraphStatus.ERROR
+    case.capture = CaptureRecord(timeout_s=60.0, waived_gates=[Gate.COMPILED])
+    case.replays = [
+        ReplayRecord(
+            at="2026-12-01T00:00:00+00:00",
+            target="venv:torch-2.13",
+            torch="2.13.0",
+            runner="venv",
+            verdict=Verdict.CHANGED,
+            severity=Severity.WARN,
+            statuses={ScriptRole.PRE: ScriptStatus.OK},
+            sites=[SiteVerdict(ScriptRole.PRE, SiteClass.MOVED, "repro.py:7", "GB0124")],
+            graphs={ScriptRole.PRE: 2},
+        )
+    ]
+    return case
+
+
+def test_the_loader_gives_enums_where_the_toml_has_strings():
+    text = case_to_toml(replayed_case())
+    assert 'verdict = "changed"' in text and 'waived_gates = [\n    "compiled",\n]' in text
+    case = parse_case(text)
+    assert case == replayed_case()
+    assert [type(role) for role in case.observations] == [ScriptRole]
+    assert type(case.observations[ScriptRole.PRE].fullgraph_status) is FullgraphStatus
+    assert case.capture is not None and [type(gate) for gate in case.capture.waived_gates] == [Gate]
+    [record] = case.replays
+    assert type(record.verdict) is Verdict and type(record.severity) is Severity
+    assert [(type(k), type(v)) for k, v in record.statuses.items()] == [(ScriptRole, ScriptStatus)]
+    assert record.graphs is not None and [type(k) for k in record.graphs] == [ScriptRole]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "problem"),
+    [
+        (lambda t: t.replace("[observations.pre]", "[observations.middle]"), "observations.middle", "pre, post"),
+        (lambda t: t.replace('[replays.statuses]\npre = "ok"', '[replays.statuses]\npre = "fine"'), "replays[0].statuses.pre", "is not one of"),
+        (lambda t: t.replace('[replays.statuses]\npre = "ok"', '[replays.statuses]\nmid = "ok"'), "replays[0].statuses.mid", "pre, post"),
+        (lambda t: t.replace('"compiled",', '"sideways",'), "capture.waived_gates[0]", "eager, compiled, timeout, fix"),
+        (lambda t: t.replace('fullgraph_status = "error"', 'fullgraph_status = "maybe"'), "observations.pre.fullgraph_status", "ok, error"),
+        (lambda t: t.replace('verdict = "changed"', 'verdict = "worse"'), "replays[0].verdict", "fix_broken, regressed"),
+    ],
+)  # fmt: skip
+def test_unknown_enum_values_and_keys_are_refused_naming_the_field(mutate, field, problem):
+    text = case_to_toml(replayed_case())
+    mutated = mutate(text)
+    assert mutated != text
+    with pytest.raises(BundleError) as error:
+        parse_case(mutated, "cases/demo.toml")
+    line = str(error.value)
+    assert line.startswith("cases/demo.toml") and f"field '{field}'" in line and problem in line and "\n" not in line
 
 
 def test_not_toml_is_one_clear_error():

@@ -10,13 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from casekit.archive.store import Archive
 from casekit.capture import (
-    Gate,
+    CaptureRequest,
     check_gates,
     check_waivers,
     gates_to_check,
     is_sentinel,
     provenance_of,
+    run_capture,
     strip_credentials,
 )
 from casekit.errors import CasekitError
@@ -35,14 +37,18 @@ from casekit.model import (
     EntryPoint,
     ErrorInfo,
     Frame,
+    Gate,
     OutputCheck,
     Recompile,
     ScriptObservation,
     ScriptStatus,
     Site,
 )
+from casekit.runners.interface import Runner, TargetSpec
 from casekit.scrub import Replacement, Scrubber, machine_paths_in
 from casekit.timeouts import REPLAY_FLOOR_S, check_timeout, replay_run_timeout
+
+from .fakes import FIXTURE_SCRIPTS, RecordedRunner, Target
 
 
 def site(line: int = 9, category: str = "GB0124") -> Site:
@@ -278,3 +284,38 @@ def test_provenance_names_the_repository_never_the_checkout_path(tmp_path: Path)
     with_remote = provenance_of(script)
     assert with_remote is not None and with_remote.remote == "https://example.com/team/repros.git"
     assert str(tmp_path) not in repr(with_remote)
+
+
+def test_run_capture_runs_the_asked_interpreter_with_the_allowed_options_and_commits(tmp_path: Path) -> None:
+    """The policy `casekit capture` had in the CLI: --python and --allow make the target, --commit is
+    refused before anything runs outside a git repository, and commits the new bundle inside one."""
+    made: list[TargetSpec] = []
+
+    def factory(spec: TargetSpec) -> Runner:
+        made.append(spec)
+        return RecordedRunner(spec, Target("2.5.1"), [])
+
+    archive = Archive(tmp_path / "cases")
+    archive.root.mkdir()
+    request = CaptureRequest(
+        script=FIXTURE_SCRIPTS / "breaks.py",
+        case_id="breaks",
+        python="/opt/py/bin/python",
+        allow=["network=host", "env=HF_HOME"],
+        commit=True,
+    )
+    with pytest.raises(CasekitError, match="--commit: .*git"):
+        run_capture(request, archive, factory, lambda message: None)
+    assert made == [] and not archive.exists("breaks")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    outcome = run_capture(request, archive, factory, lambda message: None)
+    assert made == [
+        TargetSpec(runner="python", python="/opt/py/bin/python", options=(("network", "host"), ("env", "HF_HOME")))
+    ]
+    assert outcome.path == archive.path_for("breaks") and outcome.path.is_file() and outcome.case.id == "breaks"
+    assert outcome.committed is not None and outcome.committed.endswith(f"capture breaks: {outcome.case.title}")
+    tracked = subprocess.run(["git", "-C", str(tmp_path), "ls-files"], capture_output=True, text=True, check=True)
+    assert tracked.stdout.split() == ["cases/breaks.toml"]
+    request.allow, request.force, request.commit = ["network"], True, False
+    with pytest.raises(CasekitError, match="--allow takes KEY=VALUE, not 'network'"):
+        run_capture(request, archive, factory, lambda message: None)

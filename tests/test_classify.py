@@ -13,15 +13,20 @@ from casekit.model import (
     Recompile,
     ReplayRecord,
     ScriptObservation,
+    ScriptRole,
     ScriptSource,
     ScriptStatus,
     Severity,
     Site,
     SiteClass,
+    SiteKind,
     SiteVerdict,
+    Verdict,
 )
 
 from .test_observe import observe
+
+PRE, POST = ScriptRole.PRE, ScriptRole.POST
 
 
 def site(
@@ -46,9 +51,9 @@ def case_with(
 ) -> Case:
     script = ScriptSource("repro.py", sha256_text(""), "")
     fixed = ScriptSource("fixed.py", sha256_text(""), "")
-    observations = {"pre": pre}
+    observations = {PRE: pre}
     if post is not None:
-        observations["post"] = post
+        observations[POST] = post
     return Case(
         id="c",
         title="t",
@@ -103,7 +108,7 @@ def test_reappeared_after_an_earlier_replay_saw_it_gone():
 
 def test_post_fix_break_of_a_fixed_category_reappears_and_breaks_the_fix():
     case = case_with(obs(site(6)), obs())
-    result = classify_case(case, "t", {"pre": obs(site(6)), "post": obs(site(5, file="fixed.py"))})
+    result = classify_case(case, "t", {PRE: obs(site(6)), POST: obs(site(5, file="fixed.py"))})
     assert classes(result.scripts["post"].sites) == ["reappeared"]
     assert result.verdict == "fix_broken" and result.severity is Severity.ERROR
     assert result.rollback is not None and result.rollback.needed and result.rollback.notes == "use fullgraph=False"
@@ -111,20 +116,20 @@ def test_post_fix_break_of_a_fixed_category_reappears_and_breaks_the_fix():
 
 def test_unchanged_case_is_info():
     case = case_with(obs(site(6)), obs())
-    result = classify_case(case, "t", {"pre": obs(site(6)), "post": obs()})
+    result = classify_case(case, "t", {PRE: obs(site(6)), POST: obs()})
     assert (result.verdict, result.severity, result.rollback) == ("unchanged", Severity.INFO, None)
 
 
 def test_gone_upstream_says_the_workaround_may_be_removable():
     case = case_with(obs(site(6)), obs())
-    result = classify_case(case, "t", {"pre": obs(), "post": obs()})
+    result = classify_case(case, "t", {PRE: obs(), POST: obs()})
     assert result.verdict == "improved" and result.severity is Severity.INFO
     assert any("workaround may be removable" in n for n in result.scripts["pre"].notes)
 
 
 def test_new_break_is_a_warning():
     case = case_with(obs(site(6)))
-    result = classify_case(case, "t", {"pre": obs(site(6), site(9, "GB0059"))})
+    result = classify_case(case, "t", {PRE: obs(site(6), site(9, "GB0059"))})
     assert (result.verdict, result.severity) == ("changed", Severity.WARN)
 
 
@@ -140,13 +145,13 @@ def test_new_break_is_a_warning():
 )
 def test_functional_failures_are_errors(status):
     case = case_with(obs(site(6)))
-    result = classify_case(case, "t", {"pre": obs(status=status)})
+    result = classify_case(case, "t", {PRE: obs(status=status)})
     assert result.severity is Severity.ERROR and result.verdict == "regressed"
 
 
 def test_env_failed_is_an_error_and_its_sites_are_unobserved_never_gone():
     case = case_with(obs(site(6)))
-    result = classify_case(case, "t", {"pre": ScriptObservation(status=ScriptStatus.ENV_FAILED, detail="no torch")})
+    result = classify_case(case, "t", {PRE: ScriptObservation(status=ScriptStatus.ENV_FAILED, detail="no torch")})
     assert result.verdict == "env_failed"
     assert classes(result.scripts["pre"].sites) == ["unobserved"]
     assert result.scripts["pre"].cleared_fallbacks == []
@@ -154,32 +159,32 @@ def test_env_failed_is_an_error_and_its_sites_are_unobserved_never_gone():
 
 def test_crash_fixed_upstream_and_persisting_crash():
     crashed = obs(status=ScriptStatus.COMPILE_ERROR)
-    fixed = classify_case(case_with(crashed), "t", {"pre": obs()})
+    fixed = classify_case(case_with(crashed), "t", {PRE: obs()})
     assert fixed.verdict == "improved" and "fixed upstream" in fixed.scripts["pre"].notes[0]
-    still = classify_case(case_with(crashed), "t", {"pre": obs(status=ScriptStatus.COMPILE_ERROR)})
+    still = classify_case(case_with(crashed), "t", {PRE: obs(status=ScriptStatus.COMPILE_ERROR)})
     assert still.severity is Severity.INFO and "persisting compile_error" in still.scripts["pre"].notes[0]
 
 
 def test_function_now_falling_back_to_eager_is_a_regression_not_fewer_breaks():
     case = case_with(obs(site(6)))
     now = obs(fallback_frames=[FallbackFrame("step", "repro.py", 3, "skip")])
-    result = classify_case(case, "t", {"pre": now})
+    result = classify_case(case, "t", {PRE: now})
     assert result.severity is Severity.WARN
     assert any("falls back to eager entirely" in n for n in result.scripts["pre"].notes)
 
 
 def test_fallback_cleared_into_an_ordinary_break_persists():
     skipped = site(6)
-    skipped.kind = "skip"
+    skipped.kind = SiteKind.SKIP
     case = case_with(obs(skipped, fallback_frames=[FallbackFrame("step", "repro.py", 3)]))
-    result = classify_case(case, "t", {"pre": obs(site(6))})
+    result = classify_case(case, "t", {PRE: obs(site(6))})
     [p] = result.scripts["pre"].sites
     assert p.site_class is SiteClass.PERSISTS and "fallback cleared" in p.note
 
 
 def test_more_recompiles_warn():
     case = case_with(obs(recompiles=[]))
-    result = classify_case(case, "t", {"pre": obs(recompiles=[Recompile("step", "repro.py", 3, ["size"])])})
+    result = classify_case(case, "t", {PRE: obs(recompiles=[Recompile("step", "repro.py", 3, ["size"])])})
     assert result.severity is Severity.WARN and "recompiles 0 -> 1" in result.reasons[0]
 
 
@@ -190,15 +195,15 @@ def test_history_marks_reappeared_across_replays():
             target="t",
             torch="2.6",
             runner="venv",
-            verdict="improved",
+            verdict=Verdict.IMPROVED,
             severity=Severity.INFO,
-            statuses={"pre": "ok"},
-            sites=[SiteVerdict("pre", SiteClass.GONE, "repro.py:9", "GB0059")],
+            statuses={PRE: "ok"},
+            sites=[SiteVerdict(PRE, SiteClass.GONE, "repro.py:9", "GB0059")],
         )
     ]
     case = case_with(obs(site(6), site(9, "GB0059")), replays=history)
     # the case still records line 9 (capture), so it pairs as persists; a new site at a gone key reappears
-    result = classify_case(case_with(obs(site(6)), replays=history), "t", {"pre": obs(site(6), site(9, "GB0059"))})
+    result = classify_case(case_with(obs(site(6)), replays=history), "t", {PRE: obs(site(6), site(9, "GB0059"))})
     assert classes(result.scripts["pre"].sites) == ["persists", "reappeared"]
     assert case.replays
 
@@ -215,21 +220,21 @@ def test_history_marks_reappeared_across_replays():
 def test_real_runs_2_5_1_replayed_on_2_13_0(name, expected):
     recorded, observed = observe("2.5.1", name), observe("2.13.0", name)
     case = case_with(recorded)
-    result = classify_case(case, "2.13.0", {"pre": observed})
+    result = classify_case(case, "2.13.0", {PRE: observed})
     assert classes(result.scripts["pre"].sites) == expected
     assert result.scripts["pre"].new_fallbacks == []
 
 
 @pytest.mark.parametrize("name", ["breaks", "data_branch", "deepcopy_state", "module_skip"])
 def test_real_runs_2_13_0_replayed_on_2_5_1(name):
-    result = classify_case(case_with(observe("2.13.0", name)), "2.5.1", {"pre": observe("2.5.1", name)})
+    result = classify_case(case_with(observe("2.13.0", name)), "2.5.1", {PRE: observe("2.5.1", name)})
     assert {p.site_class for p in result.scripts["pre"].sites} <= {SiteClass.PERSISTS, SiteClass.MOVED}
 
 
 def test_an_accepted_post_fix_break_that_moves_warns_but_the_fix_still_holds():
     accepted = site(21, "GB0098", file="fixed.py")
     case = case_with(obs(site(6)), obs(accepted))
-    result = classify_case(case, "t", {"pre": obs(site(6)), "post": obs(site(22, "GB0098", file="fixed.py"))})
+    result = classify_case(case, "t", {PRE: obs(site(6)), POST: obs(site(22, "GB0098", file="fixed.py"))})
     assert classes(result.scripts["post"].sites) == ["moved"]
     assert (result.verdict, result.severity, result.rollback) == ("changed", Severity.WARN, None)
 
@@ -305,17 +310,17 @@ def test_two_different_skipped_functions_are_two_breaks():
 def test_two_records_on_one_line_pair_straight_and_no_fallback_is_claimed_cleared():
     brk = site(14, "GB0066", reason="Graph break under GenericContextWrappingVariable")
     skipped = site(14, "GB0059", reason="builtin: print")
-    skipped.kind = "skip"
+    skipped.kind = SiteKind.SKIP
     new_brk = site(14, "GB0066", reason="reworded context manager break")
     new_skipped = site(14, "GB0059", reason="Failed to trace builtin operator")
-    new_skipped.kind = "skip"
+    new_skipped.kind = SiteKind.SKIP
     pairs = pair_sites([brk, skipped], [new_skipped, new_brk], set(), set())
     assert {(p.recorded.kind, p.observed.kind) for p in pairs} == {("break", "break"), ("skip", "skip")}
     # a frame that falls back to eager on both sides: reworded, not "fallback cleared"
     fallback = FallbackFrame("step", "repro.py", 3)
     now = site(14, "GB0025")
     case = case_with(obs(skipped, fallback_frames=[fallback]))
-    result = classify_case(case, "t", {"pre": obs(now, fallback_frames=[fallback])})
+    result = classify_case(case, "t", {PRE: obs(now, fallback_frames=[fallback])})
     [p] = result.scripts["pre"].sites
     assert p.site_class is SiteClass.PERSISTS and "fallback cleared" not in p.note
     assert not result.scripts["pre"].cleared_fallbacks
@@ -324,7 +329,7 @@ def test_two_records_on_one_line_pair_straight_and_no_fallback_is_claimed_cleare
 def test_eager_failure_leaves_sites_unobserved_never_gone_and_clears_no_fallback():
     case = case_with(obs(site(6), site(9, "GB0059"), fallback_frames=[FallbackFrame("step", "repro.py", 3)]), obs())
     failed = ScriptObservation(status=ScriptStatus.EAGER_FAILED, detail="eager baseline: ImportError: no module x")
-    result = classify_case(case, "venv:torch-2.5.1", {"pre": failed})
+    result = classify_case(case, "venv:torch-2.5.1", {PRE: failed})
     pre = result.scripts["pre"]
     assert classes(pre.sites) == ["unobserved", "unobserved"]
     assert pre.cleared_fallbacks == [] and not any("removable" in n or "cleared" in n for n in pre.notes)
@@ -342,41 +347,60 @@ def test_a_pinned_library_refusing_the_target_torch_is_named_with_what_to_do():
         "ImportError: AutoModel requires PyTorch >= 2.6, but PyTorch was not found or an older version is installed."
     )
     failed = ScriptObservation(status=ScriptStatus.EAGER_FAILED, detail=f"eager baseline: {message}")
-    result = classify_case(case, "venv:torch-2.5.1", {"pre": failed})
-    assert (result.verdict, result.severity) == ("env_failed", Severity.ERROR)
+    result = classify_case(case, "venv:torch-2.5.1", {PRE: failed})
+    assert (result.verdict, result.severity) == (Verdict.ENV_FAILED, Severity.ERROR)
+    not_run = result.scripts[PRE].not_run
+    assert not_run is not None and not_run.pinned == "transformers"  # the fact, as a field
     [line] = [r for r in result.reasons if "nothing ran" in r]
+    assert line == f"pre: {not_run.line}" and not_run.line in result.scripts[PRE].notes
     assert "transformers 5.24.0 (pinned) requires torch>=2.6 and refuses torch 2.5.1" in line
     assert "--no-pin-packages" in line and "a transformers version that supports torch 2.5.1" in line
     # the floor from the library's metadata when the error does not state it
     quiet = ScriptObservation(status=ScriptStatus.EAGER_FAILED, detail="eager baseline: ImportError: transformers")
     metadata = {"transformers": ['torch>=2.6; extra == "torch"', "numpy>=1.17"]}
-    line = not_run_cause(quiet, {"transformers": "5.24.0"}, "venv:torch-2.5.1", lambda d, v: metadata.get(d))
-    assert "requires torch>=2.6" in line
+    cause = not_run_cause(quiet, {"transformers": "5.24.0"}, "venv:torch-2.5.1", lambda d, v: metadata.get(d))
+    assert "requires torch>=2.6" in cause.line and cause.pinned == "transformers"
     # the library not installed at all (--no-pin-packages): no floor to blame
     missing = ScriptObservation(
         status=ScriptStatus.EAGER_FAILED, detail="eager baseline: ModuleNotFoundError: No module named 'transformers'"
     )
-    line = not_run_cause(missing, {"transformers": "5.24.0"}, "venv:torch-2.5.1", lambda d, v: metadata.get(d))
-    assert line == "nothing ran: eager baseline: ModuleNotFoundError: No module named 'transformers'"
+    cause = not_run_cause(missing, {"transformers": "5.24.0"}, "venv:torch-2.5.1", lambda d, v: metadata.get(d))
+    assert cause.line == "nothing ran: eager baseline: ModuleNotFoundError: No module named 'transformers'"
+    assert cause.pinned is None
     # no pinned library to blame: the cause as it is
     plain = not_run_cause(quiet, {}, "venv:torch-2.5.1", lambda d, v: None)
-    assert plain == "nothing ran: eager baseline: ImportError: transformers"
+    assert (plain.line, plain.pinned) == ("nothing ran: eager baseline: ImportError: transformers", None)
+
+
+def test_the_environment_is_blamed_from_the_pinned_field_never_from_the_note_text():
+    """A script's own error that says "(pinned)" is still the script's regression: only a pinned library
+    whose torch floor is above the target's makes it the environment's (env_failed)."""
+    case = case_with(obs(site(6)), obs())
+    detail = "eager baseline: RuntimeError: config value (pinned) requires a newer torch"
+    failed = ScriptObservation(status=ScriptStatus.EAGER_FAILED, detail=detail)
+    result = classify_case(case, "venv:torch-2.5.1", {PRE: failed})
+    not_run = result.scripts[PRE].not_run
+    assert not_run is not None and not_run.pinned is None and "(pinned)" in not_run.line
+    assert result.verdict is Verdict.REGRESSED and result.severity is Severity.ERROR
+    # the post-fix failing so, with the pre-fix running in the same environment, is a broken fix
+    both = classify_case(case, "venv:torch-2.5.1", {PRE: obs(site(6)), POST: failed})
+    assert both.verdict is Verdict.FIX_BROKEN and both.rollback is not None
 
 
 def test_a_crash_midway_leaves_what_was_not_reached_unobserved():
     case = case_with(obs(site(6), site(20, "GB0059")))
     crashed = obs(site(6), status=ScriptStatus.COMPILE_ERROR)
     crashed.detail = "compiled run: AssertionError: Guard check failed"
-    pre = classify_case(case, "t", {"pre": crashed}).scripts["pre"]
+    pre = classify_case(case, "t", {PRE: crashed}).scripts["pre"]
     assert classes(pre.sites) == ["persists", "unobserved"]
 
 
 def test_gone_advice_only_for_a_real_gone():
     case = case_with(obs(site(6)), obs())
-    moved = classify_case(case, "t", {"pre": obs(site(7, "GB0124")), "post": obs()})
+    moved = classify_case(case, "t", {PRE: obs(site(7, "GB0124")), POST: obs()})
     assert not any("removable" in n for n in moved.scripts["pre"].notes)
     failed = ScriptObservation(status=ScriptStatus.EAGER_FAILED, detail="eager baseline: boom")
-    assert not any("removable" in n for n in classify_case(case, "t", {"pre": failed}).scripts["pre"].notes)
+    assert not any("removable" in n for n in classify_case(case, "t", {PRE: failed}).scripts["pre"].notes)
 
 
 def test_same_break_by_place_for_import():
@@ -393,8 +417,8 @@ def test_a_fix_that_no_longer_runs_while_the_pre_fix_does_is_a_broken_fix():
     so the fix itself no longer holds -> fix_broken with rollback, not a plain regression."""
     case = case_with(obs(site(6)), obs())
     failed = ScriptObservation(status=ScriptStatus.EAGER_FAILED, detail="eager baseline: RuntimeError: cond")
-    result = classify_case(case, "venv:torch-2.13.0", {"pre": obs(site(6)), "post": failed})
+    result = classify_case(case, "venv:torch-2.13.0", {PRE: obs(site(6)), POST: failed})
     assert result.verdict == "fix_broken" and result.rollback is not None and result.rollback.needed
     # when the pre-fix could not run either, the environment is at fault: no claim about the fix
-    both = classify_case(case, "venv:torch-2.13.0", {"pre": failed, "post": failed})
+    both = classify_case(case, "venv:torch-2.13.0", {PRE: failed, POST: failed})
     assert both.verdict == "regressed" and both.rollback is None

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from casekit.errors import DockerUnavailable, RunnerError
-from casekit.runners.docker import RUN_LABEL, DockerRunner, images
-from casekit.runners.docker.runner import PROBE_CAPABILITIES, RUN_UIDS, RUNS_IN_CONTAINER
+from casekit.runners.docker import images
+from casekit.runners.docker.runner import PROBE_CAPABILITIES, RUN_LABEL, RUN_UIDS, RUNS_IN_CONTAINER, DockerRunner
 from casekit.runners.interface import ProbeJob, TargetSpec
 
 pytestmark = pytest.mark.docker
@@ -379,7 +379,7 @@ def test_copy_transfer_for_remote_engines_runs_the_same_batch(engine: Any, repla
 
 
 def test_transfer_defaults_follow_docker_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    from casekit.runners.docker import default_transfer
+    from casekit.runners.docker.runner import default_transfer
 
     monkeypatch.setenv("DOCKER_HOST", "ssh://gpu-box")
     assert default_transfer() == "copy"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from casekit.errors import DockerUnavailable, RunnerError
-from casekit.runners.docker import DockerRunner
+from casekit.runners.docker.runner import DockerRunner
 from casekit.runners.interface import ProbeJob, TargetSpec
 
 

@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from casekit.archive.git import case_log, commit_paths, log_text, replay_message
+from casekit.archive.git import case_log, commit_paths, log_text
 from casekit.archive.store import Archive
 from casekit.bundle import sha256_text
 from casekit.classify import classify_case
@@ -28,6 +28,7 @@ from casekit.model import (
     SiteClass,
     SiteVerdict,
 )
+from casekit.replay.plan import replay_message
 from casekit.replay.run import ReplayReport, TargetRun, portable_label
 from casekit.runners.interface import TargetSpec
 

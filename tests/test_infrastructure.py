@@ -20,8 +20,8 @@ from casekit.versions import (
     matches_request,
     parse_version,
     pick_newest,
-    release_key,
     sort_versions,
+    version_order,
     without_local,
 )
 
@@ -61,15 +61,20 @@ def test_exact_requests_and_prefixes() -> None:
 
 
 def test_installed_matches_request_and_report_keys() -> None:
+    # what the python runner checks an interpreter's torch against
     assert matches_request("2.13.0+cpu", "2.13") and matches_request("2.13.0+cpu", "2.13.0+cpu")
+    assert matches_request("2.13.0+cpu", "2.13.0")
     assert not matches_request("2.13.0", "2.1") and not matches_request("2.13.0+cpu", "2.13.0+cu124")
+    assert not matches_request("2.13.0", "2.13.1")
     assert without_local("2.13.0+cu124") == "2.13.0" and without_local("?") == "?"
-    assert sorted(["2.13.0+cpu", "unknown", "2.5.1", "2.10.0"], key=release_key) == [
+    assert sorted(["2.13.0+cpu", "unknown", "2.5.1", "2.10.0", "2.10.0.dev20250101"], key=version_order) == [
         "2.5.1",
+        "2.10.0.dev20250101",
         "2.10.0",
         "2.13.0+cpu",
         "unknown",
     ]
+    assert version_order("2.13.0+cpu") == version_order("2.13.0")  # the build label does not order
 
 
 # -------------------------------------------------------------------- fsutil
@@ -90,10 +95,27 @@ def test_atomic_write_gives_the_umask_mode_without_touching_the_umask(tmp_path: 
         check=True,
     )
     assert done.stdout.strip() == "0o640"
-    fsutil.write_atomic(target, b"bytes too")
+    fsutil.write_atomic(target, b"bytes too", durable=False)
     assert target.read_bytes() == b"bytes too"
-    assert stat.S_IMODE(target.stat().st_mode) == fsutil.FILE_MODE
-    assert [p.name for p in tmp_path.iterdir()] == ["a.txt"]
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")  # what open() makes under this process's umask
+    assert stat.S_IMODE(target.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "plain.txt"]
+
+
+def test_atomic_write_never_writes_through_a_link_at_its_temporary_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    planted = tmp_path / f".doc.json.{'00' * 6}.tmp"
+    planted.symlink_to(victim)
+    names = iter([b"\x00" * 6, b"\x01" * 6])  # the first name drawn is the planted one
+    monkeypatch.setattr(fsutil.os, "urandom", lambda n: next(names))
+    fsutil.write_atomic(tmp_path / "doc.json", "new")
+    assert victim.read_text() == "untouched" and planted.is_symlink()
+    assert (tmp_path / "doc.json").read_text() == "new" and not (tmp_path / "doc.json").is_symlink()
+    assert not (tmp_path / f".doc.json.{'01' * 6}.tmp").exists()
 
 
 def test_atomic_write_keeps_the_old_file_when_interrupted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

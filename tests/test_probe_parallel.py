@@ -294,7 +294,8 @@ def test_a_hanging_run_times_out_while_another_finishes(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.docker
 def test_docker_default_follows_the_containers_cpu_limit(tmp_path: Path) -> None:
-    from casekit.runners.docker import DockerRunner, images
+    from casekit.runners.docker import images
+    from casekit.runners.docker.runner import DockerRunner
 
     from .test_docker_runner import docker_engine, torch_spec
 
@@ -410,7 +411,7 @@ def test_trouble_in_an_early_eager_run_costs_only_its_own_job(
 
 
 def test_the_fast_fork_tunable_is_added_and_a_users_own_setting_wins() -> None:
-    from casekit.runners.process import FAST_FORK_TUNABLE, with_fast_fork
+    from casekit.runners.sandbox import FAST_FORK_TUNABLE, with_fast_fork
 
     assert with_fast_fork(None) == with_fast_fork("") == FAST_FORK_TUNABLE
     assert with_fast_fork("glibc.malloc.arena_max=2") == f"glibc.malloc.arena_max=2:{FAST_FORK_TUNABLE}"

@@ -156,7 +156,7 @@ def test_runner_failure_is_env_failed_not_a_crash(starter_copy: Path):
     [result] = report.results
     assert result.verdict == "env_failed" and result.scripts["pre"].status.value == "env_failed"
     assert report.targets[0].error and "network down" in report.targets[0].error
-    validate_replay_json(replay_document(report))
+    validate_replay_json(replay_document(report).to_json())
 
 
 @pytest.mark.slow
@@ -168,7 +168,7 @@ def test_capture_on_2_5_1_replay_on_2_13_0(torch251_python: str, tmp_path: Path)
         archive.load_all(), [TargetSpec(runner="python")], ReplayOptions(record=True), archive, make_runner, quiet
     )
     results = {r.case_id: r for r in report.results}
-    validate_replay_json(replay_document(report))
+    validate_replay_json(replay_document(report).to_json())
     # the break moves into copy.py below the same script line: moved, not gone + new
     deepcopy = results["deepcopy-moves"]
     assert classes(deepcopy) == ["moved"]

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import casekit.replay.document as replay_document_module
-from casekit.model import ScriptStatus, Severity, SiteClass, Verdict
+from casekit.model import ScriptRole, ScriptStatus, Severity, SiteClass, Verdict
 from casekit.replay.document import (
     REPLAY_SCHEMA,
     ReplayDocumentError,
@@ -42,17 +42,29 @@ def test_the_schema_ships_in_the_package_and_names_the_document() -> None:
     assert REPLAY_SCHEMA == "casekit.replay/1" == replay_schema()["properties"]["schema"]["const"]
 
 
-def test_the_schema_enums_are_the_model_enums() -> None:
-    defs = replay_schema()["$defs"]
-    assert defs["result"]["properties"]["verdict"]["enum"] == [v.value for v in Verdict]
-    assert defs["result"]["properties"]["severity"]["enum"] == [s.value for s in Severity]
-    assert defs["status"]["enum"] == [s.value for s in ScriptStatus]
-    assert defs["site"]["properties"]["class"]["enum"] == [c.value for c in SiteClass]
+# That the schema's enums are the model's: tests/test_enum_tables.py, with every other enum-keyed table.
 
 
 def test_a_real_replay_document_reads(tmp_path: Path) -> None:
     document = read_replay_document(RECORDED)
-    assert len(document["results"]) == 9 and document["targets"][0]["label"] == "venv:torch-2.5.1"
+    assert len(document.results) == 9 and document.targets[0].label == "venv:torch-2.5.1"
+
+
+def test_the_reader_returns_typed_entries_and_writes_back_the_same_json() -> None:
+    """Every verdict, severity, status, class and script is its enum member; the strings stay in the JSON."""
+    document = read_replay_document(RECORDED)
+    for result in document.results:
+        assert type(result.verdict) is Verdict and type(result.severity) is Severity
+        assert all(type(role) is ScriptRole for role in result.scripts)
+        for script in result.scripts.values():
+            assert type(script.status) is ScriptStatus
+            assert script.recorded_status is None or type(script.recorded_status) is ScriptStatus
+            assert all(type(site.site_class) is SiteClass for site in script.sites)
+    expected = recorded()
+    for target in expected["targets"]:  # written before targets said what sandboxed them: that one is null
+        assert "sandbox" not in target
+        target["sandbox"] = None
+    assert document.to_json() == expected  # key for key, value for value
 
 
 CORRUPTIONS = [
@@ -202,6 +214,6 @@ def test_a_minimal_document_reads_and_merges(tmp_path: Path) -> None:
     }
     path = tmp_path / "m.json"
     path.write_text(json.dumps(minimal))
-    assert merge_reports([path]).data["results"][0]["case"] == "a"
-    assert cells_from_results(read_replay_document(path), "m.json")[0].verdict == "changed"
+    assert merge_reports([path]).data.results[0].case == "a"
+    assert cells_from_results(read_replay_document(path), "m.json")[0].verdict is Verdict.CHANGED
     assert "a on t: changed (warn)" in replay_document_text(read_replay_document(path))

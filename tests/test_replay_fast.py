@@ -18,7 +18,7 @@ from casekit.capture import CaptureRequest, capture
 from casekit.errors import CasekitError
 from casekit.model import SITE_CLASS_ORDER, ScriptRole, Severity, SiteClass, Verdict
 from casekit.outcome import ExitCode, FailOn, check_seconds, exit_code
-from casekit.replay.document import parse_replay_document, read_replay_document
+from casekit.replay.document import Matrix, parse_replay_document, read_replay_document
 from casekit.replay.plan import ReplayRequest, TargetChoice, run_replay
 from casekit.replay.run import ReplayOptions
 from casekit.replay.shard import merge_reports, without_volatile
@@ -55,11 +55,13 @@ def request_for(names: list[str], **kwargs: object) -> ReplayRequest:
 def test_a_break_that_moved_below_the_same_line_is_moved_and_the_rest_persist(archive: Archive) -> None:
     specs, factory, _ = recorded_targets({"t-2.13.0": Target("2.13.0")})
     outcome = run_replay(request_for(["t-2.13.0"], fail_on=FailOn.ERROR), archive, factory, quiet)
-    results = {r["case"]: r for r in outcome.document["results"]}
-    assert [s["class"] for s in results["deepcopy-state"]["scripts"]["pre"]["sites"]] == ["moved"]
-    assert {s["class"] for s in results["breaks"]["scripts"]["pre"]["sites"]} == {"persists"}  # reworded, same breaks
+    results = {r.case: r for r in outcome.document.results}
+    assert [s.site_class for s in results["deepcopy-state"].scripts[ScriptRole.PRE].sites] == [SiteClass.MOVED]
+    pre_breaks = results["breaks"].scripts[ScriptRole.PRE].sites
+    assert {s.site_class for s in pre_breaks} == {SiteClass.PERSISTS}  # reworded, same breaks
     assert outcome.worst is Severity.WARN and outcome.exit_code is ExitCode.OK
-    parse_replay_document(outcome.document, "<written>")  # the writer's output validates
+    written = json.loads(json.dumps(outcome.document.to_json()))
+    assert parse_replay_document(written, "<written>") == outcome.document  # the writer's output validates, reads back
     history = archive.load("deepcopy-state").replays
     assert [(r.verdict, r.sites[0].site_class, r.sites[0].script) for r in history] == [
         (Verdict.CHANGED, SiteClass.MOVED, ScriptRole.PRE)
@@ -77,11 +79,11 @@ def test_a_broken_fix_is_an_error_and_its_rollback_is_verified(archive: Archive)
     _, factory, log = recorded_targets({"t": Target("2.13.0", serve_as={"deepcopy_state": "breaks"})})
     request = request_for(["t"], case_ids=("fixcase",), options=ReplayOptions(record=False))
     outcome = run_replay(request, archive, factory, quiet)
-    [result] = outcome.document["results"]
-    assert (result["verdict"], result["severity"]) == ("fix_broken", "error")
-    rollback = result["rollback"]
-    assert rollback is not None and rollback["needed"] and rollback["verified"] is True
-    assert rollback["path"] == "post-fix with fullgraph=False" and rollback["notes"] == "go back to fullgraph=False"
+    [result] = outcome.document.results
+    assert (result.verdict, result.severity) == (Verdict.FIX_BROKEN, Severity.ERROR)
+    rollback = result.rollback
+    assert rollback is not None and rollback.needed and rollback.verified is True
+    assert rollback.path == "post-fix with fullgraph=False" and rollback.notes == "go back to fullgraph=False"
     assert [job.modes for _, job in log if job.id.endswith(".rollback")] == [("eager", "rollback")] * 2
     assert outcome.exit_code is ExitCode.FAILED
 
@@ -93,8 +95,8 @@ def test_a_failed_environment_is_exit_2_from_replay_and_from_merge(archive: Arch
     outcome = run_replay(request, archive, factory, quiet)
     assert outcome.exit_code is ExitCode.PROBLEM
     assert outcome.failed_targets == ["python:broken: no wheel"]
-    broken = [r for r in outcome.document["results"] if r["target"] == "python:broken"]
-    assert {r["verdict"] for r in broken} == {"env_failed"}
+    broken = [r for r in outcome.document.results if r.target == "python:broken"]
+    assert {r.verdict for r in broken} == {Verdict.ENV_FAILED}
     assert merge_reports([out]).exit_code(FailOn.NEVER) is ExitCode.PROBLEM  # the same file, the same answer
     assert merge_reports([out]).exit_code(FailOn.ERROR) is outcome.exit_code
     assert archive.load("breaks").replays == []  # --no-record
@@ -120,7 +122,7 @@ def test_shards_merged_equal_the_unsharded_replay(archive: Archive, tmp_path: Pa
         path = tmp_path / "shards" / f"{k}.json"
         run_replay(request_for(names, options=options, shard=f"{k}/3", json_out=path), archive, factory, quiet)
         paths.append(path)
-    counts = sorted(len(read_replay_document(p)["results"]) for p in paths)
+    counts = sorted(len(read_replay_document(p).results) for p in paths)
     assert sum(counts) == 10 and counts == [2, 3, 5]  # one whole target, the other's cases split in two
     merged = merge_reports(paths)
     assert without_volatile(merged.data) == without_volatile(whole.document)
@@ -134,8 +136,8 @@ def test_an_empty_shard_writes_its_document_into_new_folders(archive: Archive, t
     outcome = run_replay(request, archive, factory, quiet)
     assert outcome.report is None and outcome.exit_code is ExitCode.OK and log == []
     document = read_replay_document(out)
-    assert document["results"] == [] and document["shard"] == "2/2"
-    assert document["matrix"] == {"cases": ["breaks"], "targets": ["python:t"]}
+    assert document.results == [] and document.shard == "2/2"
+    assert document.matrix == Matrix(cases=["breaks"], targets=["python:t"])
     assert not list(out.parent.glob(".*.tmp"))  # written atomically: no temporary file left
 
 
@@ -153,7 +155,7 @@ def test_drafts_are_skipped_and_invalid_bundles_reported_not_fatal(archive: Arch
         f"{archive.root / 'broken.toml'}: field 'scripts.pre': missing: a bundle embeds at least the pre-fix script"
     ]
     assert any(line.startswith("invalid bundle: ") for line in notices)
-    assert sorted(r["case"] for r in outcome.document["results"]) == [
+    assert sorted(r.case for r in outcome.document.results) == [
         "breaks",
         "data-branch",
         "deepcopy-state",

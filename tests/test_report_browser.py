@@ -224,7 +224,7 @@ def test_a_case_page_prints_with_its_timeline(pictures_site: Path, tmp_path: Pat
 def test_bisect_page_renders_its_steps(tmp_path: Path) -> None:
     import json
 
-    from casekit.report.pictures import render_bisect_html
+    from casekit.report.html import render_bisect_html
 
     doc = json.loads((PICTURES.parent / "bisect-logging-in-forward.json").read_text(encoding="utf-8"))
     page = tmp_path / "bisect.html"

@@ -20,9 +20,10 @@ from typer.testing import CliRunner
 from casekit.archive.store import Archive
 from casekit.cli.records import register
 from casekit.errors import CasekitError
-from casekit.model import Case, ReplayRecord, Severity, SiteClass, SiteVerdict
+from casekit.model import Case, ReplayRecord, ScriptRole, ScriptStatus, Severity, SiteClass, SiteVerdict, Verdict
 from casekit.replay.document import read_replay_document
-from casekit.report.formats import FORMATS, ReportFormat, get_format
+from casekit.report.formats import FORMATS, get_format
+from casekit.report.interface import ReportFormat
 from casekit.report.output import write_files
 from casekit.report.summary import ArchiveSummary, summarize
 
@@ -51,10 +52,10 @@ def hostile_case() -> Case:
             "venv:torch-2.13.0",
             "2.13.0",
             "venv",
-            "fix_broken",
+            Verdict.FIX_BROKEN,
             Severity.ERROR,
-            {"pre": "ok", "post": "compile_error"},
-            [SiteVerdict("post", SiteClass.NEW, HOSTILE, HOSTILE)],
+            {ScriptRole.PRE: ScriptStatus.OK, ScriptRole.POST: ScriptStatus.COMPILE_ERROR},
+            [SiteVerdict(ScriptRole.POST, SiteClass.NEW, HOSTILE, HOSTILE)],
         )
     )
     return case
@@ -78,12 +79,11 @@ def test_latest_result_per_target_fills_the_matrix(summary: ArchiveSummary) -> N
 
 def test_a_results_document_overrides_the_history(summary: ArchiveSummary) -> None:
     data = read_replay_document(RESULTS)
-    data["results"][0]["verdict"], data["results"][0]["severity"] = "regressed", "error"
+    first = data.results[0]
+    first.verdict, first.severity = Verdict.REGRESSED, Severity.ERROR
     overlaid = summarize(starter(), [("ci.json", data)])
-    cell = next(c for c in overlaid.cases if c.case.id == data["results"][0]["case"]).cells[
-        data["results"][0]["target"]
-    ]
-    assert (cell.verdict, cell.severity, cell.source) == ("regressed", Severity.ERROR, "ci.json")
+    cell = next(c for c in overlaid.cases if c.case.id == first.case).cells[first.target]
+    assert (cell.verdict, cell.severity, cell.source) == (Verdict.REGRESSED, Severity.ERROR, "ci.json")
     assert overlaid.worst() is Severity.ERROR
 
 

@@ -19,8 +19,9 @@ from casekit.archive.store import Archive
 from casekit.bisect.engine import Step
 from casekit.bisect.predicates import Direction
 from casekit.bisect.report import BisectReport, WhatChanged, report_to_json
-from casekit.model import Case, ReplayRecord, Severity, SiteClass, SiteVerdict
+from casekit.model import Case, ReplayRecord, ScriptRole, ScriptStatus, Severity, SiteClass, SiteVerdict, Verdict
 from casekit.report.formats import get_format
+from casekit.report.html import render_bisect_html
 from casekit.report.pictures import (
     STATUS_ERROR,
     VERDICT_FILL,
@@ -28,12 +29,11 @@ from casekit.report.pictures import (
     bisect_svg,
     heatmap_from_summary,
     heatmap_svg,
-    render_bisect_html,
     timeline_from_case,
     timeline_svg,
-    version_sort_key,
 )
 from casekit.report.summary import summarize
+from casekit.versions import version_order
 
 ARCHIVE = Path(__file__).parent / "fixtures" / "pictures" / "archive"
 SVG = "{http://www.w3.org/2000/svg}"
@@ -67,7 +67,7 @@ def test_the_fixture_is_replayed_on_three_releases(cases: dict[str, Case]) -> No
 
 
 def test_versions_sort_as_versions_not_strings() -> None:
-    ordered = sorted(["2.13.0+cpu", "2.5.1", "nightly", "2.8.0", "2.10.0.dev20250101"], key=version_sort_key)
+    ordered = sorted(["2.13.0+cpu", "2.5.1", "nightly", "2.8.0", "2.10.0.dev20250101"], key=version_order)
     assert ordered == ["2.5.1", "2.8.0", "2.10.0.dev20250101", "2.13.0+cpu", "nightly"]
 
 
@@ -77,7 +77,7 @@ def test_timeline_columns_follow_release_order_and_date_a_repeated_release(cases
         assert timeline.columns[0].label == "recorded"
         replays = timeline.columns[1:]
         assert len(replays) == len(case.replays)
-        keys = [(version_sort_key(c.torch), c.at) for c in replays]
+        keys = [(version_order(c.torch), c.at) for c in replays]
         assert keys == sorted(keys)
         repeats = Counter(c.torch for c in replays)
         for column in replays:
@@ -133,9 +133,9 @@ def test_a_failed_script_is_red_and_its_breaks_unobserved(cases: dict[str, Case]
             target="venv:torch-2.14.0",
             torch="2.14.0",
             runner="venv",
-            verdict="regressed",
+            verdict=Verdict.REGRESSED,
             severity=Severity.ERROR,
-            statuses={"pre": "compile_error", "post": "ok"},
+            statuses={ScriptRole.PRE: ScriptStatus.COMPILE_ERROR, ScriptRole.POST: ScriptStatus.OK},
             reasons=["pre: ok -> compile_error"],
         )
     )
@@ -162,10 +162,10 @@ def test_every_bundle_string_is_escaped() -> None:
             target=hostile,
             torch=hostile,
             runner="python",
-            verdict=hostile,
+            verdict=Verdict.CHANGED,  # verdicts and statuses are closed enums: the loader refuses any other text
             severity=Severity.WARN,
-            statuses={"pre": hostile},
-            sites=[SiteVerdict("pre", SiteClass.NEW, f"{hostile}:3", hostile)],
+            statuses={ScriptRole.PRE: ScriptStatus.CRASHED},
+            sites=[SiteVerdict(ScriptRole.PRE, SiteClass.NEW, f"{hostile}:3", hostile)],
             reasons=[hostile],
         )
     ]
@@ -214,7 +214,7 @@ def bisect_doc(subject: str = "item-branch") -> dict[str, object]:
             Step("2.7.1", "unchanged", cached=True),
             Step("2.6.0", "changed", "<b>detail</b>"),
         ],
-        changed=WhatChanged("2.5.1", ["torch 2.6.0 -> 2.7.1: the recompile is gone"], [], "improved", []),
+        changed=WhatChanged("2.5.1", ["torch 2.6.0 -> 2.7.1: the recompile is gone"], [], Verdict.IMPROVED, []),
         reproduce="casekit bisect item-branch --from 2.5.1 --to 2.9.0",
     )
     return report_to_json(report)

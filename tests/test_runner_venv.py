@@ -24,12 +24,11 @@ from casekit.runners.venv import (
     MARKER,
     EnvRequest,
     VenvRunner,
-    cache_root,
-    is_exact,
     list_envs,
-    pick_newest,
     remove_env,
 )
+from casekit.settings import cache_root
+from casekit.versions import is_exact, pick_newest
 
 LOCAL_WHEELS = Path("/opt/wheels")
 SPEC = TargetSpec("venv", torch="2.13.0", find_links=str(LOCAL_WHEELS))

@@ -16,6 +16,7 @@ from casekit.cli.records import register
 from casekit.errors import CasekitError
 from casekit.model import Severity
 from casekit.outcome import FailOn
+from casekit.replay.document import read_replay_document
 from casekit.replay.shard import (
     ShardError,
     merge_reports,
@@ -146,11 +147,13 @@ def test_merge_combines_shards_in_canonical_order(tmp_path: Path) -> None:
     )
     b = write(tmp_path / "b.json", document("2/2", ["t1"], [result("c", "t1")]))
     merged = merge_reports([a, b])
-    assert [t["label"] for t in merged.data["targets"]] == ["t1", "t2"]
-    assert [(r["target"], r["case"]) for r in merged.data["results"]] == [("t1", "a"), ("t1", "c"), ("t2", "b")]
-    assert merged.data["targets"][0]["seconds"] == 3.0  # a target split over shards: its time adds up
+    assert [t.label for t in merged.data.targets] == ["t1", "t2"]
+    assert [(r.target, r.case) for r in merged.data.results] == [("t1", "a"), ("t1", "c"), ("t2", "b")]
+    assert merged.data.targets[0].seconds == 3.0  # a target split over shards: its time adds up
+    assert merged.data.targets[0].import_s == 2.0  # the import of one shard: the largest, not the sum
     assert merged.worst is Severity.WARN
-    assert merged.data["shards"] == ["1/2", "2/2"]
+    assert merged.data.shards == ["1/2", "2/2"]
+    assert merged.data.to_json()["shards"] == ["1/2", "2/2"] and "shard" not in merged.data.to_json()
 
 
 def test_merge_refuses_a_missing_shard_unless_partial(tmp_path: Path) -> None:
@@ -241,11 +244,11 @@ def test_sharded_replay_merged_equals_the_unsharded_replay(tmp_path: Path) -> No
     merged_path = tmp_path / "merged.json"
     done = runner.invoke(records_app(), ["merge", *map(str, shards), "--json", str(merged_path), "--fail-on", "never"])
     assert done.exit_code == 0, done.output
-    unsharded = json.loads(whole.read_text())
-    merged = json.loads(merged_path.read_text())
-    assert len(merged["results"]) == 4
+    unsharded = read_replay_document(whole)
+    merged = read_replay_document(merged_path)
+    assert len(merged.results) == 4
     assert without_volatile(merged) == without_volatile(unsharded)
-    worst = max((Severity(r["severity"]) for r in unsharded["results"]), key=lambda s: s.rank)
+    worst = max((r.severity for r in unsharded.results), key=lambda s: s.rank)
     assert merge_reports(shards).worst is worst
 
 
@@ -256,7 +259,7 @@ def test_the_same_slice_per_target_job_is_not_a_repeat(tmp_path: Path) -> None:
         for t in ("torch-2.12", "torch-2.13")
         for k in (1, 2)
     ]
-    assert len(merge_reports(paths).data["results"]) == 4
+    assert len(merge_reports(paths).data.results) == 4
     with pytest.raises(ShardError, match="missing shard.*2/2"):
         merge_reports(paths[:1] + paths[2:3])
 
@@ -272,3 +275,174 @@ def test_a_slice_of_the_same_matrix_twice_is_refused(tmp_path: Path) -> None:
     ]
     with pytest.raises(ShardError, match="1/2 of the same matrix given more than once"):
         merge_reports(paths)
+
+
+# -------------------------------------------- shards balanced by recorded cost
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_target_share_is_balanced_by_recorded_cost(seed: int) -> None:
+    """Cases dealt dearest first onto the cheapest shard: no shard exceeds the mean by more than the
+    dearest case (the LPT bound), and every cell still lands exactly once, in rectangles."""
+    rng = random.Random(seed)
+    cases, labels = matrix(rng.randint(20, 300), rng.randint(1, 3))
+    costs = {case: rng.lognormvariate(0, 1) for case in cases}
+    n = len(labels) * rng.randint(2, 6)
+    plan = shard_plan(cases, labels, n, costs)
+    assert sorted(cell for shard in plan for cell in shard) == sorted((c, t) for c in cases for t in labels)
+    loads = [sum(costs[c] for c, _ in shard) for shard in plan]
+    mean = sum(loads) / n
+    assert max(loads) <= mean + max(costs.values()) + 1e-9
+    for shard in plan:
+        assert len({t for _, t in shard}) == 1  # fewer targets than shards: one target per shard
+
+
+def test_the_cost_cut_is_the_same_whatever_order_the_costs_arrive_in() -> None:
+    cases, labels = matrix(40, 2)
+    costs = {case: (i * 7919 % 97) / 10 for i, case in enumerate(cases)}
+    shuffled = dict(sorted(costs.items(), key=lambda item: random.Random(3).random()))
+    assert shard_plan(cases, labels, 6, costs) == shard_plan(list(reversed(cases)), labels, 6, shuffled)
+
+
+def test_a_case_without_recorded_times_costs_the_default() -> None:
+    from casekit.replay.shard import DEFAULT_CASE_COST_S, case_cost
+
+    assert case_cost({}, "a") == DEFAULT_CASE_COST_S
+    assert case_cost({"a": float("nan")}, "a") == DEFAULT_CASE_COST_S
+    assert case_cost({"a": -3.0}, "a") == DEFAULT_CASE_COST_S
+    assert case_cost({"a": 2.5}, "a") == 2.5
+
+
+def test_the_layout_names_the_shards_of_each_target() -> None:
+    from casekit.replay.shard import shard_layout
+
+    cases, labels = matrix(5, 2)
+    assert shard_layout(shard_plan(cases, labels, 6)) == {labels[0]: [1, 2, 3], labels[1]: [4, 5, 6]}
+    assert shard_layout(shard_plan(cases[:2], labels[:1], 3)) == {labels[0]: [1, 2]}  # shard 3: empty
+
+
+# ------------------------------------------------- a results folder, by attempt
+
+
+def sliced(
+    shard: str,
+    target: str,
+    cases: list[str],
+    layout: dict[str, list[int]],
+    attempt: int = 1,
+    written: str = "2026-12-01T10:00:00+00:00",
+) -> dict[str, object]:
+    """A per-target result file as `replay --results-dir` writes it."""
+    data = document(shard, [target], [result(case, target) for case in cases])
+    data |= {
+        "layout": layout,
+        "matrix": {"cases": ["a", "b", "c"], "targets": sorted(layout)},
+        "attempt": attempt,
+        "written": written,
+    }
+    return data
+
+
+LAYOUT = {"t1": [1, 2], "t2": [3, 4]}
+
+
+def results_folder(root: Path, skip: tuple[str, int] | None = None) -> Path:
+    from casekit.replay.shard import result_file
+
+    cells = {("t1", 1): ["a", "c"], ("t1", 2): ["b"], ("t2", 3): ["a", "c"], ("t2", 4): ["b"]}
+    for (target, k), cases in cells.items():
+        if (target, k) != skip:
+            path = result_file(root, target, k, 4)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write(path, sliced(f"{k}/4", target, cases, LAYOUT))
+    return root
+
+
+def test_merge_of_a_results_folder_reads_every_target_and_shard(tmp_path: Path) -> None:
+    merged = merge_reports([results_folder(tmp_path / "results")])
+    assert [(r["target"], r["case"]) for r in merged.data["results"]] == [
+        ("t1", "a"),
+        ("t1", "b"),
+        ("t1", "c"),
+        ("t2", "a"),
+        ("t2", "b"),
+        ("t2", "c"),
+    ]
+    assert merged.retries == [] and "layout" not in merged.data and "attempt" not in merged.data
+
+
+def test_a_missing_shard_of_a_folder_is_named_with_its_index(tmp_path: Path) -> None:
+    folder = results_folder(tmp_path / "results", skip=("t2", 3))
+    with pytest.raises(ShardError, match=r"missing shard 3/4 \(index 2\) on t2: no result file"):
+        merge_reports([folder])
+    partial = merge_reports([folder], allow_partial=True)
+    assert len(partial.data["results"]) == 4 and partial.warnings
+
+
+def test_a_target_with_no_file_at_all_is_named_when_expected(tmp_path: Path) -> None:
+    from casekit.replay.shard import result_file
+
+    folder = tmp_path / "results"
+    for k, cases in ((1, ["a", "c"]), (2, ["b"])):  # a plan of its own per target (one Indexed Job each)
+        path = result_file(folder, "t1", k, 2)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(path, sliced(f"{k}/2", "t1", cases, {"t1": [1, 2]}))
+    assert len(merge_reports([folder]).data["results"]) == 3
+    with pytest.raises(ShardError, match="missing target t2: no result file of any of its shards"):
+        merge_reports([folder], expected_targets=["t1", "t2"])
+
+
+def test_the_latest_attempt_of_a_shard_wins_and_the_retry_is_reported(tmp_path: Path) -> None:
+    from casekit.replay.shard import result_file
+
+    folder = results_folder(tmp_path / "results")
+    retried = result_file(folder, "t2", 4, 4)
+    data = sliced("4/4", "t2", ["b"], LAYOUT, attempt=2, written="2026-12-01T11:00:00+00:00")
+    data["results"][0]["verdict"] = "changed"  # type: ignore[index]
+    write(retried, data)
+    stale = tmp_path / "copied-from-a-node" / "t2" / "shard-4-of-4.json"  # an earlier attempt kept elsewhere
+    stale.parent.mkdir(parents=True)
+    write(stale, sliced("4/4", "t2", ["b"], LAYOUT, attempt=1))
+    merged = merge_reports([folder, tmp_path / "copied-from-a-node"])
+    assert {(r["target"], r["case"]): r["verdict"] for r in merged.data["results"]}[("t2", "b")] == "changed"
+    assert len(merged.retries) == 1
+    assert merged.retries[0].startswith("shard 4/4 (index 3) on t2: kept attempt 2")
+    assert "earlier: attempt 1 in" in merged.retries[0]
+
+
+def test_a_shard_rewriting_its_file_counts_the_attempt_and_touches_no_other(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from casekit.replay.plan import write_results_dir
+
+    doc = document("2/4", ["t1", "t2"], [result("a", "t1"), result("a", "t2")]) | {"layout": LAYOUT}
+    clock = iter([datetime(2026, 12, 1, 10, tzinfo=UTC), datetime(2026, 12, 1, 10, 1, tzinfo=UTC)] * 2)
+    first = write_results_dir(doc, tmp_path, lambda: next(clock))  # type: ignore[arg-type]
+    other = tmp_path / "other" / "shard-1-of-4.json"
+    other.parent.mkdir()
+    other.write_text("{}")
+    second = write_results_dir(doc, tmp_path, lambda: next(clock))  # type: ignore[arg-type]
+    assert first == second and len(first) == 2
+    assert [json.loads(p.read_text())["attempt"] for p in second] == [2, 2]
+    assert [json.loads(p.read_text())["targets"][0]["label"] for p in second] == ["t1", "t2"]
+    assert other.read_text() == "{}"
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]  # atomic: nothing half-written
+
+
+def test_merge_of_an_empty_folder_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ShardError, match="no shard result files"):
+        merge_reports([tmp_path])
+
+
+def test_the_merge_command_reports_retries(tmp_path: Path) -> None:
+    from casekit.replay.shard import result_file
+
+    folder = results_folder(tmp_path / "results")
+    write(result_file(folder, "t1", 2, 4), sliced("2/4", "t1", ["b"], LAYOUT, attempt=3))
+    done = CliRunner().invoke(records_app(), ["merge", str(folder), "--fail-on", "never"])
+    assert done.exit_code == 0, done.output
+    assert "retried: shard 2/4 (index 1) on t1: kept attempt 3" in done.output
+    missing = results_folder(tmp_path / "again", skip=("t1", 1))
+    done = CliRunner().invoke(records_app(), ["merge", str(missing)])
+    assert isinstance(done.exception, ShardError)  # casekit's main turns it into one line and exit 2
+    assert "missing shard 1/4 (index 0) on t1: no result file" in str(done.exception)

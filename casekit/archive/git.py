@@ -14,21 +14,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import git
 
 from casekit.errors import CasekitError, CaseNotFound, GitError
 from casekit.model import ReplayRecord, SiteClass
-from casekit.versions import without_local
-
-if TYPE_CHECKING:  # replay pulls in the runners; only its types are needed here
-    from casekit.replay.run import ReplayReport
 
 FALLBACK_IDENTITY = {"name": "casekit", "email": "casekit@localhost"}  # CI checkouts often have no user.name
-# Site classes in the order a commit subject lists them (persists says nothing changed).
-MESSAGE_CLASSES = [SiteClass.MOVED, SiteClass.REAPPEARED, SiteClass.NEW, SiteClass.GONE]
-MESSAGE_VERDICTS = {"fix_broken": "fix broken", "regressed": "regressed", "env_failed": "env failed"}
 
 
 def open_repo(root: Path) -> git.Repo:
@@ -106,53 +98,6 @@ def commit_paths(root: Path, paths: Sequence[Path], message: str) -> str:
         raise _git_error("commit", error) from None
     sha = repo.head.commit.hexsha
     return f"committed {sha[:12]} ({len(changed)} bundle(s)): {message.splitlines()[0]}"
-
-
-# ------------------------------------------------------------ commit messages
-
-
-def _torch_name(torch: str, bases: Counter[str]) -> str:
-    """'2.13.0' for '2.13.0+cpu', unless two targets share the release (cpu vs cu124): then all of it."""
-    base = without_local(torch)
-    return base if bases[base] == 1 else torch
-
-
-def replay_message(report: ReplayReport) -> str:
-    """'replay 2.13.0: 2 moved, 1 reappeared' (per torch version), then one line per case that changed."""
-    bases: Counter[str] = Counter(without_local(str(run.environment.get("torch", "?"))) for run in report.targets)
-    parts = []
-    body = []
-    seen_names: set[str] = set()
-    for run in report.targets:
-        torch = str(run.environment.get("torch", "?"))
-        name = _torch_name(torch, bases)
-        if name in seen_names:  # same torch build on two targets (python vs venv): name the target
-            name = run.label
-        seen_names.add(name)
-        if run.error:
-            parts.append(f"{name}: environment failed")
-            continue
-        counts: Counter[str] = Counter()
-        for result in run.results:
-            if result.verdict in MESSAGE_VERDICTS:
-                counts[MESSAGE_VERDICTS[result.verdict]] += 1
-            for site_class in MESSAGE_CLASSES:
-                counts[site_class.value] += sum(script.count(site_class) for script in result.scripts.values())
-            changes = [
-                f"{which}: " + ", ".join(f"{script.count(c)} {c.value}" for c in MESSAGE_CLASSES if script.count(c))
-                for which, script in result.scripts.items()
-                if any(script.count(c) for c in MESSAGE_CLASSES)
-            ]
-            if result.verdict != "unchanged" or changes:
-                body.append(
-                    f"- {result.case_id} on {run.label}: {result.verdict} ({result.severity.value})"
-                    + (f"; {'; '.join(changes)}" if changes else "")
-                )
-        order = list(MESSAGE_VERDICTS.values()) + [c.value for c in MESSAGE_CLASSES]
-        summary = ", ".join(f"{counts[key]} {key}" for key in order if counts[key])
-        parts.append(f"{name}: {summary or f'no change ({len(run.results)} case(s))'}")
-    subject = "replay " + "; ".join(parts) if parts else "replay: no targets"
-    return subject + ("\n\n" + "\n".join(body) if body else "")
 
 
 # ------------------------------------------------------------------ case log

@@ -33,10 +33,21 @@ from pathlib import Path
 from typing import Any
 
 from casekit.archive.cache import TAG_CHARS, Seal, cache_folder
-from casekit.bundle import MAX_BUNDLE_BYTES, load_case, parse_case, write_atomic
+from casekit.bundle import MAX_BUNDLE_BYTES, load_case, parse_case
 from casekit.errors import BundleError
-from casekit.fsutil import UnreadableFile, read_regular_bytes, read_regular_file
-from casekit.model import Case, ReplayRecord, ScriptRole, ScriptSource, Severity, SiteClass, SiteVerdict, Verdict
+from casekit.fsutil import UnreadableFile, read_regular_bytes, read_regular_file, write_atomic
+from casekit.model import (
+    Case,
+    ReplayRecord,
+    ScriptRole,
+    ScriptSource,
+    ScriptStatus,
+    Severity,
+    SiteClass,
+    SiteVerdict,
+    Verdict,
+)
+from casekit.timeouts import recorded_run_seconds
 
 INDEX_FILE = "index.json"
 FORMAT = 1
@@ -64,9 +75,10 @@ class CaseDigest(Case):
     `list`: `last_replay` says what it shows). Render a case page from the full `Case`.
     """
 
-    break_counts: dict[str, int] = field(default_factory=dict)  # script -> graph break sites recorded
-    last_replay: tuple[str, str] | None = None  # (target, verdict) of the last record appended
+    break_counts: dict[ScriptRole, int] = field(default_factory=dict)  # graph break sites recorded per script
+    last_replay: tuple[str, Verdict] | None = None  # (target, verdict) of the last record appended
     sha256: str = ""  # of the bundle file's bytes: the key of anything rendered from it
+    recorded_s: float | None = None  # what its runs took at capture (timeouts.recorded_run_seconds): shard costs
     # The full case, when this digest was just parsed and the caller asked to keep it (never stored).
     parsed: Case | None = field(default=None, repr=False, compare=False)
 
@@ -90,8 +102,9 @@ def digest_of(case: Case, sha256: str) -> CaseDigest:
         ],
         schema_version=case.schema_version,
         break_counts={which: len(observation.sites) for which, observation in case.observations.items()},
-        last_replay=(case.replays[-1].target, str(case.replays[-1].verdict)) if case.replays else None,
+        last_replay=(case.replays[-1].target, case.replays[-1].verdict) if case.replays else None,
         sha256=sha256,
+        recorded_s=recorded_run_seconds(case.capture),
     )
 
 
@@ -101,6 +114,7 @@ SEVERITIES = {member.value: member for member in Severity}
 SITE_CLASSES = {member.value: member for member in SiteClass}
 VERDICTS = {member.value: member for member in Verdict}
 ROLES = {member.value: member for member in ScriptRole}
+STATUSES = {member.value: member for member in ScriptStatus}
 
 
 def _record_row(record: ReplayRecord) -> list[Any]:
@@ -119,15 +133,20 @@ def _record_from_row(row: list[Any]) -> ReplayRecord:
     # every enum back to its type, as the bundle loader gives it (a page cache key is made of these)
     record.verdict = VERDICTS[row[VERDICT_AT]]
     record.severity = SEVERITIES[row[SEVERITY_AT]]
+    record.statuses = {ROLES[which]: STATUSES[status] for which, status in row[STATUSES_AT].items()}
     record.sites = [
         SiteVerdict(ROLES[script], SITE_CLASSES[kind], where, category)
         for script, kind, where, category in row[SITES_AT]
     ]
+    for name in ("observed", "graphs", "compile_s"):  # script -> ...: keyed by role again
+        table = getattr(record, name)
+        if table is not None:
+            setattr(record, name, {ROLES[which]: value for which, value in table.items()})
     return record
 
 
 SEVERITY_AT, SITES_AT = RECORD_FIELDS.index("severity"), RECORD_FIELDS.index("sites")
-VERDICT_AT = RECORD_FIELDS.index("verdict")
+VERDICT_AT, STATUSES_AT = RECORD_FIELDS.index("verdict"), RECORD_FIELDS.index("statuses")
 
 
 def _texts(*values: Any) -> bool:
@@ -137,6 +156,11 @@ def _texts(*values: Any) -> bool:
 def _table_of(value: Any, *kinds: type) -> bool:
     """A JSON object whose values are exactly of `kinds` (type(), not isinstance: a bool is not an int)."""
     return isinstance(value, dict) and all(type(item) in kinds for item in value.values())
+
+
+def _script_table(value: Any, *kinds: type) -> bool:
+    """A JSON object keyed by script role, whose values are exactly of `kinds`."""
+    return _table_of(value, *kinds) and all(key in ROLES for key in value)
 
 
 def _site_row(value: Any) -> bool:
@@ -157,17 +181,17 @@ ROW_CHECKS: dict[str, Callable[[Any], bool]] = {
     "runner": _texts,
     "verdict": lambda value: isinstance(value, str) and value in VERDICTS,
     "severity": lambda value: isinstance(value, str) and value in SEVERITIES,
-    "statuses": lambda value: _table_of(value, str),
+    "statuses": lambda value: _script_table(value, str) and all(status in STATUSES for status in value.values()),
     "sites": lambda value: isinstance(value, list) and all(_site_row(site) for site in value),
-    "observed": lambda value: _table_of(value, list),
+    "observed": lambda value: _script_table(value, list),
     "reasons": lambda value: isinstance(value, list) and _texts(*value),
-    "graphs": lambda value: value is None or _table_of(value, int),
-    "compile_s": lambda value: value is None or _table_of(value, int, float),
+    "graphs": lambda value: value is None or _script_table(value, int),
+    "compile_s": lambda value: value is None or _script_table(value, int, float),
     "timing_load": lambda value: value is None or isinstance(value, str),
 }
 
 
-HEADER_FIELDS = 11  # what _header_json writes, in its order
+HEADER_FIELDS = 12  # what _header_json writes, in its order
 
 
 def _header_json(digest: CaseDigest) -> list[Any]:
@@ -183,6 +207,7 @@ def _header_json(digest: CaseDigest) -> list[Any]:
         digest.schema_version,
         digest.break_counts,
         digest.sha256,
+        digest.recorded_s,
     ]
 
 
@@ -205,16 +230,17 @@ def _is_header(data: Any) -> bool:
     """Whether a stored digest header has the shape and the types casekit writes."""
     if not isinstance(data, list) or len(data) != HEADER_FIELDS:
         return False
-    case_id, title, pre, post, tags, created, backend, last, schema_version, break_counts, sha256 = data
+    case_id, title, pre, post, tags, created, backend, last, schema_version, break_counts, sha256, recorded = data
     return (
         _texts(case_id, title, created, backend, sha256)
+        and (recorded is None or type(recorded) in (int, float))
         and _pair(pre)
         and (post is None or _pair(post))
-        and (last is None or _pair(last))
+        and (last is None or (_pair(last) and last[1] in VERDICTS))
         and isinstance(tags, list)
         and _texts(*tags)
         and type(schema_version) is int
-        and _table_of(break_counts, int)
+        and _script_table(break_counts, int)
     )
 
 
@@ -222,7 +248,7 @@ def _digest_from_header(data: list[Any]) -> CaseDigest:
     """A stored header back to a digest; TypeError when it is not one casekit writes (the index is rebuilt)."""
     if not _is_header(data):
         raise TypeError("a stored digest header is not of the shape and types casekit writes")
-    case_id, title, pre, post, tags, created, backend, last, schema_version, break_counts, sha256 = data
+    case_id, title, pre, post, tags, created, backend, last, schema_version, break_counts, sha256, recorded = data
     return CaseDigest(
         id=case_id,
         title=title,
@@ -232,9 +258,10 @@ def _digest_from_header(data: list[Any]) -> CaseDigest:
         created=created,
         backend=backend,
         schema_version=schema_version,
-        break_counts=break_counts,
-        last_replay=(str(last[0]), str(last[1])) if last else None,
+        break_counts={ROLES[which]: count for which, count in break_counts.items()},
+        last_replay=(str(last[0]), VERDICTS[last[1]]) if last else None,
         sha256=sha256,
+        recorded_s=recorded,
     )
 
 

@@ -9,5 +9,6 @@
 - `commits`    candidates are the user's commits, probed in temporary worktrees;
 - `warm`       one probe (`probe.py --serve`, one torch import) for every commit of a bisection;
 - `report`     what changed (classified as replay does), the text, the casekit.bisect/1 document;
-- `versions`   torch version lists (parse, sort, select, read from the index).
+- `versions`   torch version lists (parse, sort, select, read from the index);
+- `plan`       what each command decides around the search: one case or many, documents, exit code, Ctrl-C.
 """

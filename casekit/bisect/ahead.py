@@ -2,7 +2,8 @@
 
 The shared search tells `BuildAhead.want()` which candidates its next rounds
 will likely need (both halves of the next split); at most `limit` of them are
-built, one at a time, and only while the disk keeps `min_free` bytes free. A
+built, one at a time, and only while the disk the runner builds on keeps
+`min_free` bytes free (when the runner can tell: a remote engine's it cannot). A
 candidate no longer wanted is dropped before it starts. A build in progress is
 never interrupted: the runners build atomically (a temporary folder renamed
 when complete, the rest removed by the next build under the same lock), so
@@ -13,28 +14,18 @@ needs that candidate and calls it unknown.
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from casekit.bisect.engine import default_cache_path
+from casekit.runners import registry
 from casekit.runners.interface import ProgressFn, Runner, TargetSpec
 
 Prepare = Callable[[str], None]
 """Make one candidate's environment ready (the runner's `prepare`); raises when it cannot be built."""
 
 GIB = 1 << 30
-
-
-def free_bytes_at(path: Path) -> int:
-    """Free bytes on the disk that holds `path` (or its nearest existing parent)."""
-    probe = Path(path)
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    return shutil.disk_usage(probe).free
 
 
 @dataclass
@@ -54,7 +45,7 @@ class BuildAhead:
         prepare: Prepare,
         *,
         limit: int = 2,
-        free_bytes: Callable[[], int] | None = None,
+        free_bytes: Callable[[], int | None] | None = None,  # None, or a None answer: no check
         min_free: int = 5 * GIB,
         progress: ProgressFn | None = None,
     ) -> None:
@@ -117,7 +108,8 @@ class BuildAhead:
     def _work(self) -> None:
         while (candidate := self._next()) is not None:
             try:
-                if self._free_bytes is not None and self._free_bytes() < self.min_free:
+                free = self._free_bytes() if self._free_bytes is not None else None
+                if free is not None and free < self.min_free:
                     self.stats.skipped_for_disk.append(candidate)
                     self._progress(f"not building {candidate} ahead: under {self.min_free / GIB:.0f} GiB free")
                     continue
@@ -139,7 +131,7 @@ class BuildAhead:
 
 @dataclass(frozen=True)
 class Ahead:
-    """How far to build ahead: at most `limit` envs (0: never), only with `min_free_gib` free on the cache disk."""
+    """How far to build ahead: at most `limit` envs (0: never), only with `min_free_gib` free where they are built."""
 
     limit: int = 2
     min_free_gib: float = 5.0
@@ -153,18 +145,18 @@ def release_builder(
     ahead: Ahead,
     progress: ProgressFn,
 ) -> BuildAhead | None:
-    """A background builder for runners that build (venv, docker); none for existing interpreters."""
-    if runner == "python" or ahead.limit <= 0:
+    """A background builder for a runner that builds its environments; none for one that does not."""
+    kind = registry.runner_class(runner)
+    if not kind.builds_envs or ahead.limit <= 0:
         return None
 
     def prepare(version: str) -> None:
         make_runner(spec(version)).prepare(lambda message: None)
 
-    root = default_cache_path().parent  # the envs' cache folder
     return BuildAhead(
         prepare,
         limit=ahead.limit,
-        free_bytes=lambda: free_bytes_at(root),
+        free_bytes=kind.free_build_bytes,
         min_free=int(ahead.min_free_gib * GIB),
         progress=lambda message: progress(f"[ahead] {message}"),
     )

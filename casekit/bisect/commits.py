@@ -47,8 +47,8 @@ from casekit.bundle import sha256_text
 from casekit.errors import BisectError, CasekitError, EnvironmentFailed, GitError
 from casekit.model import ScriptSource
 from casekit.observe.batch import observe_batch
-from casekit.replay.run import RunnerFactory
-from casekit.runners.interface import ProbeJob, ProgressFn, Runner, TargetSpec
+from casekit.runners import registry
+from casekit.runners.interface import ProbeJob, ProgressFn, Runner, RunnerFactory
 
 SKIP_EXIT_CODE = 125  # git bisect run's "cannot test this commit"
 COMMIT_ENV_VAR = "CASEKIT_BISECT_COMMIT"  # lets a command that lives outside the repo know the commit
@@ -296,7 +296,7 @@ def _probe_commit(
     )
     source = script.read_text(encoding="utf-8", errors="replace")
     if setup.runner is None:  # the interpreter is checked (and torch's version read) once
-        runner = make_runner(TargetSpec(runner="python", python=setup.interpreter))
+        runner = make_runner(registry.interpreter_target(setup.interpreter))
         try:
             runner.prepare(progress)
         except EnvironmentFailed as error:
@@ -381,7 +381,8 @@ def bisect_commits(
             setup.warm.close()
         if setup.worktrees is not None:
             shutil.rmtree(setup.worktrees, ignore_errors=True)
-    runner = "exit-code" if config.judge.exit_code else f"python:{_probe_setup(config).interpreter}"
+    probed = registry.interpreter_target(setup.interpreter)
+    runner = "exit-code" if config.judge.exit_code else registry.label(probed)
     header = ReportHeader("commits", " ".join(config.command), what, runner, config.judge.hint())
     report = build_report(header, candidates, evaluate, result, config.judge.case, config.judge.direction)
     if result is not None:

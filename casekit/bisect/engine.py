@@ -11,24 +11,21 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from casekit import settings
 from casekit.bisect.search import UNKNOWN, BisectResult, Outcome, bisect_candidates
 from casekit.bundle import from_plain
 from casekit.classify import CaseResult
 from casekit.errors import BisectError, BundleError
+from casekit.fsutil import write_atomic
 from casekit.model import ScriptObservation, to_plain
-from casekit.runners.interface import ProgressFn, Runner, TargetSpec
+from casekit.runners.interface import ProgressFn, RunnerFactory
 
-RunnerFactory = Callable[[TargetSpec], Runner]
-
-CACHE_FILE = "bisect-cache.json"
 RECORD_VERSION = 1  # shape of one cached target record; others are ignored (re-run)
 
 Record = dict[str, Any]
@@ -44,9 +41,7 @@ def quiet(message: str) -> None:
 
 def default_cache_path() -> Path:
     """$CASEKIT_CACHE/bisect-cache.json (default ~/.cache/casekit), beside the managed envs."""
-    from casekit.runners.venv import cache_root
-
-    return cache_root() / CACHE_FILE
+    return settings.bisect_cache_path()
 
 
 def registry_runner() -> RunnerFactory:
@@ -64,23 +59,9 @@ class CacheSettings:
     retry_unknown: bool = False
 
     @classmethod
-    def default(cls, *, retry_unknown: bool = False) -> CacheSettings:
-        return cls(default_cache_path(), retry_unknown)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Temp file in the same folder + os.replace: a reader sees the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    def chosen(cls, path: Path | None = None, *, off: bool = False, retry_unknown: bool = False) -> CacheSettings:
+        """What --cache PATH, --no-cache and --retry-unknown ask for: the default file unless told otherwise."""
+        return cls(None if off else (path or default_cache_path()), retry_unknown)
 
 
 class ResultCache:
@@ -123,7 +104,7 @@ class ResultCache:
             raise BisectError(f"outcome {outcome!r} cannot be cached: use a string, number, bool or UNKNOWN")
         self._results.setdefault(subject, {})[target_key] = entry
         text = json.dumps({"schema": self.SCHEMA, "results": self._results}, indent=1, sort_keys=True)
-        write_text_atomic(self.path, text)
+        write_atomic(self.path, text)
 
     def __len__(self) -> int:
         return sum(len(targets) for targets in self._results.values())

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, assert_never
 
 from casekit.bisect.search import UNKNOWN, Outcome
-from casekit.classify import CaseResult
+from casekit.classify import CaseResult, ran_compiled, ran_eager
 from casekit.errors import BisectError
-from casekit.model import Case, ScriptObservation, ScriptStatus, Site, SiteClass
+from casekit.model import Case, ScriptObservation, ScriptRole, ScriptStatus, Site, SiteClass, Verdict
 
-SCRIPT_LABELS = {"pre": "pre-fix", "post": "post-fix", "script": "script"}
-PREDICATE_KINDS = ("verdict", "site", "status", "post-holds")
+COMMIT_SCRIPT = "script"  # what a commit bisection calls its one script (it plays the repro's part)
 HOLDS, BROKEN = "holds", "broken"
 BREAK, NO_BREAK = "break", "no-break"
 ABSENT = "absent"
@@ -33,17 +34,58 @@ class Direction(enum.StrEnum):
     NOTHING = "nothing_changed"  # the two ends agree
 
 
-# Verdicts from best to worst, for telling a fix from a regression.
-VERDICT_RANK = {"improved": 0, "unchanged": 1, "changed": 2, "regressed": 3, "env_failed": 3, "fix_broken": 4}
-# Whether a site's class means the break is there (1) or not (0).
-SITE_PRESENT = {
-    ABSENT: 0,
-    SiteClass.GONE.value: 0,
-    SiteClass.PERSISTS.value: 1,
-    SiteClass.MOVED.value: 1,
-    SiteClass.NEW.value: 1,
-    SiteClass.REAPPEARED.value: 1,
-}
+class PredicateKind(enum.StrEnum):
+    """What a release bisection follows (`bisect --site / --status / --post-holds`, the verdict by default)."""
+
+    VERDICT = "verdict"
+    SITE = "site"  # the class of the break at FILE:LINE
+    STATUS = "status"  # a script's status
+    POST_HOLDS = "post-holds"  # whether the post-fix still holds
+
+
+def verdict_rank(verdict: Verdict) -> int:
+    """Verdicts from best (0) to worst, for telling a fix from a regression."""
+    match verdict:
+        case Verdict.IMPROVED:
+            return 0
+        case Verdict.UNCHANGED:
+            return 1
+        case Verdict.CHANGED:
+            return 2
+        case Verdict.REGRESSED | Verdict.ENV_FAILED:
+            return 3
+        case Verdict.FIX_BROKEN:
+            return 4
+        case _:
+            assert_never(verdict)
+
+
+def site_present(site_class: SiteClass) -> int | None:
+    """Whether a site's class means the break is there (1) or not (0); None when it cannot be told."""
+    match site_class:
+        case SiteClass.GONE:
+            return 0
+        case SiteClass.PERSISTS | SiteClass.MOVED | SiteClass.NEW | SiteClass.REAPPEARED:
+            return 1
+        case SiteClass.UNOBSERVED:
+            return None
+        case _:
+            assert_never(site_class)
+
+
+def _member_rank(outcome: Outcome, kind: type[enum.StrEnum], rank: Callable[[Any], int | None]) -> int | None:
+    """The rank of an outcome that is an enum's value (a verdict, a site class), None for any other."""
+    try:
+        member = kind(str(outcome))
+    except ValueError:
+        return None
+    return rank(member)
+
+
+def by_role(observations: Mapping[str, ScriptObservation]) -> dict[ScriptRole, ScriptObservation]:
+    """A target's cached observations ("pre", "post") by script role; a commit bisection's one script
+    ("script") plays the repro's part. ValueError for any other name."""
+    return {ScriptRole.PRE if name == COMMIT_SCRIPT else ScriptRole(name): obs for name, obs in observations.items()}
 
 
 def parse_location(spec: str) -> tuple[str, int]:
@@ -80,92 +122,136 @@ def _status_rank(outcome: Outcome) -> int | None:
     return 0 if outcome in (ScriptStatus.OK.value, HOLDS) else 1
 
 
+def _site_rank(outcome: Outcome) -> int | None:
+    if outcome == ABSENT:
+        return 0  # no break at that place
+    return _member_rank(outcome, SiteClass, site_present)
+
+
 @dataclass(frozen=True)
 class Predicate:
-    """What 'differs' means for a case: its verdict, one site's class, a script's status, or 'post-fix holds'."""
+    """What 'differs' means for a case: its verdict, one site's class, a script's status, or 'post-fix holds'.
 
-    kind: str = "verdict"
-    argument: str | None = None  # FILE:LINE for "site", "pre"/"post" for "status"
+    Outcomes are plain strings (a verdict's, a status's or a class's value, "holds", "absent"): the
+    bisection cache stores them and the report compares and prints them as they are."""
+
+    kind: PredicateKind = PredicateKind.VERDICT
+    argument: str | None = None  # FILE:LINE for SITE, "pre"/"post" for STATUS
 
     @classmethod
     def parse(cls, value: Predicate | str | tuple[str, str]) -> Predicate:
         """Accept a Predicate, "verdict", "post-holds", ("site", "FILE:LINE") or ("status", "pre"|"post")."""
         if isinstance(value, Predicate):
             predicate = value
-        elif isinstance(value, str):
-            predicate = cls(value)
         else:
-            predicate = cls(value[0], value[1])
+            name, argument = (value, None) if isinstance(value, str) else value
+            try:
+                kind = PredicateKind(name)
+            except ValueError:
+                choices = ", ".join(kind.value for kind in PredicateKind)
+                raise BisectError(f"unknown predicate {name!r} (choose one of: {choices})") from None
+            predicate = cls(kind, argument)
         predicate.validate()
         return predicate
 
+    @property
+    def script(self) -> ScriptRole:
+        """The script a STATUS or POST_HOLDS predicate follows (the pre-fix for the others)."""
+        if self.kind is PredicateKind.POST_HOLDS:
+            return ScriptRole.POST
+        if self.kind is PredicateKind.STATUS and self.argument is not None:
+            return ScriptRole(self.argument)
+        return ScriptRole.PRE
+
     def validate(self, case: Case | None = None) -> None:
-        """BisectError for an unknown kind, a bad argument, or a post-fix predicate on a case without one."""
-        if self.kind not in PREDICATE_KINDS:
-            raise BisectError(f"unknown predicate {self.kind!r} (choose one of: {', '.join(PREDICATE_KINDS)})")
-        if self.kind == "site":
+        """BisectError for a bad argument, or a post-fix predicate on a case without one."""
+        if self.kind is PredicateKind.SITE:
             parse_location(self.argument or "")
-        if self.kind == "status" and self.argument not in ("pre", "post"):
+        if self.kind is PredicateKind.STATUS and self.argument not in tuple(ScriptRole):
             raise BisectError(f"--status takes pre or post, not {self.argument!r}")
-        if case is not None and case.post is None and (self.kind == "post-holds" or self.argument == "post"):
+        follows_post = self.kind in (PredicateKind.POST_HOLDS, PredicateKind.STATUS) and self.script is ScriptRole.POST
+        if case is not None and case.post is None and follows_post:
             raise BisectError(f"case {case.id!r} has no post-fix script, so there is no post-fix to follow")
 
     def describe(self) -> str:
-        if self.kind == "site":
-            return f"class of the break at {self.argument}"
-        if self.kind == "status":
-            return f"status of the {SCRIPT_LABELS[self.argument or 'pre']} script"
-        if self.kind == "post-holds":
-            return "whether the post-fix still holds"
-        return "the case's replay verdict"
+        match self.kind:
+            case PredicateKind.SITE:
+                return f"class of the break at {self.argument}"
+            case PredicateKind.STATUS:
+                return f"status of the {self.script.label} script"
+            case PredicateKind.POST_HOLDS:
+                return "whether the post-fix still holds"
+            case PredicateKind.VERDICT:
+                return "the case's replay verdict"
+            case _:
+                assert_never(self.kind)
 
     def hint(self) -> str:
         """What else to follow when this predicate saw no change."""
-        if self.kind == "verdict":
+        if self.kind is PredicateKind.VERDICT:
             return "compare another aspect with --site FILE:LINE, --status pre|post or --post-holds"
         return ""
 
     def detail(self, result: CaseResult) -> str:
         """One line on why a target gave its outcome, for the step list."""
-        if self.kind in ("status", "post-holds"):
-            script = result.scripts.get("post" if self.kind == "post-holds" else self.argument or "pre")
-            if script is not None:
-                return f"{SCRIPT_LABELS[script.which]} {script.status.value}" + (
+        match self.kind:
+            case PredicateKind.STATUS | PredicateKind.POST_HOLDS:
+                script = result.scripts.get(self.script)
+                if script is None:
+                    return f"verdict {result.verdict}"
+                return f"{script.which.label} {script.status.value}" + (
                     f": {script.observation.detail}" if script.observation.detail else ""
                 )
-        return "; ".join(result.reasons[:3]) if self.kind == "verdict" else f"verdict {result.verdict}"
+            case PredicateKind.VERDICT:
+                return "; ".join(result.reasons[:3])
+            case PredicateKind.SITE:
+                return f"verdict {result.verdict}"
+            case _:
+                assert_never(self.kind)
 
     def outcome(self, result: CaseResult) -> Outcome:
         """The outcome of one (known) target for this predicate."""
-        if self.kind == "verdict":
-            return result.verdict
-        if self.kind == "status":
-            script = result.scripts.get(self.argument or "pre")
-            return script.status.value if script else ABSENT
-        if self.kind == "post-holds":
-            post = result.scripts.get("post")
-            if post is None:
-                return BROKEN
-            back = [p for p in post.sites if p.site_class in (SiteClass.NEW, SiteClass.REAPPEARED, SiteClass.MOVED)]
-            return HOLDS if post.status is ScriptStatus.OK and not back else BROKEN
-        location = parse_location(self.argument or "")
-        for which in ("pre", "post"):
-            script = result.scripts.get(which)
-            for pairing in script.sites if script else []:
-                # either side: a recorded break that moved away is still "the break at FILE:LINE"
-                if any(site is not None and site_at(site, location) for site in (pairing.observed, pairing.recorded)):
-                    return pairing.site_class.value
-        return ABSENT
+        match self.kind:
+            case PredicateKind.VERDICT:
+                return result.verdict.value
+            case PredicateKind.STATUS:
+                script = result.scripts.get(self.script)
+                return script.status.value if script else ABSENT
+            case PredicateKind.POST_HOLDS:
+                post = result.scripts.get(ScriptRole.POST)
+                if post is None:
+                    return BROKEN
+                moved = (SiteClass.NEW, SiteClass.REAPPEARED, SiteClass.MOVED)
+                back = [p for p in post.sites if p.site_class in moved]
+                return HOLDS if post.status is ScriptStatus.OK and not back else BROKEN
+            case PredicateKind.SITE:
+                location = parse_location(self.argument or "")
+                for which in ScriptRole:
+                    script = result.scripts.get(which)
+                    for pairing in script.sites if script else []:
+                        # either side: a recorded break that moved away is still "the break at FILE:LINE"
+                        sides = (pairing.observed, pairing.recorded)
+                        if any(site is not None and site_at(site, location) for site in sides):
+                            return pairing.site_class.value
+                return ABSENT
+            case _:
+                assert_never(self.kind)
 
     def direction(self, good: Outcome, bad: Outcome) -> Direction:
         """Fix or regression, from the good end's outcome to the first bad's."""
         if good == bad:
             return Direction.NOTHING
-        if self.kind == "verdict":
-            return _rank_direction(VERDICT_RANK.get(str(good)), VERDICT_RANK.get(str(bad)))
-        if self.kind == "site":
-            return _rank_direction(SITE_PRESENT.get(str(good)), SITE_PRESENT.get(str(bad)))
-        return _rank_direction(_status_rank(good), _status_rank(bad))
+        match self.kind:
+            case PredicateKind.VERDICT:
+                return _rank_direction(
+                    _member_rank(good, Verdict, verdict_rank), _member_rank(bad, Verdict, verdict_rank)
+                )
+            case PredicateKind.SITE:
+                return _rank_direction(_site_rank(good), _site_rank(bad))
+            case PredicateKind.STATUS | PredicateKind.POST_HOLDS:
+                return _rank_direction(_status_rank(good), _status_rank(bad))
+            case _:
+                assert_never(self.kind)
 
 
 @dataclass(frozen=True)
@@ -210,9 +296,9 @@ class CommitPredicate:
         detail = f"{len(sites)} break(s), {observation.graphs} graph(s)" + (
             ": " + ", ".join(s.where() for s in sites[:4]) if sites else ""
         )
-        if observation.status in (ScriptStatus.ENV_FAILED, ScriptStatus.EAGER_FAILED):
+        if not ran_eager(observation.status):
             return UNKNOWN, f"{observation.status.value}: {observation.detail}"
-        if observation.status not in (ScriptStatus.OK, ScriptStatus.MISMATCH):
+        if not ran_compiled(observation.status):
             return observation.status.value, observation.detail
         if self.site is not None:
             location = parse_location(self.site)
@@ -250,7 +336,7 @@ def _commit_rank(outcome: Outcome) -> int | None:
 
 def recorded_categories(case: Case) -> list[str]:
     """The categories of the case's recorded pre-fix breaks; BisectError when there are none."""
-    pre = case.observations.get("pre")
+    pre = case.observations.get(ScriptRole.PRE)
     categories = [site.category for site in (pre.sites if pre else [])]
     if not categories:
         raise BisectError(f"case {case.id!r} recorded no pre-fix graph breaks to look for")

@@ -26,16 +26,17 @@ from casekit.bisect.engine import (
     search_range,
     unknown_record,
 )
-from casekit.bisect.predicates import Predicate
+from casekit.bisect.predicates import Predicate, by_role
 from casekit.bisect.report import BisectReport, ReportHeader, build_report
 from casekit.bisect.search import UNKNOWN, likely_after
 from casekit.bisect.versions import fetch_available_versions, parse_version, versions_between
 from casekit.bundle import content_hash
 from casekit.classify import classify_case
 from casekit.errors import BisectError
-from casekit.model import Case, ScriptStatus
-from casekit.replay.run import ReplayOptions, RunnerFactory, TargetRun, run_target
-from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.model import Case, ScriptRole, ScriptStatus
+from casekit.replay.run import ReplayOptions, TargetRun, run_target
+from casekit.runners import registry
+from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec
 
 RunTarget = Callable[[TargetSpec, list[Case], ReplayOptions, RunnerFactory, ProgressFn], TargetRun]
 ListVersions = Callable[..., list[str]]
@@ -48,8 +49,8 @@ class ReleaseBisect:
     good: str
     bad: str
     versions: Sequence[str] | None = None  # explicit candidates; else the mapped interpreters or the index
-    runner: str = "venv"
-    pythons: Mapping[str, str] = field(default_factory=dict)  # version -> interpreter, for runner "python"
+    runner: str = registry.DEFAULT_RUNNER
+    pythons: Mapping[str, str] = field(default_factory=dict)  # version -> interpreter, for a runner of interpreters
     predicate: Predicate = field(default_factory=Predicate)
     cuda: str | None = None
     index_url: str | None = None
@@ -63,8 +64,8 @@ class ReleaseBisect:
     extra_packages: tuple[str, ...] = ()
 
     def spec(self, version: str) -> TargetSpec:
-        return TargetSpec(
-            runner=self.runner,
+        return registry.target_spec(
+            self.runner,
             torch=version,
             python=self.pythons.get(version),
             cuda=self.cuda,
@@ -73,7 +74,19 @@ class ReleaseBisect:
         )
 
     def target_key(self, version: str) -> str:
-        return version_target_key(self.runner, version, python=self.pythons.get(version), cuda=self.cuda)
+        spec = self.spec(version)
+        return version_target_key(self.runner, version, python=spec.python, cuda=self.cuda, host=spec.host)
+
+    def check_runner(self) -> None:
+        """BisectError before any run: a runner of interpreters with none given."""
+        if registry.takes_interpreters(self.runner) and not self.pythons:
+            raise BisectError(f"--runner {self.runner} needs interpreters: --python-for VERSION=PATH for each version")
+
+    def missing_target(self, version: str) -> str | None:
+        """Why this version has no target (no interpreter mapped to it), or None when it has one."""
+        if registry.takes_interpreters(self.runner) and version not in self.pythons:
+            return f"no interpreter given for {version} (--python-for {version}=PATH)"
+        return None
 
 
 @dataclass(frozen=True)
@@ -86,10 +99,13 @@ class ReleaseSeams:
     progress: ProgressFn = quiet
 
 
-def version_target_key(runner: str, version: str, *, python: str | None = None, cuda: str | None = None) -> str:
-    """'venv:2.5.1', 'docker:2.13.0+cu124', 'python:2.5.1@/opt/py251/bin/python'."""
+def version_target_key(
+    runner: str, version: str, *, python: str | None = None, cuda: str | None = None, host: str | None = None
+) -> str:
+    """'venv:2.5.1', 'docker:2.13.0+cu124', 'python:2.5.1@/opt/py251/bin/python',
+    'docker:2.13.0@tcp://gpu-a:2376' (another engine: another target)."""
     key = f"{runner}:{version}" + (f"+{cuda}" if cuda else "")
-    return key + (f"@{python}" if python else "")
+    return key + "".join(f"@{where}" for where in (python, host) if where)
 
 
 def compare_url(last_good: str, first_bad: str) -> str | None:
@@ -104,7 +120,7 @@ def version_candidates(config: ReleaseBisect, list_versions: ListVersions = fetc
     """good, the versions between, bad: an explicit list, the mapped interpreters, or the package index."""
     if config.versions is not None:
         return versions_between(config.versions, config.good, config.bad)
-    if config.runner == "python":
+    if registry.takes_interpreters(config.runner):
         return versions_between(config.pythons, config.good, config.bad)
     listed = list_versions("torch", pre=config.nightlies, index_url=config.index_url)
     return versions_between(listed, config.good, config.bad)
@@ -112,13 +128,7 @@ def version_candidates(config: ReleaseBisect, list_versions: ListVersions = fetc
 
 def replay_command(case_id: str, version: str, config: ReleaseBisect) -> str:
     """The one replay that shows the first bad target's outcome (history left alone)."""
-    if config.runner == "python":
-        words = ["--python", config.pythons.get(version, f"PYTHON_WITH_TORCH_{version}")]
-    else:
-        words = ["--torch", version] + (["--runner", config.runner] if config.runner != "venv" else [])
-        words += (["--cuda", config.cuda] if config.cuda else []) + (
-            ["--index-url", config.index_url] if config.index_url else []
-        )
+    words = registry.replay_flags(config.spec(version))
     words += (["--backend", config.backend] if config.backend else []) + (
         ["--archive", str(config.archive_dir)] if config.archive_dir else []
     )
@@ -140,15 +150,15 @@ def fresh_from_run(run: TargetRun, case_id: str, version: str) -> Fresh:
     return Fresh(observations_record({w: s.observation for w, s in scripts.items()}, torch=torch))
 
 
-def _release_subject(case: Case, config: ReleaseBisect, seams: ReleaseSeams) -> Subject:
+def release_subject(case: Case, config: ReleaseBisect, seams: ReleaseSeams) -> Subject:
     """How one release is run fresh, and how its cached record is read back into an outcome."""
     make_runner = seams.make_runner or registry_runner()
     replay_one = seams.run_target or run_target
     options = ReplayOptions(backend=config.backend, timeout=config.timeout, record=False, verify_rollback=False)
 
     def run_fresh(version: str) -> Fresh:
-        if config.runner == "python" and version not in config.pythons:
-            why = f"no interpreter given for {version} (--python-for {version}=PATH)"
+        why = config.missing_target(version)
+        if why is not None:
             return Fresh(unknown_record(why), cacheable=False, ran=False)
         run = replay_one(config.spec(version), [case], options, make_runner, seams.progress)
         return fresh_from_run(run, case.id, version)
@@ -157,9 +167,9 @@ def _release_subject(case: Case, config: ReleaseBisect, seams: ReleaseSeams) -> 
         if "unknown" in record:
             return Evaluated(UNKNOWN, str(record["unknown"]), {})
         observations = observations_from_record(record)
-        if observations is None:
+        if observations is None or not set(observations) <= set(ScriptRole):
             return None
-        result = classify_case(case, config.spec(version).label, observations)
+        result = classify_case(case, registry.label(config.spec(version)), by_role(observations))
         return Evaluated(config.predicate.outcome(result), config.predicate.detail(result), observations, result)
 
     name = f"case:{content_hash(case)}" + (f":backend={config.backend}" if config.backend else "")
@@ -170,17 +180,16 @@ def bisect_releases(case: Case, config: ReleaseBisect, seams: ReleaseSeams | Non
     """Find the first torch version between good and bad where the case's outcome differs from good's.
 
     Each candidate is one replay of the case on that version (history not
-    recorded). With runner "python", `config.pythons` maps each version to an
-    existing interpreter; a version without one is unknown. A target that
+    recorded). With a runner of interpreters, `config.pythons` maps each version
+    to an existing interpreter; a version without one is unknown. A target that
     cannot be built or run is unknown and stepped around. When both ends give
     the same outcome the report says nothing changed (first_bad None).
     """
     seams = seams or ReleaseSeams()
     config.predicate.validate(case)
-    if config.runner == "python" and not config.pythons:
-        raise BisectError("--runner python needs interpreters: --python-for VERSION=PATH for each version")
+    config.check_runner()
     candidates = version_candidates(config, seams.list_versions)
-    subject = _release_subject(case, config, seams)
+    subject = release_subject(case, config, seams)
     builder = release_builder(
         config.runner, config.spec, seams.make_runner or registry_runner(), config.ahead, seams.progress
     )

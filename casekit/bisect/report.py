@@ -14,32 +14,28 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from casekit.bisect.engine import Evaluated, Evaluator, Step, write_text_atomic
-from casekit.bisect.predicates import SCRIPT_LABELS, Direction
+from casekit.bisect.ahead import AheadStats
+from casekit.bisect.engine import Evaluated, Evaluator, Step
+from casekit.bisect.predicates import COMMIT_SCRIPT, Direction, by_role
 from casekit.bisect.search import UNKNOWN, BisectResult, Outcome
 from casekit.classify import CaseResult, ScriptResult, classify_case, describe_fallback
 from casekit.errors import BisectError
-from casekit.model import Case, ScriptObservation, ScriptSource, Site, SiteClass
-
-if TYPE_CHECKING:  # shared.py builds on this module
-    from casekit.bisect.shared import SharedBisection
+from casekit.fsutil import write_atomic
+from casekit.model import Case, ScriptObservation, ScriptRole, ScriptSource, Site, SiteClass, Verdict
 
 BISECT_SCHEMA = "casekit.bisect/1"
 MULTI_SCHEMA = "casekit.bisect-many/1"  # one casekit.bisect/1 document per case, the shared costs, per-case errors
 JSON_SCHEMA_FILE = "bisect.schema.json"  # in casekit/data: the document's shape, checked on write and read
-
-# Exit codes a bisection ends with; the shared policy (0 ok / 1 gate reached / 2 usage or environment).
-EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
 
 
 @dataclass(frozen=True)
 class SiteChange:
     """One break's class from the good end to the first bad, as replay would give it."""
 
-    script: str  # "pre" | "post" | "script"
-    site_class: str  # a SiteClass value
+    script: str  # "pre" | "post" | "script" (a commit bisection's one script)
+    site_class: SiteClass
     where: str
     function: str
     category: str
@@ -54,7 +50,7 @@ class WhatChanged:
     baseline: str  # the good end
     lines: list[str]
     sites: list[SiteChange]
-    verdict: str
+    verdict: Verdict | None  # None only in a document that did not say
     reasons: list[str]
 
 
@@ -105,15 +101,10 @@ class BisectReport:
         return self.labels.get(candidate, candidate)
 
 
-def bisect_exit_code(report: BisectReport) -> int:
-    """A bisection that answered (culprit found, or nothing changed) exits 0; errors exit 2 as CasekitErrors."""
-    return EXIT_OK
-
-
 # ------------------------------------------------------------------ what changed
 
 
-def baseline_case(case: Case | None, observations: Mapping[str, ScriptObservation]) -> Case:
+def baseline_case(case: Case | None, observations: Mapping[ScriptRole, ScriptObservation]) -> Case:
     """The case as if it had been captured on the good end: its observations are the baseline, no history."""
     if case is None:  # a commit bisection without --case: only the observed script
         case = Case(id="commits", title="", pre=ScriptSource("script", "", ""))
@@ -154,20 +145,26 @@ def what_changed(
     case: Case | None, before: Evaluated, after: Evaluated, labels: tuple[str, str], target: str
 ) -> WhatChanged:
     """Classify `after` against `before` exactly as a replay of a case captured on `before` would."""
-    result: CaseResult = classify_case(baseline_case(case, before.observations), target, after.observations)
+    baseline_observations = by_role(before.observations)
+    # a commit bisection's script is classified as a repro, and still called "script" wherever it is named
+    names = {ScriptRole.PRE: COMMIT_SCRIPT} if COMMIT_SCRIPT in before.observations else {}
+    result: CaseResult = classify_case(
+        baseline_case(case, baseline_observations), target, by_role(after.observations), names
+    )
     lines: list[str] = []
     sites: list[SiteChange] = []
     for which, script in result.scripts.items():
-        baseline = before.observations.get(which)
+        baseline = baseline_observations.get(which)
         if baseline is None:
             continue
-        lines += _script_lines(SCRIPT_LABELS.get(which, which), script, baseline, labels)
+        name = names.get(which, which.value)
+        lines += _script_lines(COMMIT_SCRIPT if name == COMMIT_SCRIPT else which.label, script, baseline, labels)
         for pairing in script.sites:
             site = pairing.site
             sites.append(
                 SiteChange(
-                    which,
-                    pairing.site_class.value,
+                    name,
+                    pairing.site_class,
                     site.where(),
                     site.function,
                     site.category,
@@ -291,8 +288,10 @@ def report_to_json(report: BisectReport) -> dict[str, Any]:
         ],
         "baseline": changed.baseline if changed else None,
         "changes": changed.lines if changed else [],
-        "sites": [dataclasses.asdict(site) for site in changed.sites] if changed else [],
-        "verdict": changed.verdict if changed else None,
+        "sites": [{**dataclasses.asdict(site), "site_class": site.site_class.value} for site in changed.sites]
+        if changed
+        else [],
+        "verdict": changed.verdict.value if changed and changed.verdict else None,
         "reasons": changed.reasons if changed else [],
         "reproduce": report.reproduce,
         "labels": report.labels,
@@ -325,8 +324,9 @@ def report_from_json(data: Any, source: str = "bisect report") -> BisectReport:
     validate_document(data, source)
     changed = None
     if data["baseline"] is not None:
-        sites = [SiteChange(**site) for site in data["sites"]]
-        changed = WhatChanged(data["baseline"], data["changes"], sites, data["verdict"] or "", data["reasons"])
+        sites = [SiteChange(**{**site, "site_class": SiteClass(site["site_class"])}) for site in data["sites"]]
+        verdict = Verdict(data["verdict"]) if data["verdict"] is not None else None
+        changed = WhatChanged(data["baseline"], data["changes"], sites, verdict, data["reasons"])
     steps = [Step(s["target"], s["outcome"], s["detail"], s["cached"], s["ran"], s["seconds"]) for s in data["steps"]]
     return BisectReport(
         kind=data["kind"],
@@ -355,7 +355,7 @@ def write_report(report: BisectReport, path: Path) -> None:
     """Write the casekit.bisect/1 document atomically (checked against the schema first)."""
     data = report_to_json(report)
     validate_document(data, str(path))
-    write_text_atomic(Path(path), json.dumps(data, indent=2) + "\n")
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def read_report(path: Path) -> BisectReport:
@@ -404,7 +404,7 @@ def _what_changed(report: BisectReport) -> list[str]:
         f"  outcome {report.good_outcome!r} -> {report.first_bad_outcome!r} (no difference in the observed breaks)"
     ]
     why = f" ({'; '.join(changed.reasons)})" if changed.reasons else ""
-    lines.append(f"verdict against {report.label(changed.baseline)}: {changed.verdict}{why}")
+    lines.append(f"verdict against {report.label(changed.baseline)}: {changed.verdict or ''}{why}")
     return lines
 
 
@@ -438,6 +438,36 @@ def render_text(report: BisectReport) -> str:
 
 
 # ------------------------------------------------------------------ many cases bisected together
+
+
+@dataclass
+class SharedStats:
+    """What the shared bisection cost: rounds (one release each), probe batches and case runs, envs built ahead."""
+
+    rounds: int = 0
+    batches: int = 0
+    case_runs: int = 0
+    from_cache: int = 0
+    seconds: float = 0.0
+    ahead: AheadStats = field(default_factory=AheadStats)
+
+    def summary(self, cases: int) -> str:
+        built = len(self.ahead.built)
+        return (
+            f"{cases} case(s): {self.rounds} release(s) evaluated, {self.batches} probe batch(es) run "
+            f"({self.case_runs} case run(s), {self.from_cache} from the cache), "
+            f"{built} env(s) prepared ahead of need, {self.seconds:.1f} s"
+        )
+
+
+@dataclass
+class SharedBisection:
+    """Per case: its report, or why it could not be bisected (an end unknown, a predicate it cannot follow)."""
+
+    reports: dict[str, BisectReport]
+    errors: dict[str, str]
+    stats: SharedStats
+    warnings: list[str] = field(default_factory=list)
 
 
 def multi_report_to_json(shared: SharedBisection) -> dict[str, Any]:
@@ -475,7 +505,7 @@ def write_multi_report(shared: SharedBisection, path: Path) -> None:
     """Write the casekit.bisect-many/1 document atomically (checked first)."""
     data = multi_report_to_json(shared)
     validate_multi_document(data, str(path))
-    write_text_atomic(Path(path), json.dumps(data, indent=2) + "\n")
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def render_shared_text(shared: SharedBisection) -> str:
@@ -492,10 +522,3 @@ def render_shared_text(shared: SharedBisection) -> str:
         )
     )
     return "\n\n".join(parts)
-
-
-def shared_exit_code(shared: SharedBisection) -> int:
-    """The worst of the cases' exit codes; a case that could not be bisected counts as a usage/environment error."""
-    codes = [bisect_exit_code(report) for report in shared.reports.values()]
-    codes += [EXIT_USAGE for _ in shared.errors]
-    return max(codes, default=EXIT_OK)

@@ -14,61 +14,32 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from casekit.bisect import releases as release_bisection
-from casekit.bisect.ahead import Ahead, AheadStats, BuildAhead, release_builder
+from casekit.bisect.ahead import Ahead, BuildAhead, release_builder
 from casekit.bisect.engine import Evaluator, Fresh, Subject, registry_runner
 from casekit.bisect.releases import (
     ReleaseBisect,
     ReleaseSeams,
-    _release_subject,
     compare_url,
     fresh_from_run,
+    release_subject,
     replay_command,
     version_candidates,
 )
-from casekit.bisect.report import BisectReport, ReportHeader, build_report
+from casekit.bisect.report import BisectReport, ReportHeader, SharedBisection, SharedStats, build_report
 from casekit.bisect.search import EndsUnknown, Outcome, SharedResult, bisect_shared
 from casekit.errors import BisectError
 from casekit.model import Case
 from casekit.replay.run import ReplayOptions, TargetRun, case_pins
+from casekit.runners import registry
 from casekit.runners.interface import TargetSpec
-
-
-@dataclass
-class SharedStats:
-    """What the shared bisection cost: rounds (one release each), probe batches and case runs, envs built ahead."""
-
-    rounds: int = 0
-    batches: int = 0
-    case_runs: int = 0
-    from_cache: int = 0
-    seconds: float = 0.0
-    ahead: AheadStats = field(default_factory=AheadStats)
-
-    def summary(self, cases: int) -> str:
-        built = len(self.ahead.built)
-        return (
-            f"{cases} case(s): {self.rounds} release(s) evaluated, {self.batches} probe batch(es) run "
-            f"({self.case_runs} case run(s), {self.from_cache} from the cache), "
-            f"{built} env(s) prepared ahead of need, {self.seconds:.1f} s"
-        )
-
-
-@dataclass
-class SharedBisection:
-    """Per case: its report, or why it could not be bisected (an end unknown, a predicate it cannot follow)."""
-
-    reports: dict[str, BisectReport]
-    errors: dict[str, str]
-    stats: SharedStats
-    warnings: list[str] = field(default_factory=list)
 
 
 def _shared_spec(config: ReleaseBisect, cases: list[Case]) -> tuple[ReleaseBisect, list[str]]:
     """Pin the libraries all the cases recorded, once, so every round uses the same env whatever cases it runs."""
-    if config.runner == "python":
+    if not registry.runner_class(config.runner).pins_libraries:
         return config, []
     pins, warnings = case_pins(cases)
     return replace(config, extra_packages=tuple(pins)), warnings
@@ -82,8 +53,7 @@ def bisect_releases_many(
     ahead = ahead or Ahead()
     if not cases:
         raise BisectError("no cases to bisect")
-    if config.runner == "python" and not config.pythons:
-        raise BisectError("--runner python needs interpreters: --python-for VERSION=PATH for each version")
+    config.check_runner()
     started = time.monotonic()
     errors: dict[str, str] = {}
     open_cases: list[Case] = []
@@ -184,7 +154,9 @@ class _SharedProbes:
         self.evaluators, self.pending = evaluators, pending
         self.ends_together = False
         self.bad_end = ""
-        self.run: Callable[[TargetSpec, list[Case]], TargetRun] = lambda spec, chosen: TargetRun(spec, spec.label)
+        self.run: Callable[[TargetSpec, list[Case]], TargetRun] = lambda spec, chosen: TargetRun(
+            spec, registry.label(spec)
+        )
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="casekit-bad-end")
         self._early: dict[str, tuple[list[str], Future[None]]] = {}
         self._lock = threading.Lock()
@@ -197,8 +169,8 @@ class _SharedProbes:
 
     def _probe(self, version: str, ids: list[str], cached: int) -> None:
         """One probe of this release for these cases; each case's record waits in `pending`."""
-        if not ids or (self.config.runner == "python" and version not in self.config.pythons):
-            return
+        if not ids or self.config.missing_target(version) is not None:
+            return  # each case's own run_fresh says why
         self.seams.progress(f"{version}: one probe for {len(ids)} case(s) ({cached} cached)")
         begun = time.monotonic()
         run = self.run(self.config.spec(version), [self.by_id[i] for i in ids])
@@ -240,7 +212,7 @@ def _evaluator(
     case: Case, config: ReleaseBisect, seams: ReleaseSeams, pending: dict[tuple[str, str], Fresh]
 ) -> Evaluator:
     """The case's own evaluator (cache, steps, outcome); a fresh run is taken from the shared probe's results."""
-    own = _release_subject(case, config, seams)
+    own = release_subject(case, config, seams)
 
     def run_fresh(version: str) -> Fresh:
         fresh = pending.pop((case.id, version), None)

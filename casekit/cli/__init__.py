@@ -18,6 +18,7 @@ import typer
 from casekit.cli import cases, environments, records
 from casekit.cli import reduce as reduce_command
 from casekit.cli import replay as replay_command
+from casekit.cli import schedule as schedule_command
 from casekit.cli.bisect import register as register_bisect
 from casekit.cli.help import TeachingGroup, casekit_version
 from casekit.errors import CasekitError
@@ -73,6 +74,7 @@ def _global_options(
 
 cases.register(app)
 replay_command.register(app)
+schedule_command.register(app)
 environments.register(app)
 register_bisect(app)
 records.register(app)

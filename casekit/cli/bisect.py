@@ -6,21 +6,17 @@ CasekitError, which the CLI's entry point turns into one line.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from casekit.cli.common import STDOUT, emit_json, examples, progress_view
-from casekit.errors import BisectError
+from casekit.cli.common import emit_json, examples, notice, open_archive, progress_view
+from casekit.fsutil import STDOUT
 from casekit.outcome import check_seconds
 
 if TYPE_CHECKING:  # the bisection core (git, replay) is imported only when a command runs
-    from casekit.archive.store import Archive
-    from casekit.bisect.predicates import Predicate
-    from casekit.bisect.releases import ReleaseBisect
-    from casekit.bisect.report import BisectReport
+    from casekit.bisect.plan import BisectOutcome
 
 
 BISECT_EXAMPLES = examples(
@@ -33,39 +29,6 @@ BISECT_COMMITS_EXAMPLES = examples(
     "casekit bisect-commits --repo ~/src/model --good v1.2 --bad HEAD --site model.py:42 -- python train_step.py",
     "casekit bisect-commits --repo ~/src/model --good v1.2 --bad HEAD --case item-branch --json -",
 )
-
-
-def parse_python_for(items: list[str]) -> dict[str, str]:
-    """['2.5.1=/opt/py/bin/python', ...] -> {'2.5.1': '/opt/py/bin/python'}."""
-    mapping: dict[str, str] = {}
-    for item in items:
-        version, sep, path = item.partition("=")
-        if not sep or not version.strip() or not path.strip():
-            raise BisectError(f"--python-for takes VERSION=PATH (e.g. 2.5.1=/opt/py251/bin/python), not {item!r}")
-        mapping[version.strip()] = path.strip()
-    return mapping
-
-
-def runner_for(runner: str | None, pythons: dict[str, str]) -> str:
-    """--runner, or python when --python-for maps versions to interpreters (which only that runner takes)."""
-    kind = runner or ("python" if pythons else "venv")
-    if pythons and kind != "python":
-        raise BisectError(f"--python-for maps versions to interpreters for --runner python, not --runner {kind}")
-    return kind
-
-
-def parse_predicate(site: str | None, status: str | None, post_holds: bool) -> Predicate:
-    """--site / --status / --post-holds (at most one) as the predicate to follow; the verdict by default."""
-    from casekit.bisect.predicates import Predicate
-
-    chosen = [name for name, given in (("--site", site), ("--status", status), ("--post-holds", post_holds)) if given]
-    if len(chosen) > 1:
-        raise BisectError(f"choose one of --site, --status and --post-holds, not {' and '.join(chosen)}")
-    if site:
-        return Predicate.parse(("site", site))
-    if status:
-        return Predicate.parse(("status", status))
-    return Predicate.parse("post-holds" if post_holds else "verdict")
 
 
 # Options both bisect commands take, declared once.
@@ -82,41 +45,22 @@ CacheFile = Annotated[
 ]
 
 
-def _finish(report: BisectReport, json_out: Path | None, html_out: Path | None = None) -> None:
-    from casekit.bisect.report import bisect_exit_code, render_text, report_to_json, write_report
-
-    _print_and_write(
-        render_text(report), lambda: report_to_json(report), lambda path: write_report(report, path), json_out
-    )
-    if html_out:
-        from casekit.bundle import write_atomic as write_text_atomic
-        from casekit.report.pictures import render_bisect_html
-
-        write_text_atomic(html_out, render_bisect_html(report_to_json(report)))
-        typer.echo(f"wrote {html_out}")
-    raise typer.Exit(bisect_exit_code(report))
-
-
-def _print_and_write(
-    text: str, document: Callable[[], dict[str, Any]], write: Callable[[Path], None], json_out: Path | None
-) -> None:
-    """The text report, and the JSON document to `--json` (`-`: stdout holds the JSON alone, the text goes to stderr)."""
+def render(outcome: BisectOutcome, json_out: Path | None) -> None:
+    """The text report, the JSON document for `--json -` (stdout holds it alone, the text goes to stderr),
+    what was written, and the exit code the core decided."""
     to_stderr = json_out == STDOUT
+    if outcome.interrupted:
+        typer.echo(f"casekit: {outcome.text}", err=True)
+        raise typer.Exit(outcome.exit_code)
     typer.echo("", err=to_stderr)
-    typer.echo(text, err=to_stderr)
+    typer.echo(outcome.text, err=to_stderr)
     if json_out == STDOUT:
-        emit_json(document(), STDOUT)
-    elif json_out:
-        write(json_out)
-        typer.echo(f"wrote {json_out}")
-
-
-def _interrupted(cache_path: Path | None) -> typer.Exit:
-    where = f" in {cache_path}" if cache_path else ""
-    typer.echo(
-        f"casekit: interrupted; finished steps are cached{where}: run the same command again to resume", err=True
-    )
-    return typer.Exit(130)
+        emit_json(outcome.document, STDOUT)
+    for path in outcome.written:
+        typer.echo(f"wrote {path}")
+    for failure in outcome.write_failures:  # the results above stand
+        typer.echo(f"casekit: error: {failure}", err=True)
+    raise typer.Exit(outcome.exit_code)
 
 
 def bisect(
@@ -184,96 +128,31 @@ def bisect(
     cache: CacheFile = None,
 ) -> None:
     """Find the first torch version between --good and --bad where the case's outcome changes."""
-    from casekit.archive.store import Archive, archive_dir
-    from casekit.bisect.ahead import Ahead
-    from casekit.bisect.engine import CacheSettings, default_cache_path
-    from casekit.bisect.releases import ReleaseBisect, ReleaseSeams, bisect_releases
-    from casekit.bisect.versions import read_version_list
+    from casekit.bisect.engine import CacheSettings
+    from casekit.bisect.plan import BisectRequest, Outputs, predicate_for, run_bisect
 
-    pythons = parse_python_for(python_for or [])
-    kind = runner_for(runner, pythons)
-    config = ReleaseBisect(
+    request = BisectRequest(
         good,
         bad,
-        versions=read_version_list(versions) if versions else None,
-        runner=kind,
-        pythons=pythons,
-        predicate=parse_predicate(site, status, post_holds),
+        case_ids=tuple(case_ids or ()),
+        all_cases=all_cases,
+        ahead=ahead,
+        versions=versions,
+        runner=runner,
+        python_for=tuple(python_for or ()),
+        predicate=predicate_for(site, status, post_holds),
         cuda=cuda,
         index_url=index_url,
         nightlies=nightlies,
         backend=backend,
         timeout=timeout,
         archive_dir=archive,
-        cache=CacheSettings(None if no_cache else (cache or default_cache_path()), retry_unknown),
-        ahead=Ahead(limit=_ahead_limit(ahead, 0)),
+        cache=CacheSettings.chosen(cache, off=no_cache, retry_unknown=retry_unknown),
+        outputs=Outputs(json_out, html_out),
     )
-    chosen = _chosen_cases(case_ids or [], all_cases)
-    if len(chosen) > 1 or all_cases:
-        _bisect_many(Archive(archive_dir(archive)), chosen, config, _ahead_limit(ahead, 2), json_out, html_out)
-        return
-    case = Archive(archive_dir(archive)).load(chosen[0])
-    typer.echo(
-        f"bisecting case {chosen[0]} between torch {good} (good) and {bad} (bad) with the {kind} runner", err=True
-    )
-    try:
-        with progress_view() as progress:
-            report = bisect_releases(case, config, ReleaseSeams(progress=progress))
-    except KeyboardInterrupt:
-        raise _interrupted(config.cache.path) from None
-    _finish(report, json_out, html_out)
-
-
-def _ahead_limit(ahead: int | None, default: int) -> int:
-    if ahead is not None and ahead < 0:
-        raise BisectError(f"--ahead takes 0 or more, not {ahead}")
-    return default if ahead is None else ahead
-
-
-def _chosen_cases(case_ids: list[str], all_cases: bool) -> list[str]:
-    """The ids named, or (with --all) none yet: the archive's; one clear error for what is missing."""
-    if all_cases and case_ids:
-        raise BisectError("give case ids or --all, not both")
-    if not all_cases and not case_ids:
-        raise BisectError("name the case(s) to bisect, or pass --all")
-    return list(dict.fromkeys(case_ids))
-
-
-def _bisect_many(
-    archive: Archive,
-    case_ids: list[str],
-    config: ReleaseBisect,
-    ahead: int,
-    json_out: Path | None,
-    html_out: Path | None,
-) -> None:
-    """Several cases over one candidate list: each report as a single bisection prints it, then the shared costs."""
-    from casekit.bisect.releases import ReleaseSeams
-    from casekit.bisect.report import multi_report_to_json, render_shared_text, shared_exit_code, write_multi_report
-    from casekit.bisect.shared import Ahead, bisect_releases_many
-
-    if html_out:
-        raise BisectError("--html draws one bisection: give one case id (the --json document holds them all)")
-    cases = archive.load_all(case_ids or None)
-    if not cases:
-        raise BisectError(f"the archive {archive.root} holds no cases to bisect")
-    typer.echo(
-        f"bisecting {len(cases)} case(s) together between torch {config.good} (good) and {config.bad} (bad) "
-        f"with the {config.runner} runner",
-        err=True,
-    )
-    try:
-        with progress_view() as progress:
-            shared = bisect_releases_many(cases, config, ReleaseSeams(progress=progress), Ahead(limit=ahead))
-    except KeyboardInterrupt:
-        raise _interrupted(config.cache.path) from None
-    _print_and_write(
-        render_shared_text(shared),
-        lambda: multi_report_to_json(shared),
-        lambda path: write_multi_report(shared, path),
-        json_out,
-    )
-    raise typer.Exit(shared_exit_code(shared))
+    with progress_view() as progress:
+        outcome = run_bisect(request, open_archive(archive), progress, notice)
+    render(outcome, json_out)
 
 
 def bisect_commits_command(
@@ -331,12 +210,12 @@ def bisect_commits_command(
     the script the probe observes at each commit, run from the worktree's root.
     With --exit-code, COMMAND is any command, judged by its exit status.
     """
-    from casekit.archive.store import Archive, archive_dir
-    from casekit.bisect.commits import CommitBisect, bisect_commits
-    from casekit.bisect.engine import CacheSettings, default_cache_path
+    from casekit.bisect.commits import CommitBisect
+    from casekit.bisect.engine import CacheSettings
+    from casekit.bisect.plan import Outputs, run_commit_bisect
     from casekit.bisect.predicates import CommitPredicate
 
-    case = Archive(archive_dir(archive)).load(case_id) if case_id else None
+    case = open_archive(archive).load(case_id) if case_id else None
     config = CommitBisect(
         repo,
         good,
@@ -346,15 +225,13 @@ def bisect_commits_command(
         python=python,
         backend=backend,
         timeout=check_seconds("--timeout", timeout),
-        cache=CacheSettings(None if no_cache else (cache or default_cache_path()), retry_unknown),
+        cache=CacheSettings.chosen(cache, off=no_cache, retry_unknown=retry_unknown),
         warm=warm,
     )
-    try:
-        with progress_view() as progress:
-            report = bisect_commits(config, progress=progress)
-    except KeyboardInterrupt:
-        raise _interrupted(config.cache.path) from None
-    _finish(report, json_out, html_out)
+    outputs = Outputs(json_out, html_out)
+    with progress_view() as progress:
+        outcome = run_commit_bisect(config, outputs, progress)
+    render(outcome, json_out)
 
 
 def register(app: typer.Typer) -> None:

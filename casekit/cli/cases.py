@@ -20,8 +20,7 @@ from casekit.cli.common import (
 )
 from casekit.errors import CasekitError
 from casekit.outcome import ExitCode
-from casekit.replay.plan import TargetChoice
-from casekit.runners.interface import TargetSpec
+from casekit.runners.registry import allow_help, interpreter_runner
 
 CAPTURE_EXAMPLES = examples(
     'casekit capture repro.py --fixed repro_fixed.py --title "item() branch in step" --tag data-dependent',
@@ -85,8 +84,7 @@ def capture(
         typer.Option(
             "--allow",
             metavar="KEY=VALUE",
-            help="Relax the sandbox (repeatable; docs/sandbox.md): network=host, env=NAME, read=PATH, memory=8g, "
-            "sandbox=none.",
+            help=allow_help([interpreter_runner().name]),  # the capture runs an existing interpreter
         ),
     ] = None,
     commit: Annotated[
@@ -94,8 +92,7 @@ def capture(
     ] = False,
 ) -> None:
     """Run a repro (and its fix) for real and file it as a case bundle."""
-    from casekit.capture import CaptureRequest
-    from casekit.capture import capture as do_capture
+    from casekit.capture import CaptureRequest, run_capture
     from casekit.report.text import case_summary
 
     request = CaptureRequest(
@@ -113,22 +110,16 @@ def capture(
         force=force,
         includes=list(include or []),
         waive=list(waive or []) + (["all"] if keep_failing_gates else []),
+        python=python,
+        allow=list(allow or []),
+        commit=commit,
     )
-    store = open_archive(archive)
-    if commit:
-        from casekit.archive.git import require_repo
-
-        require_repo(store.root)
-    options = TargetChoice(allow=tuple(allow or ())).specs()[0].options
-    runner = default_runner_factory(TargetSpec(runner="python", python=python, options=options))
     with progress_view() as progress:
-        case = do_capture(request, runner, store, progress)
-    typer.echo(case_summary(case))
-    typer.echo(f"\nsaved {store.path_for(case.id)}")
-    if commit:
-        from casekit.archive.git import commit_paths
-
-        typer.echo(commit_paths(store.root, [store.path_for(case.id)], f"capture {case.id}: {case.title}"))
+        outcome = run_capture(request, open_archive(archive), default_runner_factory, progress)
+    typer.echo(case_summary(outcome.case))
+    typer.echo(f"\nsaved {outcome.path}")
+    if outcome.committed:
+        typer.echo(outcome.committed)
 
 
 def list_cases(archive: ArchiveOption = None) -> None:

@@ -13,6 +13,7 @@ import typer
 
 from casekit.archive.store import Archive, archive_dir
 from casekit.errors import BundleError, CasekitError
+from casekit.fsutil import STDOUT, write_atomic
 from casekit.outcome import ExitCode
 from casekit.progress import ProgressView, Verbosity, verbosity
 from casekit.runners.interface import ProgressFn, Runner, TargetSpec
@@ -29,7 +30,6 @@ FailOnOption = Annotated[
         help="Exit 1 when a result reaches this severity: error, warn, info or never.",
     ),
 ]
-STDOUT = Path("-")  # `--json -`: the document on stdout, the human view on stderr
 
 
 def examples(*lines: str) -> str:
@@ -69,8 +69,6 @@ def report_invalid(invalid: Sequence[BundleError]) -> None:
 
 def emit_json(document: Any, path: Path) -> None:
     """`--json FILE` writes atomically; `--json -` prints to stdout (the one convention of every command)."""
-    from casekit.bundle import write_atomic
-
     text = json.dumps(document, indent=2) + "\n"
     if path == STDOUT:
         sys.stdout.write(text)

@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 
 from casekit.cli.common import examples, progress, progress_view
-from casekit.runners.interface import TargetSpec
 
 images_app = typer.Typer(
     help="Replay images for the docker runner: list, build, prune.",
@@ -64,12 +63,11 @@ def images_build(
 ) -> None:
     """Build (or reuse) the replay image for a torch version."""
     from casekit.runners.docker.images import ensure_image
+    from casekit.runners.registry import image_runner
 
     options = (("base_image", base_image),) if base_image else ()
     with progress_view() as view:
-        image = ensure_image(
-            TargetSpec(runner="docker", torch=torch, cuda=cuda, index_url=index_url, options=options), view
-        )
+        image = ensure_image(image_runner().target(torch=torch, cuda=cuda, index_url=index_url, options=options), view)
     typer.echo(f"ready: {', '.join(image.tags) or image.id}")
 
 

@@ -9,9 +9,11 @@ from typing import Annotated
 import typer
 
 from casekit.archive.store import Archive, archive_dir
-from casekit.cli.common import STDOUT, ArchiveOption, FailOnOption, emit_json, examples, notice, report_invalid
-from casekit.errors import CasekitError
-from casekit.outcome import ExitCode, FailOn
+from casekit.cli.common import ArchiveOption, FailOnOption, emit_json, examples, notice, open_archive, report_invalid
+from casekit.fsutil import STDOUT
+from casekit.model import ScriptRole
+from casekit.outcome import FailOn
+from casekit.report.formats import DEFAULT_FORMAT, DEFAULT_OUT, format_names
 
 NO_REPLAYS_HINT = (
     "no replays recorded yet: run `casekit replay --json out/replay.json` and "
@@ -33,17 +35,20 @@ MERGE_EXAMPLES = examples(
     "casekit replay --shard 1/2 --json out/1.json; casekit replay --shard 2/2 --json out/2.json",
     "casekit merge out/1.json out/2.json --json out/replay.json --fail-on warn",
     "casekit merge out/*.json --json - | jq '.results | length'    (the JSON on stdout)",
+    "casekit merge results/ --json merged.json     (a --results-dir folder: the latest attempt of each shard)",
 )
 
 
 def report(
     formats: Annotated[
         list[str] | None,
-        typer.Option("--format", "-f", metavar="FORMAT", help="html, md, junit or json (repeatable) [default: html]."),
+        typer.Option(
+            "--format", "-f", metavar="FORMAT", help=f"{format_names()} (repeatable) [default: {DEFAULT_FORMAT}]."
+        ),
     ] = None,
     out: Annotated[
         Path, typer.Option("--out", help="Folder to write into; '-' prints a single md/json/junit report to stdout.")
-    ] = Path("casekit-report"),
+    ] = DEFAULT_OUT,
     archive: ArchiveOption = None,
     results: Annotated[
         list[Path] | None,
@@ -55,37 +60,21 @@ def report(
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "casekit archive",
 ) -> None:
     """Render the archive: latest replay per case x target, case pages, history."""
-    from casekit.replay.document import read_replay_document
-    from casekit.report.formats import get_format
-    from casekit.report.output import write_files
-    from casekit.report.page_cache import write_html_report
-    from casekit.report.summary import summarize
+    from casekit.report.plan import ReportRequest, run_report
 
-    chosen = [get_format(name) for name in dict.fromkeys(formats or ["html"])]
-    store = Archive(archive_dir(archive))
-    # through the archive index; HTML case pages come from a page cache (or the cases parsed now)
-    cases, invalid = store.summaries_tolerant(keep_cases=any(fmt.name == "html" for fmt in chosen))
-    documents = [(path.name, read_replay_document(path)) for path in results or []]
-    summary = summarize(cases, documents, title=title)
-    if not documents and not any(case.replays for case in cases):
+    request = ReportRequest(tuple(formats or ()), out, tuple(results or ()), title)
+    outcome = run_report(request, open_archive(archive))
+    if outcome.no_replays:
         notice(NO_REPLAYS_HINT)
-    for warning in summary.warnings:
+    for warning in outcome.warnings:
         typer.echo(f"warning: {warning}", err=True)
-    if str(out) == "-":
-        if len(chosen) != 1 or chosen[0].name == "html":
-            raise CasekitError("--out - prints one md, json or junit report; the HTML report is a folder")
-        files = chosen[0].render(summary)
-        sys.stdout.write(files[chosen[0].main_file])
-    else:
-        for fmt in chosen:
-            if fmt.name == "html":
-                count = write_html_report(summary, store.root, out)
-            else:
-                count = len(write_files(fmt.render(summary), out))
-            typer.echo(f"wrote {out / fmt.main_file}" + (f" (+{count - 1} file(s))" if count > 1 else ""))
-    if invalid:  # the report holds every valid case; the invalid ones are named, and CI sees a non-zero exit
-        report_invalid(invalid)
-        raise typer.Exit(ExitCode.PROBLEM)
+    if outcome.printed is not None:
+        sys.stdout.write(outcome.printed)
+    for main_file, count in outcome.written:
+        typer.echo(f"wrote {main_file}" + (f" (+{count - 1} file(s))" if count > 1 else ""))
+    if outcome.invalid:  # the report holds every valid case; the invalid ones are named, and CI sees a non-zero exit
+        report_invalid(outcome.invalid)
+    raise typer.Exit(outcome.exit_code)
 
 
 def log(
@@ -136,7 +125,7 @@ def import_runs(
         f"{len(result.sites)} distinct site(s), {len(result.recompiles)} recompile(s) -> {len(result.drafts)} draft(s)"
     )
     for case in result.drafts:
-        pre = case.observations["pre"]
+        pre = case.observations[ScriptRole.PRE]
         typer.echo(f"  {case.id}: {case.title} [{len(pre.sites)} site(s), {len(pre.recompiles)} recompile(s)]")
     if dry_run or not result.drafts:
         return
@@ -151,7 +140,11 @@ def import_runs(
 
 def merge(
     results: Annotated[
-        list[Path], typer.Argument(help="casekit.replay/1 JSON files written by `replay --shard K/N --json`.")
+        list[Path],
+        typer.Argument(
+            help="casekit.replay/1 JSON files written by `replay --shard K/N --json`, or folders written by "
+            "`replay --results-dir`."
+        ),
     ],
     json_out: Annotated[
         Path | None,
@@ -161,27 +154,37 @@ def merge(
     ] = None,
     fail_on: FailOnOption = "error",
     allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Merge even when shards are missing.")] = False,
+    expect_target: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--expect-target",
+            metavar="LABEL",
+            help="A target whose results must be there (repeatable): one with no result file at all is missing.",
+        ),
+    ] = None,
 ) -> None:
     """Combine shard results into one report and verdict (exit codes as replay: 1 at --fail-on, 2 when an environment failed)."""
     from casekit.replay.shard import merge_reports
     from casekit.report.text import replay_document_text
 
     threshold = FailOn.parse(fail_on)
-    merged = merge_reports(results, allow_partial=allow_partial)
+    merged = merge_reports(results, allow_partial=allow_partial, expected_targets=list(expect_target or ()))
     for warning in merged.warnings:
         typer.echo(f"warning: {warning}", err=True)
+    for retry in merged.retries:
+        typer.echo(f"retried: {retry}", err=True)
     data = merged.data
     to_stderr = json_out == STDOUT  # stdout holds the JSON alone
     if json_out:
-        emit_json(data, json_out)
+        emit_json(data.to_json(), json_out)
     typer.echo("\n" + replay_document_text(data), err=to_stderr)
     typer.echo(
-        f"\n{len(data['results'])} result(s) from {len(results)} file(s); worst severity: {merged.worst.value}",
+        f"\n{len(data.results)} result(s) from {len(results)} file(s); worst severity: {merged.worst.value}",
         err=to_stderr,
     )
     if json_out and not to_stderr:
         typer.echo(f"wrote {json_out}")
-    failed = [target["label"] for target in data["targets"] if target.get("error")]
+    failed = [target.label for target in data.failed_targets()]
     if failed:  # the why is in the report above, once
         typer.echo(f"casekit: error: {len(failed)} target(s) could not run: {', '.join(failed)}", err=True)
     raise typer.Exit(merged.exit_code(threshold))

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from casekit.cli.common import (
-    STDOUT,
     ArchiveOption,
     FailOnOption,
     default_runner_factory,
@@ -19,7 +18,9 @@ from casekit.cli.common import (
     open_archive,
     progress_view,
 )
+from casekit.fsutil import STDOUT
 from casekit.outcome import FailOn
+from casekit.runners.registry import allow_help
 
 if TYPE_CHECKING:  # the replay core (runners, classification) is imported only when the command runs
     from casekit.replay.plan import ReplayOutcome
@@ -32,6 +33,7 @@ REPLAY_EXAMPLES = examples(
     "casekit replay --json - | jq .results           (the JSON on stdout, the table on stderr)",
     "casekit replay --runner docker --torch 2.13.0 --base-image casekit-base:bookworm --find-links /opt/wheels",
     "casekit replay --python ~/envs/nightly/bin/python --case item-branch",
+    "casekit replay --torch 2.13 --shard-from-env --results-dir results/   (an array task: casekit plan --emit ...)",
 )
 
 
@@ -82,6 +84,24 @@ PinPackages = Annotated[
 Shard = Annotated[
     str | None, typer.Option("--shard", metavar="K/N", help="K/N: run a stable slice of the case x target matrix.")
 ]
+ShardFromEnv = Annotated[
+    bool,
+    typer.Option(
+        "--shard-from-env",
+        help="Read K/N from the scheduler's variables: SLURM_ARRAY_TASK_ID (+ _COUNT or _MIN/_MAX), "
+        "JOB_COMPLETION_INDEX (+ CASEKIT_SHARD_COUNT), CASEKIT_SHARD_INDEX/_COUNT (GitHub matrix), "
+        "BUILDKITE_PARALLEL_JOB/_COUNT, CI_NODE_INDEX/_TOTAL; says which it used.",
+    ),
+]
+ResultsDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--results-dir",
+        metavar="DIR",
+        help="Write one casekit.replay/1 file per target to DIR/<target>/shard-K-of-N.json, atomically "
+        "(a retried shard replaces its own files); `casekit merge DIR` reads them back.",
+    ),
+]
 BaseImage = Annotated[
     str | None,
     typer.Option(
@@ -94,11 +114,7 @@ Allow = Annotated[
     typer.Option(
         "--allow",
         metavar="KEY=VALUE",
-        help=(
-            "Relax the sandbox, KEY=VALUE (repeatable; docs/sandbox.md). python/venv (bubblewrap): network=host, "
-            "env=NAME[=VALUE], read=PATH, memory=8g, pids=1024, cpu=4, tmpfs=4g, uid=N, gpu=none, sandbox=none. "
-            "docker: network=bridge, env=NAME[=VALUE], memory=8g, pids=1024, tmpfs=4g, read_only=false, gpus=all."
-        ),
+        help=allow_help(),  # each runner's keys, from the registry
     ),
 ]
 AllowInvalid = Annotated[
@@ -148,6 +164,8 @@ def replay(
     record: Record = False,
     pin_packages: PinPackages = True,
     shard: Shard = None,
+    shard_from_env: ShardFromEnv = False,
+    results_dir: ResultsDir = None,
     base_image: BaseImage = None,
     allow: Allow = None,
     allow_invalid: AllowInvalid = False,
@@ -156,6 +174,8 @@ def replay(
     serial_timings: SerialTimings = False,
 ) -> None:
     """Replay the archive on one or more targets and classify every break."""
+    import os
+
     from casekit.replay.plan import ReplayRequest, TargetChoice, run_replay
     from casekit.replay.run import ReplayOptions
 
@@ -185,11 +205,13 @@ def replay(
         json_out=json_out,
         allow_invalid=allow_invalid,
         commit=commit,
+        shard_env=dict(os.environ) if shard_from_env else None,
+        results_dir=results_dir,
     )
     with progress_view() as progress:
         outcome = run_replay(request, open_archive(archive), default_runner_factory, progress, notice)
     if json_out == STDOUT:
-        emit_json(outcome.document, STDOUT)
+        emit_json(outcome.document.to_json(), STDOUT)
     typer.echo(render(outcome), err=human_to_stderr(json_out))
     if outcome.failed_targets:  # the why is in the report above, once; this line is for the exit code
         labels = ", ".join(line.split(": ", 1)[0] for line in outcome.failed_targets)
@@ -208,7 +230,7 @@ def render(outcome: ReplayOutcome) -> str:
 
     lines = []
     if outcome.report is None:
-        lines.append(f"shard {outcome.document.get('shard')}: nothing to run")
+        lines.append(f"shard {outcome.document.shard}: nothing to run")
     else:
         lines.append(
             replay_document_text(outcome.document, verbose=verbosity() is Verbosity.VERBOSE, marks=outcome.marks)
@@ -220,6 +242,8 @@ def render(outcome: ReplayOutcome) -> str:
         lines.append(f"recorded this replay in {outcome.recorded} bundle(s) (not committed)")
     if outcome.json_written:
         lines.append(f"\nwrote {outcome.json_written}")
+    for path in outcome.results_written:
+        lines.append(f"wrote {path}")
     return "\n".join(lines)
 
 

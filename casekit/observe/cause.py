@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import metadata
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -22,6 +23,17 @@ MISSING_MODULE = re.compile(r"No module named")
 TARGET_TORCH = re.compile(r"torch[-=@ ]?(?P<version>\d+\.\d+(?:\.\d+)?)")
 
 RequiresLookup = Callable[[str, str], list[str] | None]
+
+
+@dataclass(frozen=True)
+class NotRun:
+    """A script that did not get to run its compiled code: the one-line cause, and the pinned library to blame.
+
+    `pinned` names the library (pinned at the case's version) whose own torch floor is above the target's
+    torch: the environment's doing, not the script's. None when no such library is to blame."""
+
+    line: str  # "nothing ran: ...", as the notes and the reasons show it
+    pinned: str | None = None
 
 
 def installed_requires(dist: str, version: str) -> list[str] | None:
@@ -65,8 +77,8 @@ def not_run_cause(
     packages: dict[str, str],
     target: str,
     requires: RequiresLookup = installed_requires,
-) -> str:
-    """One line: why the script did not run on `target`, and for a pinned library, what to do.
+) -> NotRun:
+    """Why the script did not run on `target` in one line, and for a pinned library, what to do.
 
     The library is the pinned one the error names (or the only one pinned); its floor is the one
     the error states, else the one its installed metadata declares.
@@ -90,10 +102,11 @@ def not_run_cause(
                 found = dist, floor
                 break
     if found is None:
-        return f"nothing ran: {observation.detail or observation.status.value}"
+        return NotRun(f"nothing ran: {observation.detail or observation.status.value}")
     dist, floor = found
     shown = torch or "the target's torch"
-    return (
+    return NotRun(
         f"nothing ran: {dist} {libraries[dist]} (pinned) requires torch>={floor} and refuses torch {shown}; "
-        f"replay with --no-pin-packages, or pin a {dist} version that supports torch {shown}"
+        f"replay with --no-pin-packages, or pin a {dist} version that supports torch {shown}",
+        pinned=dist,
     )

@@ -20,6 +20,7 @@ from casekit.model import (
     ErrorInfo,
     FallbackFrame,
     Frame,
+    FullgraphStatus,
     OutputCheck,
     Recompile,
     ScriptObservation,
@@ -37,6 +38,7 @@ from casekit.observe.logs import (
     parse_wont_convert,
 )
 from casekit.observe.reasons import categorize, gb_id_from_text, normalize_function, registry
+from casekit.pysource import parse_python
 
 HARNESS_FILES = ("<frozen runpy>", "runpy.py", "probe.py")
 SITE_PACKAGES = re.compile(r"(?:site|dist)-packages/(?P<rel>.+)$")
@@ -260,7 +262,7 @@ def collect_fallbacks(run: dict[str, Any], namer: PathNamer, sites: list[Site]) 
     # (2.10+ say "Skipping the function" for a library frame below the script line too)
     known = bool(candidates)
     for site in sites:
-        if site.kind == "skip" and not known:
+        if site.kind is SiteKind.SKIP and not known:
             frame = site.anchor
             candidates.append(FallbackFrame(frame.function, frame.file, frame.line, site.reason))
     fallbacks: list[FallbackFrame] = []
@@ -391,7 +393,7 @@ def _run_failure(run: dict[str, Any]) -> str | None:
 def script_imports(source: str) -> set[str]:
     """Top-level module names a script imports (its own imports, not torch's)."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except SyntaxError:
         return set()
     names: set[str] = set()
@@ -478,9 +480,10 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
         observation.error.message = namer.scrub(observation.error.message)
     fullgraph = runs.get("fullgraph")
     if fullgraph:
-        observation.fullgraph_status = "ok" if fullgraph.get("status") == "ok" else "error"
-        observation.fullgraph = _error_info(fullgraph, namer) if fullgraph.get("status") != "ok" else None
-        if observation.fullgraph_status == "error" and observation.fullgraph is None:
+        one_graph = fullgraph.get("status") == "ok"
+        observation.fullgraph_status = FullgraphStatus.OK if one_graph else FullgraphStatus.ERROR
+        observation.fullgraph = None if one_graph else _error_info(fullgraph, namer)
+        if not one_graph and observation.fullgraph is None:
             observation.fullgraph = ErrorInfo(type=str(fullgraph.get("status")), message=_run_failure(fullgraph) or "")
     if observation.fullgraph:
         observation.fullgraph.message = namer.scrub(observation.fullgraph.message)
@@ -496,7 +499,7 @@ def break_invariant(observation: ScriptObservation) -> str | None:
     """
     if observation.status is not ScriptStatus.OK:
         return None
-    breaks = [s for s in observation.sites if s.kind != "skip"]
+    breaks = [s for s in observation.sites if s.kind is not SiteKind.SKIP]
     if not breaks:
         return None
     if observation.graphs == 0 and not observation.fallback_frames:

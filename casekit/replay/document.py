@@ -2,7 +2,9 @@
 
 `replay --json` and `merge --json` write it; `merge`, `report --results` and
 bisect read it. The schema ships in the package (data/replay-1.schema.json) and
-its `schema` constant is the only place the document's name is spelled. Results
+its `schema` constant is the only place the document's name is spelled. The reader
+returns typed entries (dataclasses, enums for every verdict, severity, status,
+class and script role) and every consumer reads those, never the JSON. Results
 files are other people's data: the reader takes only regular files of bounded
 size, rejects anything the schema does not describe, and reports every problem
 as one line naming the file and the field.
@@ -10,16 +12,18 @@ as one line naming the file and the field.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from casekit.bundle import write_atomic
 from casekit.errors import CasekitError
-from casekit.fsutil import UnreadableFile, read_regular_bytes
-from casekit.model import Severity
+from casekit.fsutil import UnreadableFile, read_regular_bytes, write_atomic
+from casekit.model import ScriptRole, ScriptStatus, Severity, Site, SiteClass, Verdict
 
 if TYPE_CHECKING:  # the writer reads replay's results; importing replay at run time would pull in the runners
     from casekit.classify import CaseResult
@@ -34,7 +38,10 @@ class ReplayDocumentError(CasekitError):
     """A results file that is not a readable, valid casekit.replay/1 document."""
 
 
-class SideEntry(TypedDict):
+@dataclass(frozen=True)
+class SideEntry:
+    """One side of a site pairing (what was observed, or what was recorded), as the document holds it."""
+
     file: str
     line: int
     function: str
@@ -42,18 +49,35 @@ class SideEntry(TypedDict):
     gb_id: str | None
     reason: str
     category: str
-    call_site: str | None
+    call_site: str | None  # "file:line" of the script line that led here
+
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
 
 
-# "class" is a Python keyword, so this TypedDict takes the functional form
-SiteEntry = TypedDict(
-    "SiteEntry", {"class": str, "observed": SideEntry | None, "recorded": SideEntry | None, "note": str}
-)
+@dataclass(frozen=True)
+class SiteEntry:
+    """One site's class on one script, with either side (never neither: the reader checks it)."""
+
+    site_class: SiteClass  # "class" in the JSON
+    observed: SideEntry | None
+    recorded: SideEntry | None
+    note: str
+
+    @property
+    def side(self) -> SideEntry:
+        """What was observed, else what was recorded."""
+        side = self.observed or self.recorded
+        assert side is not None
+        return side
 
 
-class ScriptEntry(TypedDict):
-    status: str
-    recorded_status: str | None
+@dataclass
+class ScriptEntry:
+    """One script of one result."""
+
+    status: ScriptStatus
+    recorded_status: ScriptStatus | None
     detail: str
     graphs: int
     fallback_frames: list[str]
@@ -63,7 +87,8 @@ class ScriptEntry(TypedDict):
     notes: list[str]
 
 
-class RollbackEntry(TypedDict):
+@dataclass
+class RollbackEntry:
     needed: bool
     verified: bool | None
     detail: str
@@ -71,41 +96,122 @@ class RollbackEntry(TypedDict):
     path: str | None
 
 
-class ResultEntry(TypedDict):
+@dataclass
+class ResultEntry:
+    """One case on one target."""
+
     case: str
     target: str
-    verdict: str
-    severity: str
+    verdict: Verdict
+    severity: Severity
     reasons: list[str]
-    scripts: dict[str, ScriptEntry | None]
+    scripts: dict[ScriptRole, ScriptEntry]  # the scripts the case has, pre first
     rollback: RollbackEntry | None
 
 
-class TargetEntry(TypedDict):
+@dataclass
+class TargetEntry:
+    """One target's environment and timing; only the label is required of a document."""
+
     label: str
-    torch: NotRequired[str | None]
-    cuda: NotRequired[str | None]
-    python: NotRequired[str | None]
-    runner: NotRequired[str | None]
-    sandbox: NotRequired[str | None]  # what isolated the scripts, in one line ("bwrap: no network, ...")
-    error: NotRequired[str | None]
-    warnings: NotRequired[list[str]]
-    seconds: NotRequired[float | None]
-    import_s: NotRequired[float | None]
+    torch: str | None = None
+    cuda: str | None = None
+    python: str | None = None
+    runner: str | None = None
+    sandbox: str | None = None  # what isolated the scripts, in one line ("bwrap: no network, ...")
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    seconds: float | None = None
+    import_s: float | None = None
 
 
-class Matrix(TypedDict):
-    cases: list[str]
-    targets: list[str]
+@dataclass
+class Matrix:
+    """The whole matrix a shard is a slice of."""
+
+    cases: list[str] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)
 
 
-class ReplayDocument(TypedDict):
-    schema: str
+@dataclass
+class ReplayDocument:
+    """A casekit.replay/1 document, typed: what the writer makes and what the reader returns."""
+
     targets: list[TargetEntry]
     results: list[ResultEntry]
-    shard: NotRequired[str]
-    shards: NotRequired[list[str]]
-    matrix: NotRequired[Matrix]
+    shard: str | None = None
+    shards: list[str] | None = None
+    matrix: Matrix | None = None
+    # a shard's slice, as `replay --shard` planned it: target label -> the shards (1-based) holding its cells
+    layout: dict[str, list[int]] | None = None
+    shard_source: str | None = None  # where the shard came from: "--shard" or the scheduler's variables
+    attempt: int | None = None  # per-target result files: 1, then one more each time a shard rewrites its file
+    written: str | None = None  # when (UTC, ISO 8601): of two attempts at one shard, the later wins
+
+    def to_json(self) -> dict[str, Any]:
+        """The document as JSON data (enums as their string values), in the order casekit writes it."""
+        data: dict[str, Any] = {
+            "schema": REPLAY_SCHEMA,
+            "targets": [dataclasses.asdict(target) for target in self.targets],
+            "results": [_result_json(result) for result in self.results],
+        }
+        if self.shard is not None:
+            data["shard"] = self.shard
+        if self.shards is not None:
+            data["shards"] = list(self.shards)
+        if self.matrix is not None:
+            data["matrix"] = dataclasses.asdict(self.matrix)
+        if self.layout is not None:
+            data["layout"] = {label: list(shards) for label, shards in self.layout.items()}
+        for key in ("shard_source", "attempt", "written"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        return data
+
+    def worst_severity(self) -> Severity:
+        """The worst result severity (info when it holds none)."""
+        return max((r.severity for r in self.results), key=lambda s: s.rank, default=Severity.INFO)
+
+    def failed_targets(self) -> list[TargetEntry]:
+        """Targets whose environment never ran: the document says nothing about their cases."""
+        return [target for target in self.targets if target.error]
+
+
+def _side_json(side: SideEntry | None) -> dict[str, Any] | None:
+    return None if side is None else dataclasses.asdict(side)
+
+
+def _result_json(result: ResultEntry) -> dict[str, Any]:
+    scripts: dict[str, Any] = {role.value: None for role in ScriptRole}
+    for role, script in result.scripts.items():
+        scripts[role.value] = {
+            "status": script.status.value,
+            "recorded_status": script.recorded_status.value if script.recorded_status else None,
+            "detail": script.detail,
+            "graphs": script.graphs,
+            "fallback_frames": list(script.fallback_frames),
+            "recompiles": script.recompiles,
+            "recompiles_recorded": script.recompiles_recorded,
+            "sites": [
+                {
+                    "class": site.site_class.value,
+                    "observed": _side_json(site.observed),
+                    "recorded": _side_json(site.recorded),
+                    "note": site.note,
+                }
+                for site in script.sites
+            ],
+            "notes": list(script.notes),
+        }
+    return {
+        "case": result.case,
+        "target": result.target,
+        "verdict": result.verdict.value,
+        "severity": result.severity.value,
+        "reasons": list(result.reasons),
+        "scripts": scripts,
+        "rollback": None if result.rollback is None else dataclasses.asdict(result.rollback),
+    }
 
 
 @cache
@@ -122,101 +228,86 @@ REPLAY_SCHEMA: str = replay_schema()["properties"]["schema"]["const"]
 # --------------------------------------------------------------------- writer
 
 
-def _side(site: Any) -> SideEntry | None:
+def _side(site: Site | None) -> SideEntry | None:
     if site is None:
         return None
-    return {
-        "file": site.file,
-        "line": site.line,
-        "function": site.function,
-        "source": site.source,
-        "gb_id": site.gb_id,
-        "reason": site.reason,
-        "category": site.category,
-        "call_site": site.call_site.where() if site.call_site else None,
-    }
+    return SideEntry(
+        file=site.file,
+        line=site.line,
+        function=site.function,
+        source=site.source,
+        gb_id=site.gb_id,
+        reason=site.reason,
+        category=site.category,
+        call_site=site.call_site.where() if site.call_site else None,
+    )
 
 
 def result_entry(result: CaseResult) -> ResultEntry:
     """One case on one target, as the document holds it."""
-    scripts: dict[str, ScriptEntry | None] = {"pre": None, "post": None}
-    for which, script in result.scripts.items():
+    scripts: dict[ScriptRole, ScriptEntry] = {}
+    for which in ScriptRole:  # pre first, whatever order the result holds them in
+        script = result.scripts.get(which)
+        if script is None:
+            continue
         observation = script.observation
-        scripts[which] = {
-            "status": script.status.value,
-            "recorded_status": script.recorded_status.value if script.recorded_status else None,
-            "detail": observation.detail,
-            "graphs": observation.graphs,
-            "fallback_frames": [f"{f.function} ({f.file}:{f.line})" for f in observation.fallback_frames],
-            "recompiles": len(observation.recompiles),
-            "recompiles_recorded": script.recompiles_before,
-            "sites": [
-                {
-                    "class": p.site_class.value,
-                    "observed": _side(p.observed),
-                    "recorded": _side(p.recorded),
-                    "note": p.note,
-                }
-                for p in script.sites
-            ],
-            "notes": script.notes,
-        }
+        scripts[which] = ScriptEntry(
+            status=script.status,
+            recorded_status=script.recorded_status,
+            detail=observation.detail,
+            graphs=observation.graphs,
+            fallback_frames=[f"{f.function} ({f.file}:{f.line})" for f in observation.fallback_frames],
+            recompiles=len(observation.recompiles),
+            recompiles_recorded=script.recompiles_before,
+            sites=[SiteEntry(p.site_class, _side(p.observed), _side(p.recorded), p.note) for p in script.sites],
+            notes=list(script.notes),
+        )
     rollback = result.rollback
-    return {
-        "case": result.case_id,
-        "target": result.target,
-        "verdict": str(result.verdict),
-        "severity": result.severity.value,
-        "reasons": result.reasons,
-        "scripts": scripts,
-        "rollback": None
+    return ResultEntry(
+        case=result.case_id,
+        target=result.target,
+        verdict=result.verdict,
+        severity=result.severity,
+        reasons=list(result.reasons),
+        scripts=scripts,
+        rollback=None
         if rollback is None
-        else {
-            "needed": rollback.needed,
-            "verified": rollback.verified,
-            "detail": rollback.detail,
-            "notes": rollback.notes,
-            "path": rollback.path,
-        },
-    }
+        else RollbackEntry(rollback.needed, rollback.verified, rollback.detail, rollback.notes, rollback.path),
+    )
 
 
 def target_entry(run: TargetRun) -> TargetEntry:
     """One target's environment and timing, as the document holds it."""
-    return {
-        "label": run.label,
-        "torch": run.environment.get("torch"),
-        "cuda": run.environment.get("torch_cuda"),
-        "python": run.environment.get("python"),
-        "runner": run.spec.runner,
-        "sandbox": run.environment.get("sandbox"),
-        "error": run.error,
-        "warnings": run.warnings,
-        "seconds": round(run.seconds, 2),
-        "import_s": run.import_s,
-    }
+    return TargetEntry(
+        label=run.label,
+        torch=run.environment.get("torch"),
+        cuda=run.environment.get("torch_cuda"),
+        python=run.environment.get("python"),
+        runner=run.spec.runner,
+        sandbox=run.environment.get("sandbox"),
+        error=run.error,
+        warnings=list(run.warnings),
+        seconds=round(run.seconds, 2),
+        import_s=run.import_s,
+    )
 
 
 def replay_document(
     report: ReplayReport | None, shard: str | None = None, matrix: Matrix | None = None
 ) -> ReplayDocument:
     """The document for a replay (None: a shard with nothing to run); shard and matrix say which slice."""
-    document: ReplayDocument = {
-        "schema": REPLAY_SCHEMA,
-        "targets": [target_entry(run) for run in report.targets] if report else [],
-        "results": [result_entry(result) for result in report.results] if report else [],
-    }
-    if shard is not None:
-        document["shard"] = shard
-    if matrix is not None:
-        document["matrix"] = matrix
-    return document
+    return ReplayDocument(
+        targets=[target_entry(run) for run in report.targets] if report else [],
+        results=[result_entry(result) for result in report.results] if report else [],
+        shard=shard,
+        matrix=matrix,
+    )
 
 
 def write_replay_document(document: ReplayDocument, path: Path) -> Path:
     """Write atomically (parent folders created): readers see the old file or the new one."""
     try:
-        write_atomic(path, json.dumps(document, indent=2) + "\n")
+        write_atomic(path, json.dumps(document.to_json(), indent=2) + "\n")
     except OSError as error:
         raise ReplayDocumentError(f"{path}: cannot write: {error.strerror or error}") from None
     return path
@@ -267,14 +358,129 @@ def _too_deep(data: Any) -> tuple[Any, ...] | None:
     return None
 
 
-def _check_sites(document: ReplayDocument, origin: Path | str) -> None:
+def _check_sites(data: dict[str, Any], origin: Path | str) -> None:
     """What the schema cannot say plainly: a site is observed, recorded, or both, never neither."""
-    for i, result in enumerate(document["results"]):
+    for i, result in enumerate(data["results"]):
         for which, script in result["scripts"].items():
             for j, site in enumerate(script["sites"] if script else []):
                 if site["observed"] is None and site["recorded"] is None:
                     where = f"results[{i}].scripts.{which}.sites[{j}]"
                     raise ReplayDocumentError(f"{origin}: field '{where}': neither observed nor recorded")
+
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def _member(kind: type[E], value: Any, origin: Path | str, where: str) -> E:
+    """A string value as its enum member; one line naming the field for any other value.
+
+    The schema's closed enums are the model's (a test keeps them equal), so a validated document
+    never gets here with an unknown value: this is the same refusal, said by the reader itself."""
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(str(member.value) for member in kind)
+        raise ReplayDocumentError(
+            f"{origin}: field '{where}': {_short(repr(value), 60)} is not one of: {allowed}"
+        ) from None
+
+
+def _side_entry(data: dict[str, Any] | None) -> SideEntry | None:
+    if data is None:
+        return None
+    return SideEntry(
+        file=data["file"],
+        line=data["line"],
+        function=data["function"],
+        source=data["source"],
+        gb_id=data["gb_id"],
+        reason=data["reason"],
+        category=data["category"],
+        call_site=data["call_site"],
+    )
+
+
+def _script_entry(data: dict[str, Any], origin: Path | str, where: str) -> ScriptEntry:
+    recorded = data["recorded_status"]
+    return ScriptEntry(
+        status=_member(ScriptStatus, data["status"], origin, f"{where}.status"),
+        recorded_status=None
+        if recorded is None
+        else _member(ScriptStatus, recorded, origin, f"{where}.recorded_status"),
+        detail=data["detail"],
+        graphs=data["graphs"],
+        fallback_frames=list(data["fallback_frames"]),
+        recompiles=data["recompiles"],
+        recompiles_recorded=data["recompiles_recorded"],
+        sites=[
+            SiteEntry(
+                _member(SiteClass, site["class"], origin, f"{where}.sites[{j}].class"),
+                _side_entry(site["observed"]),
+                _side_entry(site["recorded"]),
+                site["note"],
+            )
+            for j, site in enumerate(data["sites"])
+        ],
+        notes=list(data["notes"]),
+    )
+
+
+def _result_entry(data: dict[str, Any], origin: Path | str, where: str) -> ResultEntry:
+    scripts: dict[ScriptRole, ScriptEntry] = {}
+    for role in ScriptRole:  # pre first, whatever order the file holds them in
+        script = data["scripts"].get(role.value)
+        if script is not None:
+            scripts[role] = _script_entry(script, origin, f"{where}.scripts.{role.value}")
+    unknown = sorted(set(data["scripts"]) - {role.value for role in ScriptRole})
+    if unknown:  # the schema refuses them already (additionalProperties): the same line from here
+        raise ReplayDocumentError(f"{origin}: field '{where}.scripts.{unknown[0]}': not a script (pre or post)")
+    rollback = data["rollback"]
+    return ResultEntry(
+        case=data["case"],
+        target=data["target"],
+        verdict=_member(Verdict, data["verdict"], origin, f"{where}.verdict"),
+        severity=_member(Severity, data["severity"], origin, f"{where}.severity"),
+        reasons=list(data["reasons"]),
+        scripts=scripts,
+        rollback=None
+        if rollback is None
+        else RollbackEntry(
+            rollback["needed"], rollback["verified"], rollback["detail"], rollback["notes"], rollback["path"]
+        ),
+    )
+
+
+def _target_entry(data: dict[str, Any]) -> TargetEntry:
+    return TargetEntry(
+        label=data["label"],
+        torch=data.get("torch"),
+        cuda=data.get("cuda"),
+        python=data.get("python"),
+        runner=data.get("runner"),
+        sandbox=data.get("sandbox"),
+        error=data.get("error"),
+        warnings=list(data.get("warnings") or []),
+        seconds=data.get("seconds"),
+        import_s=data.get("import_s"),
+    )
+
+
+def _typed(data: dict[str, Any], origin: Path | str) -> ReplayDocument:
+    """Validated JSON data as the typed document (every enum value turned into its member)."""
+    matrix = data.get("matrix")
+    return ReplayDocument(
+        targets=[_target_entry(target) for target in data["targets"]],
+        results=[_result_entry(result, origin, f"results[{i}]") for i, result in enumerate(data["results"])],
+        shard=data.get("shard"),
+        shards=list(data["shards"]) if "shards" in data else None,
+        matrix=None
+        if matrix is None
+        else Matrix(cases=list(matrix.get("cases") or []), targets=list(matrix.get("targets") or [])),
+        layout={str(k): list(v) for k, v in data["layout"].items()} if "layout" in data else None,
+        shard_source=data.get("shard_source"),
+        attempt=data.get("attempt"),
+        written=data.get("written"),
+    )
 
 
 def parse_replay_document(data: Any, origin: Path | str) -> ReplayDocument:
@@ -295,9 +501,8 @@ def parse_replay_document(data: Any, origin: Path | str) -> ReplayDocument:
     if error is not None:
         where = _field(error.absolute_path) or "(document)"
         raise ReplayDocumentError(f"{origin}: field '{where}': {_short(error.message)}")
-    document: ReplayDocument = data  # type: ignore[assignment]
-    _check_sites(document, origin)
-    return document
+    _check_sites(data, origin)
+    return _typed(data, origin)
 
 
 def read_replay_document(path: Path) -> ReplayDocument:
@@ -316,13 +521,3 @@ def read_replay_document(path: Path) -> ReplayDocument:
         return parse_replay_document(data, path)
     except RecursionError:
         raise ReplayDocumentError(f"{path}: nested too deeply to validate") from None
-
-
-def worst_severity(document: ReplayDocument) -> Severity:
-    """The worst result severity in a document (info when it holds none)."""
-    return max((Severity(r["severity"]) for r in document["results"]), key=lambda s: s.rank, default=Severity.INFO)
-
-
-def failed_targets(document: ReplayDocument) -> list[TargetEntry]:
-    """Targets whose environment never ran: the document says nothing about their cases."""
-    return [target for target in document["targets"] if target.get("error")]

@@ -14,7 +14,6 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,9 +21,10 @@ from typing import Any
 
 from casekit import settings
 from casekit.archive.store import Archive
-from casekit.bundle import check_case_id, check_script_name
+from casekit.bundle import check_case_id
 from casekit.classify import CaseResult, classify_case, site_key
 from casekit.errors import CasekitError, ScriptNameError
+from casekit.includes import check_script_name
 from casekit.model import (
     Case,
     ReplayRecord,
@@ -33,12 +33,20 @@ from casekit.model import (
     ScriptStatus,
     Severity,
     SiteVerdict,
-    Verdict,
 )
 from casekit.observe import interpret
 from casekit.observe.batch import observe_batch
 from casekit.outcome import check_seconds
-from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProbeScheduling, ProgressFn, Runner, TargetSpec
+from casekit.runners import registry
+from casekit.runners.interface import (
+    ProbeBatchResult,
+    ProbeJob,
+    ProbeScheduling,
+    ProgressFn,
+    Runner,
+    RunnerFactory,
+    TargetSpec,
+)
 from casekit.runners.process import REPLAY_PREFIX
 from casekit.scrub import Scrubber, machine_folders
 from casekit.timeouts import replay_run_timeout
@@ -97,9 +105,6 @@ class ReplayReport:
         return max((r.severity for r in self.results), key=lambda s: s.rank, default=Severity.INFO)
 
 
-RunnerFactory = Callable[[TargetSpec], Runner]
-
-
 def case_pins(cases: list[Case]) -> tuple[tuple[str, ...], list[str]]:
     """Library versions the cases recorded (transformers, timm...), to install beside torch.
 
@@ -125,8 +130,8 @@ def case_pins(cases: list[Case]) -> tuple[tuple[str, ...], list[str]]:
     return tuple(f"{dist}=={version}" for dist, (version, _) in sorted(pins.items())), warnings
 
 
-def _write_scripts(cases: list[Case], folder: Path) -> dict[tuple[str, str], Path]:
-    paths: dict[tuple[str, str], Path] = {}
+def _write_scripts(cases: list[Case], folder: Path) -> dict[tuple[str, ScriptRole], Path]:
+    paths: dict[tuple[str, ScriptRole], Path] = {}
     for case in cases:
         for which in ScriptRole:
             script = case.script(which)
@@ -143,7 +148,7 @@ def _write_scripts(cases: list[Case], folder: Path) -> dict[tuple[str, str], Pat
 
 
 def _jobs(
-    cases: list[Case], paths: dict[tuple[str, str], Path], options: ReplayOptions, modes: tuple[str, ...]
+    cases: list[Case], paths: dict[tuple[str, ScriptRole], Path], options: ReplayOptions, modes: tuple[str, ...]
 ) -> list[ProbeJob]:
     return [
         ProbeJob(
@@ -159,7 +164,7 @@ def _jobs(
 
 
 def _package_warnings(
-    cases: list[Case], observations: dict[tuple[str, str], ScriptObservation], label: str
+    cases: list[Case], observations: dict[tuple[str, ScriptRole], ScriptObservation], label: str
 ) -> list[str]:
     warnings = []
     for case in cases:
@@ -180,7 +185,7 @@ def _verify_rollbacks(
     runner: Runner,
     cases: dict[str, Case],
     results: list[CaseResult],
-    paths: dict[tuple[str, str], Path],
+    paths: dict[tuple[str, ScriptRole], Path],
     options: ReplayOptions,
     progress: ProgressFn,
 ) -> None:
@@ -249,18 +254,20 @@ def run_target(
     `targets_sharing`: how many targets run at the same time, dividing the cores between them.
     """
     started = time.monotonic()
-    pins, pin_warnings = case_pins(cases) if options.pin_packages and spec.runner != "python" else ((), [])
+    pinning = options.pin_packages and registry.runner_class(spec.runner).pins_libraries
+    pins, pin_warnings = case_pins(cases) if pinning else ((), [])
     if pins:
         spec = replace(spec, extra_packages=tuple(spec.extra_packages) + pins)
-    run = TargetRun(spec=spec, label=spec.label, warnings=list(pin_warnings))
-    say: ProgressFn = lambda message: progress(f"[{spec.label}] {message}")  # noqa: E731
+    label, shown = registry.label(spec), registry.display(spec)
+    run = TargetRun(spec=spec, label=label, warnings=list(pin_warnings))
+    say: ProgressFn = lambda message: progress(f"[{shown}] {message}")  # noqa: E731
     folder = Path(tempfile.mkdtemp(prefix=f"{REPLAY_PREFIX}{os.getpid()}-"))  # the pid: swept if we are killed
     try:
         paths = _write_scripts(cases, folder)
         jobs = _jobs(cases, paths, options, ("eager", "compiled"))
         runner = make_runner(spec)
         runner.scheduling = ProbeScheduling(options.jobs, targets_sharing, options.serial_timings)
-        observations: dict[tuple[str, str], ScriptObservation] = {}
+        observations: dict[tuple[str, ScriptRole], ScriptObservation] = {}
         try:
             runner.prepare(say)
             say(f"running {len(jobs)} script(s) of {len(cases)} case(s)")
@@ -273,14 +280,15 @@ def run_target(
         run.import_s = batch.import_s
         by_id = {case.id: case for case in cases}
         for job in jobs:
-            case_id, which = job.id.rsplit(".", 1)
+            case_id, role = job.id.rsplit(".", 1)
+            which = ScriptRole(role)  # the job ids _jobs made: "<case id>.<role>"
             script = by_id[case_id].script(which)
             assert script is not None
             observations[(case_id, which)] = observe_batch(batch, job, script)
-        run.warnings += _package_warnings(cases, observations, spec.label)
+        run.warnings += _package_warnings(cases, observations, label)
         for case in cases:
             observed = {which: obs for (case_id, which), obs in observations.items() if case_id == case.id}
-            run.results.append(classify_case(case, spec.label, observed))
+            run.results.append(classify_case(case, label, observed))
         if options.verify_rollback and run.error is None:
             try:
                 _verify_rollbacks(runner, by_id, run.results, paths, options, say)
@@ -309,20 +317,20 @@ def portable_label(label: str) -> str:
 def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
     """The compact history entry a bundle keeps (so later replays can tell 'reappeared')."""
     sites = []
-    observed: dict[str, list[str]] = {}
+    observed: dict[ScriptRole, list[str]] = {}
     for which, script in result.scripts.items():
         observed[which] = sorted({site_key(site) for site in script.observation.sites})
         for pairing in script.sites:
             site = pairing.site
-            sites.append(SiteVerdict(ScriptRole(which), pairing.site_class, site.anchor.where(), site.category))
+            sites.append(SiteVerdict(which, pairing.site_class, site.anchor.where(), site.category))
     return ReplayRecord(
         at=dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
         target=portable_label(run.label),
         torch=str(run.environment.get("torch", "?")),
         runner=run.spec.runner,
-        verdict=Verdict(result.verdict),
+        verdict=result.verdict,
         severity=result.severity,
-        statuses={which: script.status.value for which, script in result.scripts.items()},
+        statuses={which: script.status for which, script in result.scripts.items()},
         sites=sites,
         observed=observed,
         reasons=list(result.reasons),

@@ -1,31 +1,26 @@
-"""The report-format interface and its registry (writing a report: `report.output`).
+"""The registry of report formats (the interface: `report.interface`): one line per format.
 
-A format is a pure function of an `ArchiveSummary` to files (relative path ->
-text); adding one is one new module plus a line in `FORMATS`.
+Each format module is imported only when that format is asked for, so listing the
+registry (the `report --help`) costs nothing.
 """
 
 from __future__ import annotations
 
-import abc
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from casekit.errors import CasekitError
-from casekit.report.summary import ArchiveSummary
 
+if TYPE_CHECKING:
+    from casekit.report.interface import ReportFormat
 
-class ReportFormat(abc.ABC):
-    """Renders the archive summary as files."""
-
-    name: str
-    main_file: str  # what `--out -` prints, and what the CLI names after writing
-
-    @abc.abstractmethod
-    def render(self, summary: ArchiveSummary) -> dict[str, str]:
-        """Relative POSIX path -> file content."""
+DEFAULT_FORMAT = "html"
+DEFAULT_OUT = Path("casekit-report")
 
 
 def _html() -> ReportFormat:
-    from casekit.report.html import HtmlReport
+    from casekit.report.html_report import HtmlReport
 
     return HtmlReport()
 
@@ -56,3 +51,9 @@ def get_format(name: str) -> ReportFormat:
     if factory is None:
         raise CasekitError(f"unknown report format {name!r} (choose one of: {', '.join(FORMATS)})")
     return factory()
+
+
+def format_names(names: list[str] | None = None) -> str:
+    """'html, md, junit or json': the registry's names (or those given) as a help text lists them."""
+    names = list(FORMATS) if names is None else names
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"

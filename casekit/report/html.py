@@ -16,16 +16,25 @@ from collections import Counter
 from importlib import resources
 from typing import Any
 
-from casekit.model import VERDICT_ORDER, Case, ReplayRecord, ScriptObservation, Site, SiteClass
+from casekit.model import (
+    DRAFT_TAG,
+    VERDICT_ORDER,
+    Case,
+    ReplayRecord,
+    ScriptObservation,
+    ScriptRole,
+    Severity,
+    Site,
+    SiteClass,
+    Verdict,
+)
 from casekit.observe.reasons import describe_category, registry
-from casekit.report.formats import ReportFormat
-from casekit.report.pictures import heatmap_section, timeline_section
+from casekit.report.pictures import bisect_svg, heatmap_section, step_side, timeline_section
 from casekit.report.summary import ArchiveSummary, CaseSummary, Cell
 from casekit.report.text import class_counts, fullgraph_kind
 
 GB_ID = re.compile(r"^GB\d{4}$")
 GB_SITE = "https://meta-pytorch.github.io/compile-graph-break-site/gb/{}.html"
-SEVERITY_MARK = {"info": "info", "warn": "warn", "error": "error"}
 
 
 def h(value: object) -> str:
@@ -56,14 +65,16 @@ def page(title: str, heading: str, subtitle: str, body: str, generated: str | No
     )
 
 
-def severity_badge(severity: str | None) -> str:
+def severity_badge(severity: Severity | None) -> str:
+    """The badge of a severity (its class names a rule of report.css: sev-info, sev-warn, sev-error)."""
     if severity is None:
         return '<span class="badge sev-none">not replayed</span>'
-    return f'<span class="badge sev-{h(SEVERITY_MARK.get(severity, "none"))}">{h(severity)}</span>'
+    return f'<span class="badge sev-{h(severity.value)}">{h(severity.value)}</span>'
 
 
-def verdict_class(verdict: str) -> str:
-    return f"v-{verdict}" if verdict in VERDICT_ORDER else "v-none"
+def verdict_class(verdict: Verdict) -> str:
+    """The CSS class of a verdict (report.css colours each: v-unchanged ... v-env_failed)."""
+    return f"v-{verdict.value}"
 
 
 def gb_link(gb_id: str | None) -> str:
@@ -97,7 +108,7 @@ def index_page(summary: ArchiveSummary) -> str:
     verdicts = summary.verdict_counts()
     subtitle = f"{len(summary.cases)} case(s), {len(summary.targets)} target(s); worst severity: {h(worst.value if worst else 'none')}"
     parts = ['<section id="overview">', '<p class="counts">']
-    for severity in ("error", "warn", "info"):
+    for severity in (Severity.ERROR, Severity.WARN, Severity.INFO):
         parts.append(f"<span>{severity_badge(severity)} {counts.get(severity, 0)} result(s)</span>")
     parts.append("</p>")
     if verdicts:
@@ -158,10 +169,10 @@ def case_index_html(summary: ArchiveSummary) -> str:
         c = case.case
         tags = (
             '<span class="chips">'
-            + "".join(f'<span class="chip{" draft" if t == "draft" else ""}">{h(t)}</span>' for t in c.tags)
+            + "".join(f'<span class="chip{" draft" if t == DRAFT_TAG else ""}">{h(t)}</span>' for t in c.tags)
             + "</span>"
         )
-        pre, post = case.breaks("pre"), case.breaks("post")
+        pre, post = case.breaks(ScriptRole.PRE), case.breaks(ScriptRole.POST)
         breaks = (
             f"{'-' if pre is None else pre} &rarr; {'-' if post is None else post}"
             if c.post
@@ -179,7 +190,7 @@ def case_index_html(summary: ArchiveSummary) -> str:
         )
         out.append(
             f'<tr><td><a href="cases/{h(c.id)}.html">{h(c.id)}</a></td><td>{h(c.title)}</td><td>{tags}</td>'
-            f"<td>{breaks}</td><td>{severity_badge(case.severity.value if case.severity else None)}</td><td>{latest}</td></tr>"
+            f"<td>{breaks}</td><td>{severity_badge(case.severity)}</td><td>{latest}</td></tr>"
         )
     out.append("</tbody></table></section>")
     return "\n".join(out)
@@ -188,7 +199,7 @@ def case_index_html(summary: ArchiveSummary) -> str:
 # ------------------------------------------------------------------- a case
 
 
-def marked_lines(case: Case, which: str) -> dict[int, tuple[str, str]]:
+def marked_lines(case: Case, which: ScriptRole) -> dict[int, tuple[str, str]]:
     """Script line -> (css class, label): breaks in the script, call sites of library breaks, recompiles."""
     script = case.script(which)
     observation = case.observations.get(which)
@@ -212,7 +223,7 @@ def marked_lines(case: Case, which: str) -> dict[int, tuple[str, str]]:
     return marks
 
 
-def script_html(case: Case, which: str) -> str:
+def script_html(case: Case, which: ScriptRole) -> str:
     script = case.script(which)
     if script is None:
         return ""
@@ -225,7 +236,7 @@ def script_html(case: Case, which: str) -> str:
         rows.append(
             f'<span class="line {css}" id="{which}-L{number}"{title}><span class="ln">{number}</span>{h(text)}{mark}</span>'
         )
-    label = "pre-fix (the repro)" if which == "pre" else "post-fix"
+    label = f"{which.label} (the repro)" if which is ScriptRole.PRE else which.label
     return (
         f'<div class="script" id="script-{which}"><h3>{h(label)}: <code>{h(script.name)}</code> '
         f'<span class="muted small">sha256 {h(script.sha256[:12])}</span></h3>'
@@ -416,10 +427,10 @@ def timeline_html(case: Case) -> str:
         items.append(
             f'<li class="{verdict_class(record.verdict)}"><time datetime="{h(record.at)}">{h(record.at[:16].replace("T", " "))}</time>'
             f"<strong>{h(record.target)}</strong> torch {h(record.torch)} ({h(record.runner)}): {h(record.verdict)} "
-            f'{severity_badge(record.severity.value)} <span class="muted">{h(statuses)}; {h(record_classes(record))}</span>{detail}</li>'
+            f'{severity_badge(record.severity)} <span class="muted">{h(statuses)}; {h(record_classes(record))}</span>{detail}</li>'
         )
     if case.created:
-        pre = case.observations.get("pre")
+        pre = case.observations.get(ScriptRole.PRE)
         items.append(
             f'<li class="capture"><time datetime="{h(case.created)}">{h(case.created[:16].replace("T", " "))}</time>'
             f"captured on torch {h(case.environment.get('torch', '?'))}: {len(pre.sites) if pre else 0} break(s) in the repro</li>"
@@ -439,7 +450,7 @@ def latest_html(summary: CaseSummary) -> str:
         when = cell.at[:16].replace("T", " ") if cell.at else f"from {cell.source}"
         rows.append(
             f'<tr><td>{h(label)}<br><span class="muted small">torch {h(cell.torch)}</span></td>'
-            f'<td class="{verdict_class(cell.verdict)}">{h(cell.verdict)}</td><td>{severity_badge(cell.severity.value)}</td>'
+            f'<td class="{verdict_class(cell.verdict)}">{h(cell.verdict)}</td><td>{severity_badge(cell.severity)}</td>'
             f'<td>{h(statuses)}</td><td>{details}</td><td class="small">{h(when)}</td></tr>'
         )
     return (
@@ -451,7 +462,7 @@ def latest_html(summary: CaseSummary) -> str:
 
 def case_page(summary: CaseSummary) -> str:
     case = summary.case
-    badges = severity_badge(summary.severity.value if summary.severity else None)
+    badges = severity_badge(summary.severity)
     if summary.is_draft:
         badges += ' <span class="badge draft">draft</span>'
     subtitle = (
@@ -483,28 +494,26 @@ def case_page(summary: CaseSummary) -> str:
     body.append(
         '<section id="scripts"><h2>Scripts</h2><p class="small legend"><span class="v-regressed">graph break</span>'
         '<span class="v-changed">calls into a break in a library</span><span class="sev-info">recompiles</span></p>'
-        f'<div class="scripts">{script_html(case, "pre")}{script_html(case, "post")}</div></section>'
+        f'<div class="scripts">{"".join(script_html(case, which) for which in ScriptRole)}</div></section>'
     )
-    for which in ("pre", "post"):
+    for which in ScriptRole:
         observation = case.observations.get(which)
         script = case.script(which)
         if observation is None or script is None:
             continue
-        name = "pre-fix" if which == "pre" else "post-fix"
         body.append(
-            f'<section id="observed-{which}"><h2>Observed: {name} <code>{h(script.name)}</code></h2>'
+            f'<section id="observed-{which}"><h2>Observed: {which.label} <code>{h(script.name)}</code></h2>'
             f"{checks_html(observation)}<h3>Graph breaks</h3>{sites_table(observation)}"
             f"<h3>Inputs</h3>{inputs_html(observation)}<h3>Timings: compile vs steady state, eager vs compiled</h3>{timings_html(observation)}"
             f"<h3>Recompiles</h3>{recompiles_html(observation)}</section>"
         )
     logs = []
-    for which in ("pre", "post"):
+    for which in ScriptRole:
         observation = case.observations.get(which)
         if observation is not None:
             text = observation.log_excerpt or "(no graph_breaks / recompiles output)"
-            logs.append(
-                f'<div><h3>{"before the fix (pre)" if which == "pre" else "after the fix (post)"}</h3><pre class="log">{h(text)}</pre></div>'
-            )
+            when = "before the fix" if which is ScriptRole.PRE else "after the fix"
+            logs.append(f'<div><h3>{when} ({which})</h3><pre class="log">{h(text)}</pre></div>')
     if logs:
         body.append(f'<section id="logs"><h2>Log excerpts</h2><div class="logs">{"".join(logs)}</div></section>')
     body.append(
@@ -514,12 +523,28 @@ def case_page(summary: CaseSummary) -> str:
     return page(f"{case.id}: {case.title}", h(case.title), subtitle, "\n".join(body), None)
 
 
-class HtmlReport(ReportFormat):
-    name = "html"
-    main_file = "index.html"
-
-    def render(self, summary: ArchiveSummary) -> dict[str, str]:
-        files = {"index.html": index_page(summary)}
-        for case in summary.cases:
-            files[f"cases/{case.case.id}.html"] = case_page(case)
-        return files
+def render_bisect_html(bisect_doc: dict[str, Any], generated: str = "") -> str:
+    """A whole static page for one bisection: the picture, the steps in order, what changed, how to reproduce."""
+    doc = bisect_doc
+    rows = "".join(
+        f"<tr><td>{n}</td><td><code>{h((doc.get('labels') or {}).get(s.get('target'), s.get('target')))}</code></td>"
+        f"<td>{h(s.get('outcome'))} ({h(step_side(doc, str(s.get('outcome'))))})</td><td>{h(s.get('detail'))}</td>"
+        f"<td>{'cache' if s.get('cached') else h(s.get('seconds'))}</td></tr>"
+        for n, s in enumerate(doc.get("steps") or [], start=1)
+    )
+    changes = "".join(f"<li>{h(c)}</li>" for c in doc.get("changes") or [])
+    verdict = f"last good <code>{h(doc.get('last_good'))}</code>, first bad <code>{h(doc.get('first_bad'))}</code>"
+    if doc.get("ambiguous"):
+        verdict += f" (ambiguous: {h(', '.join(map(str, doc['ambiguous'])))})"
+    body = (
+        f'<section id="bisect"><h2>Where the outcome changes</h2><p>{verdict}; predicate <code>{h(doc.get("predicate"))}</code>, '
+        f"good = <code>{h(doc.get('good_outcome'))}</code>, bad = <code>{h(doc.get('bad_outcome'))}</code></p>"
+        f'<figure class="picture">{bisect_svg(doc)}</figure></section>'
+        '<section id="steps"><h2>Steps in the order tried</h2><table><thead><tr><th>#</th><th>candidate</th>'
+        f"<th>outcome</th><th>detail</th><th>seconds</th></tr></thead><tbody>{rows}</tbody></table></section>"
+        + (f'<section id="changes"><h2>What changed</h2><ul>{changes}</ul></section>' if changes else "")
+        + f'<section id="reproduce"><h2>Reproduce</h2><pre class="log">{h(doc.get("reproduce"))}</pre></section>'
+    )
+    title = f"bisect {doc.get('subject')}"
+    subtitle = f"{h(doc.get('kind'))} bisection over {h(len((doc.get('searched') or {}).get('candidates') or []))} candidate(s), runner {h(doc.get('runner'))}"
+    return page(title, h(title), subtitle, body, generated or "-")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from casekit.report.formats import ReportFormat
+from casekit.model import ScriptRole
+from casekit.report.interface import ReportFormat
 from casekit.report.summary import ArchiveSummary, Cell
 
 REPORT_SCHEMA = "casekit.report/1"
@@ -40,7 +41,7 @@ def report_data(summary: ArchiveSummary) -> dict[str, Any]:
                 "tags": case.case.tags,
                 "draft": case.is_draft,
                 "severity": case.severity.value if case.severity else None,
-                "breaks": {which: case.breaks(which) for which in ("pre", "post") if case.breaks(which) is not None},
+                "breaks": {which: case.breaks(which) for which in ScriptRole if case.breaks(which) is not None},
                 "latest": {label: cell_json(cell) for label, cell in sorted(case.cells.items())},
             }
             for case in summary.cases

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from casekit.report.formats import ReportFormat
+from casekit.model import Severity
+from casekit.report.interface import ReportFormat
 from casekit.report.summary import ArchiveSummary, Cell
 
 # XML 1.0 cannot carry most control characters, even escaped; bundles may hold any text.
@@ -29,7 +30,7 @@ def testcase(suite: ET.Element, case_id: str, target: str, cell: Cell | None) ->
         return "skipped"
     body = "\n".join(clean(d) for d in cell.details) or cell.class_summary()
     summary = f"{cell.verdict} ({cell.severity.value}) on torch {cell.torch}: {cell.class_summary()}"
-    if cell.severity.value == "error":
+    if cell.severity is Severity.ERROR:
         failure = ET.SubElement(element, "failure", message=clean(summary), type=clean(cell.verdict))
         failure.text = body
         return "failure"

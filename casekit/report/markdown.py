@@ -7,12 +7,26 @@ pipes are escaped too; nothing a bundle says can add markup to the summary.
 from __future__ import annotations
 
 import html
+from typing import assert_never
 
-from casekit.report.formats import ReportFormat
+from casekit.model import Severity
+from casekit.report.interface import ReportFormat
 from casekit.report.summary import ArchiveSummary, Cell
 
-ICON = {"info": "✅", "warn": "⚠️", "error": "❌"}
 MAX_DETAIL_LINES = 8
+
+
+def icon(severity: Severity) -> str:
+    """The mark a severity gets in the summary (GitHub renders the emoji)."""
+    match severity:
+        case Severity.INFO:
+            return "✅"
+        case Severity.WARN:
+            return "⚠️"
+        case Severity.ERROR:
+            return "❌"
+        case _:
+            assert_never(severity)
 
 
 def md(text: object, limit: int = 200) -> str:
@@ -26,7 +40,7 @@ def md(text: object, limit: int = 200) -> str:
 def cell_md(cell: Cell | None) -> str:
     if cell is None:
         return "—"
-    return f"{ICON.get(cell.severity.value, '')} {md(cell.verdict)}<br>{md(cell.class_summary(), 60)}"
+    return f"{icon(cell.severity)} {md(cell.verdict)}<br>{md(cell.class_summary(), 60)}"
 
 
 def render_markdown(summary: ArchiveSummary) -> str:
@@ -35,8 +49,8 @@ def render_markdown(summary: ArchiveSummary) -> str:
     lines = [f"## {md(summary.title)}", ""]
     lines.append(
         f"**{len(summary.cases)} case(s) × {len(summary.targets)} target(s)** — worst: "
-        + (f"{ICON[worst.value]} **{worst.value}**" if worst else "not replayed")
-        + f" · {ICON['error']} {counts.get('error', 0)} error · {ICON['warn']} {counts.get('warn', 0)} warn · {ICON['info']} {counts.get('info', 0)} info"
+        + (f"{icon(worst)} **{worst.value}**" if worst else "not replayed")
+        + "".join(f" · {icon(s)} {counts.get(s, 0)} {s.value}" for s in (Severity.ERROR, Severity.WARN, Severity.INFO))
     )
     lines.append("")
     for warning in summary.warnings:
@@ -62,13 +76,13 @@ def render_markdown(summary: ArchiveSummary) -> str:
             "`casekit report --results out/replay.json`, or replay with `--record`.",
             "",
         ]
-    attention = [cell for cell in summary.cells() if cell.severity.value != "info"]
+    attention = [cell for cell in summary.cells() if cell.severity is not Severity.INFO]
     attention.sort(key=lambda c: (-c.severity.rank, c.case_id, c.target))
     if attention:
         lines += ["### Needs attention", ""]
         for cell in attention:
             lines.append(
-                f"- {ICON[cell.severity.value]} **{md(cell.case_id)}** on `{md(cell.target, 80)}` (torch {md(cell.torch, 30)}): {md(cell.verdict)}"
+                f"- {icon(cell.severity)} **{md(cell.case_id)}** on `{md(cell.target, 80)}` (torch {md(cell.torch, 30)}): {md(cell.verdict)}"
             )
             for detail in cell.details[:MAX_DETAIL_LINES]:
                 lines.append(f"  - {md(detail, 300)}")

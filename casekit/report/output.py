@@ -6,7 +6,6 @@ Every file is still whole or absent: a reader never sees half a page.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -16,35 +15,13 @@ from typing import Any
 
 from casekit.bundle import CASE_ID
 from casekit.errors import CasekitError
-from casekit.fsutil import UnreadableFile, read_regular_bytes
+from casekit.fsutil import UnreadableFile, read_regular_bytes, write_atomic
 
 CASES = "cases"
 # The case pages a report wrote (so the next one rewrites only what changed, and deletes only its own).
 LISTING = ".casekit-report"
 LISTING_FORMAT = 1
 MAX_LISTING_BYTES = 64 << 20
-
-
-def write_replace(path: str, data: bytes) -> None:
-    """Atomic (temp file + rename), not fsynced. The temp name is the writer's pid: unique among
-    concurrent writers, and cheaper than mkstemp's random names. Being guessable, it is made
-    afresh (O_EXCL, after removing whatever has the name): a link planted under it is never written through."""
-    folder, _, name = path.rpartition("/")
-    tmp = f"{folder}/.{name}.{os.getpid()}.tmp"
-    try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)  # a leftover of a killed writer with this pid, or a planted link: the name, not its target
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)  # the umask applies
-        try:
-            view = memoryview(data)
-            while view:  # os.write may write less than asked
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_files(files: dict[str, str], out: Path) -> list[Path]:
@@ -59,7 +36,7 @@ def write_files(files: dict[str, str], out: Path) -> list[Path]:
         if folder not in made:
             os.makedirs(folder, exist_ok=True)
             made.add(folder)
-        write_replace(f"{folder}/{parts[-1]}", text.encode("utf-8"))
+        write_atomic(f"{folder}/{parts[-1]}", text, durable=False)
         written.append(out.joinpath(*parts))
     return written
 
@@ -101,7 +78,7 @@ class CasePages:
     def write(self, case_id: str, key: str | None, page: bytes) -> PageWritten:
         """Write a page; what `record` needs (a forked worker sends it back to the parent)."""
         path = self.path(case_id)
-        write_replace(path, page)
+        write_atomic(path, page, durable=False)
         stat = os.lstat(path)
         return PageWritten(case_id, key, stat.st_size, stat.st_mtime_ns)
 
@@ -114,7 +91,7 @@ class CasePages:
         for case_id in self.listed.keys() - case_ids:
             Path(self.path(case_id)).unlink(missing_ok=True)
         listing = json.dumps({"format": LISTING_FORMAT, "pages": self.current}, separators=(",", ":"))
-        write_replace(f"{self.folder}/{LISTING}", listing.encode())
+        write_atomic(f"{self.folder}/{LISTING}", listing, durable=False)
 
 
 @dataclass(frozen=True)

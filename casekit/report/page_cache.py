@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 from casekit.archive.cache import CACHE_DIR, Seal, cache_folder
 from casekit.archive.index import CaseDigest, parallel_workers, parse_bundle_bytes
 from casekit.bundle import MAX_BUNDLE_BYTES, load_case
-from casekit.fsutil import UnreadableFile, read_regular_bytes
+from casekit.fsutil import UnreadableFile, read_regular_bytes, write_atomic
 from casekit.model import Case
-from casekit.report.output import CasePages, PageWritten, write_files, write_replace
+from casekit.report.output import CasePages, PageWritten, write_files
 from casekit.report.summary import ArchiveSummary, CaseSummary
 
 T = TypeVar("T")
@@ -41,9 +41,14 @@ def renderer_fingerprint() -> str:
     """Changes whenever the code or the stylesheet that renders a case page does."""
     here = Path(__file__).parent
     hasher = hashlib.sha256()
-    for part in (here / "html.py", here / "summary.py", here / "assets" / "report.css", Path(__file__)):
+    pages = ("html.py", "pictures.py", "text.py", "summary.py", "assets/report.css")  # a case page's drawing too
+    for part in (
+        *(here / name for name in pages),
+        Path(__file__),
+        here.parent / "model.py",
+        here.parent / "versions.py",
+    ):
         hasher.update(part.read_bytes())
-    hasher.update((here.parent / "model.py").read_bytes())
     return hasher.hexdigest()[:16]
 
 
@@ -121,7 +126,7 @@ class PageCache:
         if cache_folder(self.archive_root, PAGES_DIR, create=True) is None:  # a link in its place is replaced
             return
         try:
-            write_replace(self._path(case_id, key), b"casekit-page %d %s\n" % (len(body), tag) + body)
+            write_atomic(self._path(case_id, key), b"casekit-page %d %s\n" % (len(body), tag) + body, durable=False)
         except OSError:
             return
         for old in self.stored.get(case_id, set()) - {key}:

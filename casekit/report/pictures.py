@@ -9,7 +9,7 @@ Three pictures, each a pure function from data to an SVG string:
   give the graph count and the first-call (compile) time per column.
 - `heatmap_svg`: the archive as release x case, cells coloured by verdict.
 - `bisect_svg`: a bisection's candidates with each step's outcome and the
-  place where the outcome changes (`render_bisect_html` wraps it in a page).
+  place where the outcome changes (`report.html.render_bisect_html` wraps it in a page).
 
 Every string that comes from a bundle or a document goes through `esc`; marks
 carry a letter as well as a colour, and every shape has a <title>, so the
@@ -22,51 +22,134 @@ import html
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
-from packaging.version import InvalidVersion, Version
-
-from casekit.model import Case, ReplayRecord
+from casekit.model import Case, ReplayRecord, ScriptRole, ScriptStatus, Severity, SiteClass, Verdict
+from casekit.versions import version_order
 
 FONT = 'font-family="-apple-system, Segoe UI, Helvetica, Arial, sans-serif"'
 
-# mark -> (fill, stroke, letter, legend text); the letter keeps the picture readable without colour
-MARKS: dict[str, tuple[str, str, str, str]] = {
-    "recorded": ("#ddf4ff", "#0969da", "C", "recorded at capture"),
-    "persists": ("#eaeef2", "#57606a", "P", "persists"),
-    "moved": ("#fff8c5", "#9a6700", "M", "moved"),
-    "gone": ("#dafbe1", "#1a7f37", "G", "gone"),
-    "new": ("#ffebe9", "#cf222e", "N", "new"),
-    "reappeared": ("#ffebe9", "#82071e", "R", "reappeared"),
-    "unobserved": ("#ffffff", "#8c959f", "?", "unobserved (the script did not run to the end)"),
-}
-# when one row holds several verdicts in one replay, the most telling one is drawn
-MARK_PRIORITY = ["reappeared", "new", "moved", "gone", "persists", "recorded", "unobserved"]
 
-VERDICT_FILL: dict[str, tuple[str, str]] = {  # verdict -> (fill, text colour)
-    "unchanged": ("#aceebb", "#0f5323"),
-    "improved": ("#4ac26b", "#ffffff"),
-    "changed": ("#eac54f", "#3b2300"),
-    "regressed": ("#ff8182", "#5d0011"),
-    "fix_broken": ("#cf222e", "#ffffff"),
-    "env_failed": ("#82071e", "#ffffff"),
+@dataclass(frozen=True)
+class MarkStyle:
+    """How a timeline mark is drawn; the letter keeps the picture readable without colour."""
+
+    fill: str
+    stroke: str
+    letter: str
+    legend: str
+    priority: int  # when one row holds several marks in one column, the lowest is the most telling, drawn first
+
+
+def class_mark(site_class: SiteClass) -> MarkStyle:
+    """The mark of a site class in a replay's column."""
+    match site_class:
+        case SiteClass.PERSISTS:
+            return MarkStyle("#eaeef2", "#57606a", "P", "persists", 4)
+        case SiteClass.MOVED:
+            return MarkStyle("#fff8c5", "#9a6700", "M", "moved", 2)
+        case SiteClass.GONE:
+            return MarkStyle("#dafbe1", "#1a7f37", "G", "gone", 3)
+        case SiteClass.NEW:
+            return MarkStyle("#ffebe9", "#cf222e", "N", "new", 1)
+        case SiteClass.REAPPEARED:
+            return MarkStyle("#ffebe9", "#82071e", "R", "reappeared", 0)
+        case SiteClass.UNOBSERVED:
+            return MarkStyle("#ffffff", "#8c959f", "?", "unobserved (the script did not run to the end)", 6)
+        case _:
+            assert_never(site_class)
+
+
+RECORDED = "recorded"  # the capture column's mark: a break the case recorded
+# The legend's order (a test checks it names every site class).
+MARK_LEGEND = (
+    SiteClass.PERSISTS,
+    SiteClass.MOVED,
+    SiteClass.GONE,
+    SiteClass.NEW,
+    SiteClass.REAPPEARED,
+    SiteClass.UNOBSERVED,
+)
+# mark -> how it is drawn, in legend order: "recorded", then a site class's value
+MARKS: dict[str, MarkStyle] = {
+    RECORDED: MarkStyle("#ddf4ff", "#0969da", "C", "recorded at capture", 5),
+    **{site_class.value: class_mark(site_class) for site_class in MARK_LEGEND},
 }
+
+
+def verdict_fill(verdict: Verdict) -> tuple[str, str]:
+    """A verdict's (fill, text colour) in the heatmap and the timeline's column heads."""
+    match verdict:
+        case Verdict.UNCHANGED:
+            return ("#aceebb", "#0f5323")
+        case Verdict.IMPROVED:
+            return ("#4ac26b", "#ffffff")
+        case Verdict.CHANGED:
+            return ("#eac54f", "#3b2300")
+        case Verdict.REGRESSED:
+            return ("#ff8182", "#5d0011")
+        case Verdict.FIX_BROKEN:
+            return ("#cf222e", "#ffffff")
+        case Verdict.ENV_FAILED:
+            return ("#82071e", "#ffffff")
+        case _:
+            assert_never(verdict)
+
+
+def verdict_words(verdict: Verdict) -> str:
+    """A verdict as the heatmap's cells and legend write it."""
+    match verdict:
+        case Verdict.FIX_BROKEN:
+            return "fix broken"
+        case Verdict.ENV_FAILED:
+            return "env failed"
+        case Verdict.UNCHANGED | Verdict.IMPROVED | Verdict.CHANGED | Verdict.REGRESSED:
+            return verdict.value
+        case _:
+            assert_never(verdict)
+
+
+def severity_stroke(severity: Severity) -> str:
+    """The outline of a timeline column head, by the replay's severity."""
+    match severity:
+        case Severity.ERROR:
+            return "#cf222e"
+        case Severity.WARN:
+            return "#9a6700"
+        case Severity.INFO:
+            return "#0969da"
+        case _:
+            assert_never(severity)
+
+
+def script_fill(role: ScriptRole) -> str:
+    """A script's colour: its row labels and its chart bars."""
+    match role:
+        case ScriptRole.PRE:
+            return "#0969da"
+        case ScriptRole.POST:
+            return "#8250df"
+        case _:
+            assert_never(role)
+
+
+# The heatmap legend's order, best to worst (a test checks it names every verdict).
+HEAT_LEGEND = (
+    Verdict.UNCHANGED,
+    Verdict.IMPROVED,
+    Verdict.CHANGED,
+    Verdict.REGRESSED,
+    Verdict.FIX_BROKEN,
+    Verdict.ENV_FAILED,
+)
+VERDICT_FILL: dict[Verdict, tuple[str, str]] = {verdict: verdict_fill(verdict) for verdict in HEAT_LEGEND}
 NO_RESULT_FILL = ("#f6f8fa", "#8c959f")
-SEVERITY_STROKE = {"error": "#cf222e", "warn": "#9a6700", "info": "#0969da"}
 STATUS_ERROR = "#cf222e"
 
 
 def esc(value: object) -> str:
     """Escape a value for SVG/HTML text and attributes."""
     return html.escape("" if value is None else str(value), quote=True)
-
-
-def version_sort_key(torch: str) -> tuple[int, Version | str]:
-    """Releases in version order ('2.5.1+cu124' < '2.13.0'); what is not a version sorts last, by name."""
-    try:
-        return (0, Version(torch))
-    except InvalidVersion:
-        return (1, torch)
 
 
 def clip(text: str, width: int) -> str:
@@ -80,7 +163,7 @@ def clip(text: str, width: int) -> str:
 class TimelineRow:
     """One break site of the case: a script line (where the break is anchored in the script)."""
 
-    script: str  # "pre" | "post"
+    script: ScriptRole
     where: str  # "repro.py:8"
     function: str = ""
 
@@ -101,17 +184,17 @@ class TimelineColumn:
     torch: str
     target: str = ""
     at: str = ""
-    verdict: str = ""  # "" for the capture
-    severity: str = ""
-    statuses: dict[str, str] = field(default_factory=dict)
-    marks: dict[str, Counter[str]] = field(default_factory=dict)  # row key -> how many of each mark
-    graphs: dict[str, int] = field(default_factory=dict)
-    compile_s: dict[str, float] = field(default_factory=dict)
+    verdict: Verdict | None = None  # None for the capture
+    severity: Severity | None = None
+    statuses: dict[ScriptRole, ScriptStatus] = field(default_factory=dict)
+    marks: dict[str, Counter[str]] = field(default_factory=dict)  # row key -> how many of each mark (MARKS)
+    graphs: dict[ScriptRole, int] = field(default_factory=dict)
+    compile_s: dict[ScriptRole, float] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
 
     def marks_at(self, key: str) -> list[str]:
         """The marks of one row, most telling first (a line can hold a gone break and a persisting one)."""
-        return sorted(self.marks.get(key, {}), key=MARK_PRIORITY.index)
+        return sorted(self.marks.get(key, {}), key=lambda mark: MARKS[mark].priority)
 
     def add(self, key: str, mark: str) -> None:
         self.marks.setdefault(key, Counter())[mark] += 1
@@ -129,7 +212,7 @@ class Timeline:
     title: str
     rows: list[TimelineRow]
     columns: list[TimelineColumn]
-    scripts: list[str]  # the scripts the case has, in order
+    scripts: list[ScriptRole]  # the scripts the case has, in order
 
 
 def _capture_column(case: Case, functions: dict[str, str]) -> TimelineColumn | None:
@@ -137,7 +220,7 @@ def _capture_column(case: Case, functions: dict[str, str]) -> TimelineColumn | N
         return None
     column = TimelineColumn(label="recorded", torch=str(case.environment.get("torch", "?")), at=case.created)
     for which, observation in case.observations.items():
-        column.statuses[which] = observation.status.value
+        column.statuses[which] = observation.status
         column.graphs[which] = observation.graphs
         firsts = [e.first_call_s for e in observation.entries if e.first_call_s is not None]
         if firsts:
@@ -146,7 +229,7 @@ def _capture_column(case: Case, functions: dict[str, str]) -> TimelineColumn | N
             anchor = site.anchor
             key = TimelineRow(which, anchor.where()).key
             functions.setdefault(key, anchor.function)
-            column.add(key, "recorded")
+            column.add(key, RECORDED)
     return column
 
 
@@ -157,7 +240,7 @@ def _replay_column(record: ReplayRecord, label: str) -> TimelineColumn:
         target=record.target,
         at=record.at,
         verdict=record.verdict,
-        severity=record.severity.value,
+        severity=record.severity,
         statuses=dict(record.statuses),
         graphs=dict(record.graphs or {}),
         compile_s=dict(record.compile_s or {}),
@@ -187,19 +270,19 @@ def timeline_from_case(case: Case) -> Timeline:
     capture = _capture_column(case, functions)
     if capture is not None:
         columns.append(capture)
-    records = sorted(case.replays, key=lambda r: (version_sort_key(r.torch), r.at, r.target))
+    records = sorted(case.replays, key=lambda r: (version_order(r.torch), r.at, r.target))
     columns += [_replay_column(r, label) for r, label in zip(records, _column_labels(records), strict=True)]
-    scripts = ["pre", "post"] if case.post is not None else ["pre"]
+    scripts = [ScriptRole.PRE, ScriptRole.POST] if case.post is not None else [ScriptRole.PRE]
     keys: dict[str, TimelineRow] = {}
     for column in columns:
         for key in column.marks:
-            script, where = key.split("|", 1)
-            keys.setdefault(key, TimelineRow(script, where, functions.get(key, "")))
+            script, where = key.split("|", 1)  # a key TimelineRow made: "<role>|<where>"
+            keys.setdefault(key, TimelineRow(ScriptRole(script), where, functions.get(key, "")))
     rows = sorted(keys.values(), key=lambda r: (scripts.index(r.script) if r.script in scripts else 9, _line_key(r)))
     for column in columns:  # a script that did not finish observed nothing: say so rather than leave a blank
         for row in rows:
-            if row.key not in column.marks and column.statuses.get(row.script, "ok") != "ok":
-                column.add(row.key, "unobserved")
+            if row.key not in column.marks and column.statuses.get(row.script, ScriptStatus.OK) is not ScriptStatus.OK:
+                column.add(row.key, SiteClass.UNOBSERVED.value)
     return Timeline(case.id, case.title, rows, columns, scripts)
 
 
@@ -228,8 +311,9 @@ def text(
 
 
 def mark_shape(mark: str, cx: float, cy: float, tip: str) -> str:
-    fill, stroke, letter, _ = MARKS[mark]
-    dash = ' stroke-dasharray="3 2"' if mark == "unobserved" else ""
+    style = MARKS[mark]
+    fill, stroke, letter = style.fill, style.stroke, style.letter
+    dash = ' stroke-dasharray="3 2"' if mark == SiteClass.UNOBSERVED else ""
     return (
         f'<g class="mark mark-{esc(mark)}"><title>{esc(tip)}</title>'
         f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="9" fill="{fill}" stroke="{stroke}" stroke-width="2"{dash}/>'
@@ -271,7 +355,6 @@ COL_W = 100
 ROW_H = 26
 HEAD_H = 58
 CHART_H = 54
-SCRIPT_FILL = {"pre": "#0969da", "post": "#8250df"}
 
 
 def _seconds(value: float) -> str:
@@ -279,8 +362,8 @@ def _seconds(value: float) -> str:
 
 
 def _header(column: TimelineColumn, x: float) -> str:
-    fill, ink = VERDICT_FILL.get(column.verdict, NO_RESULT_FILL) if column.verdict else ("#ddf4ff", "#0969da")
-    stroke = SEVERITY_STROKE.get(column.severity, "#d0d7de")
+    fill, ink = verdict_fill(column.verdict) if column.verdict else ("#ddf4ff", "#0969da")
+    stroke = severity_stroke(column.severity) if column.severity else "#d0d7de"
     release, _, when = column.label.partition(" ")  # "2.13.0+cpu 11-30 23:55" when the release repeats
     lines = [(release, 12, True), *([(when, 10, False)] if when else []), (column.verdict or "capture", 11, False)]
     texts = "".join(
@@ -294,11 +377,11 @@ def _header(column: TimelineColumn, x: float) -> str:
     )
 
 
-def _status_cell(column: TimelineColumn, script: str, x: float, y: float) -> str:
+def _status_cell(column: TimelineColumn, script: ScriptRole, x: float, y: float) -> str:
     status = column.statuses.get(script)
     if status is None:
         return text(x + COL_W / 2, y + 17, "-", anchor="middle", fill="#8c959f")
-    if status == "ok":
+    if status is ScriptStatus.OK:
         return f'<g class="status-ok"><title>{esc(script)}: ok</title>{text(x + COL_W / 2, y + 17, "ok", anchor="middle", fill="#1a7f37")}</g>'
     return (
         f'<g class="status-error"><title>{esc(script)}: {esc(status)} ({esc(column.describe())})</title>'
@@ -307,7 +390,9 @@ def _status_cell(column: TimelineColumn, script: str, x: float, y: float) -> str
     )
 
 
-def _chart(name: str, values: list[dict[str, float]], scripts: list[str], x0: float, y0: float, fmt: Any) -> str:
+def _chart(
+    name: str, values: list[dict[ScriptRole, float]], scripts: list[ScriptRole], x0: float, y0: float, fmt: Any
+) -> str:
     """Bars per column and script, scaled to the largest figure; 'n/a' where the figure was not recorded."""
     top = max([v for column in values for v in column.values()] or [0.0])
     out = [f'<g class="chart chart-{esc(name.split()[0])}">']
@@ -327,7 +412,7 @@ def _chart(name: str, values: list[dict[str, float]], scripts: list[str], x0: fl
             bx, by = x + j * bar_w, y0 + CHART_H - 4 - height
             out.append(
                 f"<g><title>{esc(name)}, {esc(script)}: {esc(fmt(value))}</title>"
-                f'<rect x="{bx:.1f}" y="{by:.1f}" width="{bar_w - 3:.1f}" height="{height:.1f}" fill="{SCRIPT_FILL.get(script, "#57606a")}"/>'
+                f'<rect x="{bx:.1f}" y="{by:.1f}" width="{bar_w - 3:.1f}" height="{height:.1f}" fill="{script_fill(script)}"/>'
                 f"{text(bx + (bar_w - 3) / 2, by - 2, fmt(value), anchor='middle', size=9, fill='#57606a')}</g>"
             )
     out.append("</g>")
@@ -338,10 +423,10 @@ def _bisect_line(timeline: Timeline, doc: dict[str, Any], left: float, bottom: f
     """A dashed line before the first replayed release at or after the bisection's first bad one."""
     if doc.get("kind") != "versions" or doc.get("subject") != timeline.case_id:
         return ""
-    first_bad = version_sort_key(str(doc.get("first_bad", "")))
+    first_bad = version_order(str(doc.get("first_bad", "")))
     replays = [(i, c) for i, c in enumerate(timeline.columns) if c.verdict]
     for position, (index, column) in enumerate(replays):
-        if version_sort_key(column.torch.split("+")[0]) >= first_bad and position > 0:
+        if version_order(column.torch) >= first_bad and position > 0:
             x = left + index * COL_W
             tip = f"bisect: {doc.get('last_good')} -> {doc.get('first_bad')} ({doc.get('predicate')})"
             note = "bisect: " + clip(str(doc.get("first_bad")), 12)
@@ -357,7 +442,7 @@ def _cell_marks(column: TimelineColumn, row: TimelineRow, x: float, y: float) ->
     """Up to two marks side by side (the two most telling); the <title> counts them all."""
     marks = column.marks_at(row.key)[:2]
     counts = column.marks.get(row.key, Counter())
-    said = ", ".join(f"{counts[m]} {MARKS[m][3]}" for m in column.marks_at(row.key))
+    said = ", ".join(f"{counts[m]} {MARKS[m].legend}" for m in column.marks_at(row.key))
     tip = f"{row.label}: {said} on {column.describe()}"
     offsets = [0.0] if len(marks) == 1 else [-11.0, 11.0]
     return "".join(
@@ -386,9 +471,7 @@ def timeline_svg(timeline: Timeline, bisects: Sequence[dict[str, Any]] = ()) -> 
         y = HEAD_H + r * ROW_H
         if r % 2 == 0:
             out.append(f'<rect x="0" y="{y}" width="{width}" height="{ROW_H}" fill="#f6f8fa"/>')
-        out.append(
-            f"<g><title>{esc(row.label)}</title>{text(8, y + 17, labels[r], fill=SCRIPT_FILL.get(row.script, '#1f2328'))}</g>"
-        )
+        out.append(f"<g><title>{esc(row.label)}</title>{text(8, y + 17, labels[r], fill=script_fill(row.script))}</g>")
         out += [_cell_marks(column, row, left + i * COL_W, y) for i, column in enumerate(timeline.columns)]
     for s, script in enumerate(timeline.scripts):
         y = status_y + s * ROW_H
@@ -406,10 +489,12 @@ def timeline_svg(timeline: Timeline, bisects: Sequence[dict[str, Any]] = ()) -> 
         out.append(text(8, y + CHART_H / 2 + 4, name, fill="#57606a"))
         out.append(_chart(name, values, timeline.scripts, left, y, fmt))
     out += [_bisect_line(timeline, doc, left, chart_y - 4) for doc in bisects]
-    swatches = [(mark_shape(m, 0, 0, MARKS[m][3]).replace('r="9"', 'r="7"'), MARKS[m][3].split(" (")[0]) for m in MARKS]
+    swatches = [
+        (mark_shape(m, 0, 0, MARKS[m].legend).replace('r="9"', 'r="7"'), MARKS[m].legend.split(" (")[0]) for m in MARKS
+    ]
     swatches += [(f'<rect x="-7" y="-7" width="14" height="14" fill="{STATUS_ERROR}"/>', "status error")]
     swatches += [
-        (f'<rect x="-7" y="-7" width="14" height="14" fill="{SCRIPT_FILL[s]}"/>', f"{s} script")
+        (f'<rect x="-7" y="-7" width="14" height="14" fill="{script_fill(s)}"/>', f"{s} script")
         for s in timeline.scripts
     ]
     head = (f"Timeline of {timeline.case_id}: {timeline.title}", desc, "timeline-svg")
@@ -421,8 +506,8 @@ def timeline_svg(timeline: Timeline, bisects: Sequence[dict[str, Any]] = ()) -> 
 
 @dataclass
 class HeatCell:
-    verdict: str
-    severity: str
+    verdict: Verdict
+    severity: Severity
     detail: str = ""  # the tooltip: what changed
 
 
@@ -436,12 +521,9 @@ class Heatmap:
     links: dict[str, str] = field(default_factory=dict)  # case id -> relative page
 
 
-SHORT_VERDICT = {"fix_broken": "fix broken", "env_failed": "env failed"}
-
-
 def heatmap_svg(heatmap: Heatmap) -> str:
     """Release x case: one coloured, labelled cell per latest result, with a <title> saying why."""
-    targets = sorted(heatmap.targets, key=lambda t: (version_sort_key(t[1].split("+")[0]), t[0]))
+    targets = sorted(heatmap.targets, key=lambda t: (version_order(t[1]), t[0]))
     left = _width_of(heatmap.cases, 7.0, 120, 300)
     cell_w, cell_h, head = 112, 30, 52
     width = max(560, int(left + max(1, len(targets)) * cell_w + 16))
@@ -463,7 +545,7 @@ def heatmap_svg(heatmap: Heatmap) -> str:
                 _heat_cell(heatmap.cells.get((case_id, label)), case_id, label, left + i * cell_w, y, cell_w, cell_h)
             )
     swatches = [
-        (f'<rect x="-7" y="-7" width="14" height="14" fill="{fill}" stroke="#d0d7de"/>', SHORT_VERDICT.get(v, v))
+        (f'<rect x="-7" y="-7" width="14" height="14" fill="{fill}" stroke="#d0d7de"/>', verdict_words(v))
         for v, (fill, _) in VERDICT_FILL.items()
     ]
     swatches.append(
@@ -478,8 +560,8 @@ def _heat_cell(cell: HeatCell | None, case_id: str, target: str, x: float, y: fl
         fill, ink = NO_RESULT_FILL
         word, tip, stroke = "-", f"{case_id} on {target}: not replayed", "#d0d7de"
     else:
-        fill, ink = VERDICT_FILL.get(cell.verdict, NO_RESULT_FILL)
-        word = SHORT_VERDICT.get(cell.verdict, cell.verdict)
+        fill, ink = verdict_fill(cell.verdict)
+        word = verdict_words(cell.verdict)
         tip = f"{case_id} on {target}: {cell.verdict} ({cell.severity})" + (f" - {cell.detail}" if cell.detail else "")
         stroke = "#ffffff"
     return (
@@ -494,7 +576,7 @@ def _heat_cell(cell: HeatCell | None, case_id: str, target: str, x: float, y: fl
 OUTCOME_FILL = {"good": ("#aceebb", "#0f5323"), "bad": ("#ff8182", "#5d0011"), "unknown": ("#eaeef2", "#57606a")}
 
 
-def _step_side(doc: dict[str, Any], outcome: str) -> str:
+def step_side(doc: dict[str, Any], outcome: str) -> str:
     if outcome == doc.get("good_outcome"):
         return "good"
     if outcome == doc.get("bad_outcome"):
@@ -522,7 +604,7 @@ def bisect_svg(doc: dict[str, Any]) -> str:
             fill, ink, word, tip = "#ffffff", "#8c959f", "not tried", f"{candidate}: not tried"
         else:
             number, step = tried
-            side = _step_side(doc, str(step.get("outcome")))
+            side = step_side(doc, str(step.get("outcome")))
             fill, ink = OUTCOME_FILL[side]
             word = f"#{number} {side}"
             tip = f"step {number}: {labels.get(candidate, candidate)} -> {step.get('outcome')} ({side}); {step.get('detail', '')}"
@@ -546,35 +628,6 @@ def bisect_svg(doc: dict[str, Any]) -> str:
     return finish_svg(out, width, 108, swatches, (f"Bisection of {doc.get('subject')}", desc, "bisect-svg"))
 
 
-def render_bisect_html(bisect_doc: dict[str, Any], generated: str = "") -> str:
-    """A whole static page for one bisection: the picture, the steps in order, what changed, how to reproduce."""
-    from casekit.report.html import page  # html.py imports this module: import its page frame late
-
-    doc = bisect_doc
-    rows = "".join(
-        f"<tr><td>{n}</td><td><code>{esc((doc.get('labels') or {}).get(s.get('target'), s.get('target')))}</code></td>"
-        f"<td>{esc(s.get('outcome'))} ({esc(_step_side(doc, str(s.get('outcome'))))})</td><td>{esc(s.get('detail'))}</td>"
-        f"<td>{'cache' if s.get('cached') else esc(s.get('seconds'))}</td></tr>"
-        for n, s in enumerate(doc.get("steps") or [], start=1)
-    )
-    changes = "".join(f"<li>{esc(c)}</li>" for c in doc.get("changes") or [])
-    verdict = f"last good <code>{esc(doc.get('last_good'))}</code>, first bad <code>{esc(doc.get('first_bad'))}</code>"
-    if doc.get("ambiguous"):
-        verdict += f" (ambiguous: {esc(', '.join(map(str, doc['ambiguous'])))})"
-    body = (
-        f'<section id="bisect"><h2>Where the outcome changes</h2><p>{verdict}; predicate <code>{esc(doc.get("predicate"))}</code>, '
-        f"good = <code>{esc(doc.get('good_outcome'))}</code>, bad = <code>{esc(doc.get('bad_outcome'))}</code></p>"
-        f'<figure class="picture">{bisect_svg(doc)}</figure></section>'
-        '<section id="steps"><h2>Steps in the order tried</h2><table><thead><tr><th>#</th><th>candidate</th>'
-        f"<th>outcome</th><th>detail</th><th>seconds</th></tr></thead><tbody>{rows}</tbody></table></section>"
-        + (f'<section id="changes"><h2>What changed</h2><ul>{changes}</ul></section>' if changes else "")
-        + f'<section id="reproduce"><h2>Reproduce</h2><pre class="log">{esc(doc.get("reproduce"))}</pre></section>'
-    )
-    title = f"bisect {doc.get('subject')}"
-    subtitle = f"{esc(doc.get('kind'))} bisection over {esc(len((doc.get('searched') or {}).get('candidates') or []))} candidate(s), runner {esc(doc.get('runner'))}"
-    return page(title, esc(title), subtitle, body, generated or "-")
-
-
 # ------------------------------------------------------------------ report glue
 
 
@@ -582,7 +635,7 @@ def heatmap_from_summary(summary: Any) -> Heatmap:
     """The heatmap's plain data from an `ArchiveSummary` (cases, targets, latest cells)."""
     cells = {
         (case.case.id, label): HeatCell(
-            cell.verdict, cell.severity.value, "; ".join(cell.details[:4]) or cell.class_summary()
+            cell.verdict, cell.severity, "; ".join(cell.details[:4]) or cell.class_summary()
         )
         for case in summary.cases
         for label, cell in case.cells.items()

@@ -8,19 +8,27 @@ shards), which take precedence for the cells they hold.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from casekit.archive.index import CaseDigest
-from casekit.model import SITE_CLASS_ORDER, Case, ReplayRecord, Severity, SiteClass, Verdict
+from casekit.model import (
+    DRAFT_TAG,
+    SITE_CLASS_ORDER,
+    Case,
+    ReplayRecord,
+    ScriptRole,
+    ScriptStatus,
+    Severity,
+    SiteClass,
+    Verdict,
+)
+from casekit.versions import version_order
 
 if TYPE_CHECKING:
     from casekit.replay.document import ReplayDocument
-
-DRAFT_TAG = "draft"
 
 
 @dataclass
@@ -32,8 +40,8 @@ class Cell:
     torch: str
     verdict: Verdict
     severity: Severity
-    statuses: dict[str, str] = field(default_factory=dict)  # script -> status
-    classes: dict[str, int] = field(default_factory=dict)  # site class -> count
+    statuses: dict[ScriptRole, ScriptStatus] = field(default_factory=dict)
+    classes: dict[SiteClass, int] = field(default_factory=dict)  # how many sites of each class
     details: list[str] = field(default_factory=list)  # what changed, one line each
     at: str = ""  # ISO time of the replay ("" for results documents)
     source: str = "history"  # "history" (the bundle) | a results file name
@@ -41,13 +49,13 @@ class Cell:
     def class_summary(self) -> str:
         """'2 moved, 1 gone' (persisting breaks only when nothing else happened)."""
         moving = [
-            f"{self.classes[c.value]} {c.value}"
+            f"{self.classes[c]} {c.value}"
             for c in SITE_CLASS_ORDER
-            if c is not SiteClass.PERSISTS and self.classes.get(c.value)
+            if c is not SiteClass.PERSISTS and self.classes.get(c)
         ]
         if moving:
             return ", ".join(moving)
-        persists = self.classes.get(SiteClass.PERSISTS.value, 0)
+        persists = self.classes.get(SiteClass.PERSISTS, 0)
         return f"{persists} persist" if persists else "no breaks"
 
 
@@ -75,7 +83,7 @@ class CaseSummary:
     def is_draft(self) -> bool:
         return DRAFT_TAG in self.case.tags
 
-    def breaks(self, which: str) -> int | None:
+    def breaks(self, which: ScriptRole) -> int | None:
         if isinstance(self.case, CaseDigest):  # from the archive index: counts, not sites
             return self.case.break_counts.get(which)
         observation = self.case.observations.get(which)
@@ -97,30 +105,22 @@ class ArchiveSummary:
     def cells(self) -> list[Cell]:
         return [cell for case in self.cases for cell in case.cells.values()]
 
-    def severity_counts(self) -> Counter[str]:
-        return Counter(cell.severity.value for cell in self.cells())
+    def severity_counts(self) -> Counter[Severity]:
+        return Counter(cell.severity for cell in self.cells())
 
     def verdict_counts(self) -> Counter[Verdict]:
         return Counter(cell.verdict for cell in self.cells())
 
 
-def version_key(torch: str) -> tuple[int, ...]:
-    """'2.13.0+cpu' -> (2, 13, 0); unknown versions sort last."""
-    numbers = re.findall(r"\d+", torch.split("+", 1)[0])
-    return tuple(int(n) for n in numbers[:3]) if numbers else (10**6,)
-
-
 def cell_from_record(case_id: str, record: ReplayRecord) -> Cell:
-    classes = Counter(v.site_class.value for v in record.sites)
+    classes = Counter(v.site_class for v in record.sites)
     details = [
         f"{v.script} {v.site_class.value} {v.where} ({v.category})"
         for v in record.sites
         if v.site_class is not SiteClass.PERSISTS
     ]
-    details += [f"{which}: {status}" for which, status in record.statuses.items() if status != "ok"]
-    details += [
-        str(reason) for reason in getattr(record, "reasons", None) or []
-    ]  # newer histories keep the verdict's reasons
+    details += [f"{which}: {status}" for which, status in record.statuses.items() if status is not ScriptStatus.OK]
+    details += record.reasons  # newer histories keep the verdict's reasons
     return Cell(
         case_id=case_id,
         target=record.target,
@@ -136,35 +136,31 @@ def cell_from_record(case_id: str, record: ReplayRecord) -> Cell:
 
 def cells_from_results(data: ReplayDocument, source: str) -> list[Cell]:
     """Cells from a `casekit.replay/1` document (`replay --json`, `merge --json`)."""
-    torch_of = {str(t.get("label")): str(t.get("torch") or "?") for t in data.get("targets", [])}
+    torch_of = {t.label: t.torch or "?" for t in data.targets}
     cells = []
-    for result in data.get("results", []):
-        classes: Counter[str] = Counter()
+    for result in data.results:
+        classes: Counter[SiteClass] = Counter()
         statuses = {}
-        details = list(result.get("reasons") or [])
-        for which, script in (result.get("scripts") or {}).items():
-            if not script:
-                continue
-            statuses[which] = str(script.get("status"))
-            for site in script.get("sites") or []:
-                classes[str(site.get("class"))] += 1
-                if site.get("class") != SiteClass.PERSISTS.value and site.get("note"):
-                    side = site.get("observed") or site.get("recorded")
-                    where = f"{side.get('file')}:{side.get('line')}" if side else "None:None"
-                    details.append(f"{which} {site.get('class')} {where}: {site.get('note')}")
-            details += [f"{which}: {note}" for note in script.get("notes") or []]
-        rollback = result.get("rollback")
-        if rollback and rollback.get("needed"):
-            verified = rollback.get("verified")
+        details = list(result.reasons)
+        for which, script in result.scripts.items():
+            statuses[which] = script.status
+            for site in script.sites:
+                classes[site.site_class] += 1
+                if site.site_class is not SiteClass.PERSISTS and site.note:
+                    details.append(f"{which} {site.site_class} {site.side.where()}: {site.note}")
+            details += [f"{which}: {note}" for note in script.notes]
+        rollback = result.rollback
+        if rollback and rollback.needed:
+            verified = rollback.verified
             state = "not checked" if verified is None else ("verified" if verified else "NOT verified")
-            details.append(f"rollback ({state}): {rollback.get('detail', '')}")
+            details.append(f"rollback ({state}): {rollback.detail}")
         cells.append(
             Cell(
-                case_id=str(result["case"]),
-                target=str(result["target"]),
-                torch=torch_of.get(str(result["target"]), "?"),
-                verdict=Verdict(result["verdict"]),
-                severity=Severity(result["severity"]),
+                case_id=result.case,
+                target=result.target,
+                torch=torch_of.get(result.target, "?"),
+                verdict=result.verdict,
+                severity=result.severity,
                 statuses=statuses,
                 classes=dict(classes),
                 details=details,
@@ -203,7 +199,7 @@ def summarize(
                 torch_of[cell.target] = (cell.torch, cell.at)
     targets = sorted(
         (TargetInfo(label, torch) for label, (torch, _) in torch_of.items()),
-        key=lambda t: (version_key(t.torch), t.label),
+        key=lambda t: (version_order(t.torch), t.label),
     )
     moment = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
     return ArchiveSummary(summaries, targets, moment.isoformat(), title, warnings)

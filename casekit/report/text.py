@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from casekit.archive.index import CaseDigest
 from casekit.classify import describe_fallback
-from casekit.model import SITE_CLASS_ORDER, Case, ScriptObservation, Site
+from casekit.model import SITE_CLASS_ORDER, Case, ScriptObservation, ScriptRole, Severity, Site, SiteClass, Verdict
 from casekit.observe.reasons import describe_category
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def case_rows(cases: Iterable[CaseDigest]) -> list[list[str]]:
     """`casekit list`: id, title, tags, breaks in the repro, the last replay (from the archive index's digests)."""
     rows = []
     for case in cases:
-        pre = case.break_counts.get("pre")
+        pre = case.break_counts.get(ScriptRole.PRE)
         last = case.last_replay
         rows.append(
             [
@@ -151,13 +151,13 @@ def case_summary(case: Case) -> str:
     if case.provenance and case.provenance.path:
         p = case.provenance
         lines.append(f"  from {p.path} at {(p.commit or 'no commit')[:12]}{' (dirty)' if p.dirty else ''}")
-    for which in ("pre", "post"):
+    for which in ScriptRole:
         observation = case.observations.get(which)
         script = case.script(which)
         if observation and script:
             lines.append("")
-            lines.append(observation_summary(f"{which}-fix {script.name}", observation))
-    pre, post = case.observations.get("pre"), case.observations.get("post")
+            lines.append(observation_summary(f"{which.label} {script.name}", observation))
+    pre, post = case.observations.get(ScriptRole.PRE), case.observations.get(ScriptRole.POST)
     if pre and post:
         lines.append("")
         lines.append(
@@ -175,7 +175,7 @@ def case_summary(case: Case) -> str:
     return "\n".join(lines)
 
 
-def class_counts(classes: Iterable[str]) -> str:
+def class_counts(classes: Iterable[SiteClass]) -> str:
     """'1 new, 2 persists': site classes counted, in the canonical order (attention first)."""
     counts = Counter(classes)
     return ", ".join(f"{counts[c]} {c.value}" for c in SITE_CLASS_ORDER if counts.get(c)) or "no breaks"
@@ -187,13 +187,10 @@ def replay_table(results: Iterable[ResultEntry], marks: dict[str, str] | None = 
     `marks` (case id -> case_mark) flags sentinels and cases kept with waived gates."""
     rows = []
     for result in results:
-        scripts = [(which, script) for which, script in result["scripts"].items() if script]
-        statuses = "/".join(f"{which}:{script['status']}" for which, script in scripts)
-        classes = class_counts(site["class"] for _, script in scripts for site in script.get("sites") or [])
-        mark = (marks or {}).get(result["case"])
-        rows.append(
-            [result["case"] + (f" [{mark}]" if mark else ""), result["verdict"], result["severity"], statuses, classes]
-        )
+        statuses = "/".join(f"{which}:{script.status}" for which, script in result.scripts.items())
+        classes = class_counts(site.site_class for script in result.scripts.values() for site in script.sites)
+        mark = (marks or {}).get(result.case)
+        rows.append([result.case + (f" [{mark}]" if mark else ""), result.verdict, result.severity, statuses, classes])
     return table(["case", "verdict", "severity", "status", "sites"], rows)
 
 
@@ -226,47 +223,45 @@ def _reworded(note: str) -> str:
     return note
 
 
-def _site_line(which: str, site: SiteEntry) -> str:
-    side = site["observed"] or site["recorded"]
-    assert side is not None
-    where = f"{side['file']}:{side['line']}"
-    note = f"  [{site['note']}]" if site["note"] else ""
-    return f"  {which:4} {site['class']:10} {where:24} {side['reason'][:60]}{note}"
+def _site_line(which: ScriptRole, site: SiteEntry) -> str:
+    side = site.side
+    note = f"  [{site.note}]" if site.note else ""
+    return f"  {which:4} {site.site_class:10} {side.where():24} {side.reason[:60]}{note}"
 
 
 def result_text(result: ResultEntry) -> str:
     """One case on one target: the verdict, why (every reason), the breaks that changed, the way back."""
-    lines = [f"{result['case']} on {result['target']}: {result['verdict']} ({result['severity']})"]
-    reasons = list(result.get("reasons") or [])
+    lines = [f"{result.case} on {result.target}: {result.verdict} ({result.severity})"]
+    reasons = list(result.reasons)
     lines += [f"  why: {reason}" for reason in reasons]
-    scripts = [(which, script) for which, script in result["scripts"].items() if script]
-    for which, script in scripts:  # the changes the reasons do not already name
+    for which, script in result.scripts.items():  # the changes the reasons do not already name
         said = [reason for reason in reasons if reason.startswith(f"{which}: ")]
-        if script["recorded_status"] and script["recorded_status"] != script["status"]:
-            lines.append(f"  status: {which} {script['recorded_status']} -> {script['status']}")
-        if script["recompiles"] != script["recompiles_recorded"] and not any("recompiles" in r for r in said):
-            lines.append(f"  recompiles: {which} {script['recompiles_recorded']} -> {script['recompiles']}")
-    for which, script in scripts:
-        counts = class_counts(site["class"] for site in script["sites"])
+        if script.recorded_status and script.recorded_status != script.status:
+            lines.append(f"  status: {which} {script.recorded_status} -> {script.status}")
+        if script.recompiles != script.recompiles_recorded and not any("recompiles" in r for r in said):
+            lines.append(f"  recompiles: {which} {script.recompiles_recorded} -> {script.recompiles}")
+    for which, script in result.scripts.items():
+        counts = class_counts(site.site_class for site in script.sites)
         lines.append(f"  {which}: {counts}")
-        lines += [_site_line(which, site) for site in script["sites"] if site["class"] != "persists" or site["note"]]
-        lines += [f"  {which} note: {_reworded(note)}" for note in script["notes"]]
-    rollback = result.get("rollback")
+        lines += [
+            _site_line(which, site) for site in script.sites if site.site_class is not SiteClass.PERSISTS or site.note
+        ]
+        lines += [f"  {which} note: {_reworded(note)}" for note in script.notes]
+    rollback = result.rollback
     if rollback:
-        verified = rollback["verified"]
+        verified = rollback.verified
         state = "verified" if verified else ("NOT verified" if verified is False else "not checked")
-        lines.append(f"  rollback ({state}): {rollback['detail']}")
-        if rollback["notes"]:
-            lines.append("  rollback notes: " + rollback["notes"].strip().replace("\n", "\n    "))
+        lines.append(f"  rollback ({state}): {rollback.detail}")
+        if rollback.notes:
+            lines.append("  rollback notes: " + rollback.notes.strip().replace("\n", "\n    "))
     return "\n".join(lines)
 
 
 def _target_header(target: TargetEntry, cases: int) -> str:
-    torch = target.get("torch") or "?"
-    cuda = f", cuda {target['cuda']}" if target.get("cuda") else ""
-    seconds = target.get("seconds")
-    took = f" in {seconds:.1f} s" if isinstance(seconds, int | float) else ""
-    return f"target {target['label']}: torch {torch}{cuda}, python {target.get('python') or '?'}, {cases} case(s){took}"
+    torch = target.torch or "?"
+    cuda = f", cuda {target.cuda}" if target.cuda else ""
+    took = f" in {target.seconds:.1f} s" if target.seconds is not None else ""
+    return f"target {target.label}: torch {torch}{cuda}, python {target.python or '?'}, {cases} case(s){took}"
 
 
 def replay_document_text(document: ReplayDocument, verbose: bool = False, marks: dict[str, str] | None = None) -> str:
@@ -274,18 +269,18 @@ def replay_document_text(document: ReplayDocument, verbose: bool = False, marks:
     and every changed result with its reasons; a failed target says why once, with no table.
     `marks` (case id -> mark) flags sentinels and waived cases in the table."""
     blocks = []
-    for target in document["targets"]:
-        results = [r for r in document["results"] if r["target"] == target["label"]]
-        if target.get("error"):  # its results are all "env_failed": the one line says it all
-            lines = [f"target {target['label']}: environment failed, no case ran: {target['error']}"]
-            lines += [f"warning: {warning}" for warning in target.get("warnings") or []]
+    for target in document.targets:
+        results = [r for r in document.results if r.target == target.label]
+        if target.error:  # its results are all env_failed: the one line says it all
+            lines = [f"target {target.label}: environment failed, no case ran: {target.error}"]
+            lines += [f"warning: {warning}" for warning in target.warnings]
             blocks.append("\n".join(lines))
             continue
         lines = [_target_header(target, len(results))]
-        lines += [f"warning: {warning}" for warning in target.get("warnings") or []]
+        lines += [f"warning: {warning}" for warning in target.warnings]
         lines.append(replay_table(results, marks))
         for result in results:
-            if verbose or result["severity"] != "info" or result["verdict"] != "unchanged":
+            if verbose or result.severity is not Severity.INFO or result.verdict is not Verdict.UNCHANGED:
                 lines += ["", result_text(result)]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)

@@ -1,18 +1,24 @@
 """The runner interface: what provides a target environment and runs the probe in it.
 
 A runner turns a `TargetSpec` into a ready environment (`prepare`), then runs
-the probe there on a batch of scripts (`run_probe`). Implementations:
-`python` (an existing interpreter), `venv` (managed, cached), `docker`
-(an image, sandboxed). Adding one is one new file plus a line in `registry`.
+the probe there on a batch of scripts (`run_probe`). Each runner class also
+declares its facts (whether it builds environments, where its torch versions
+come from, its label, its replay flags, its `--allow` keys), so the core asks
+the runner instead of testing its name. Implementations: `python` (an existing
+interpreter), `venv` (managed, cached), `docker` (an image, sandboxed). Adding
+one is one new file plus a line in `registry`.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+import enum
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
+from casekit.errors import RunnerError
 from casekit.model import IncludedFile
 
 PROBE_PATH = Path(__file__).resolve().parent.parent / "probe.py"
@@ -22,7 +28,7 @@ PROBE_PATH = Path(__file__).resolve().parent.parent / "probe.py"
 class TargetSpec:
     """One (python, torch, CUDA) combination and how it is provided."""
 
-    runner: str  # "python" | "venv" | "docker"
+    runner: str  # a name in casekit.runners.registry.RUNNERS
     torch: str | None = None  # requested version ("2.13", "2.5.1"); None = whatever the interpreter has
     python: str | None = None  # interpreter path (python runner) or version ("3.11") for managed targets
     cuda: str | None = None  # CUDA tag, e.g. "cu124"; None = CPU / the index default
@@ -30,19 +36,15 @@ class TargetSpec:
     find_links: str | None = None
     image: str | None = None  # docker: an explicit image to use
     extra_packages: tuple[str, ...] = ()  # "name==version" pins installed beside torch
-    options: tuple[tuple[str, str], ...] = ()  # runner-specific relaxations (docker sandbox flags)
+    options: tuple[tuple[str, str], ...] = ()  # runner-specific relaxations (--allow KEY=VALUE)
+    host: str | None = None  # where the target runs when not this machine (a remote engine); None = here
 
-    @property
-    def label(self) -> str:
-        """A short, stable, human label: 'venv:torch-2.13.0+cu124', 'python:/usr/bin/python3'."""
-        if self.runner == "python":
-            return f"python:{self.python or 'current'}"
-        parts = [f"torch-{self.torch or 'latest'}"]
-        if self.cuda:
-            parts.append(self.cuda)
-        if self.image:
-            parts.append(self.image)
-        return f"{self.runner}:" + "-".join(parts)
+
+class VersionSource(enum.Enum):
+    """Where a runner's torch versions come from when a bisection lists its candidates."""
+
+    INDEX = "index"  # the package index lists them; the runner builds an environment for each
+    INTERPRETERS = "interpreters"  # the interpreters the user gives, one per version (--python-for)
 
 
 @dataclass
@@ -95,12 +97,34 @@ class ProbeScheduling:
 ProgressFn = Callable[[str], None]
 
 
-class Runner(abc.ABC):
-    """Provides one target and runs the probe inside it."""
+def host_key(host: str) -> str:
+    """A host address as a label holds it: without a user name ('ssh://me@gpu-a' -> 'ssh://gpu-a')."""
+    scheme, sep, rest = host.partition("://")
+    where, at, after = rest.partition("/")
+    where = where.rpartition("@")[2]
+    return f"{scheme}{sep}{where}{at}{after}" if sep else host.rpartition("@")[2]
 
-    name: str
+
+class Runner(abc.ABC):
+    """Provides one target and runs the probe inside it.
+
+    The class attributes and class methods are the runner's facts, asked
+    through `casekit.runners.registry` before any runner exists; the defaults
+    describe a runner that provides a requested torch version as it is (no
+    build, no pins, no `--allow` keys).
+    """
+
+    name: ClassVar[str]
+    builds_envs: ClassVar[bool] = False  # prepare() builds something on disk (a venv, an image): worth doing ahead
+    versions: ClassVar[VersionSource] = VersionSource.INDEX
+    pins_libraries: ClassVar[bool] = False  # installs the library versions cases recorded beside torch
+    runs_images: ClassVar[bool] = False  # an explicit image (--image) is a target of this runner
+    sandbox_name: ClassVar[str] = ""  # what isolates the scripts, as --allow's help names it ("bubblewrap")
+    allow_options: ClassVar[frozenset[str]] = frozenset()  # every key its spec.options may hold
+    allow_examples: ClassVar[tuple[str, ...]] = ()  # the keys --allow's help shows, as KEY=EXAMPLE
 
     def __init__(self, spec: TargetSpec) -> None:
+        self.check_options(spec.options)
         self.spec = spec
         # one run at a time unless the caller asks (replay and bisect do): a capture's timings stay its reference
         self.scheduling = ProbeScheduling(parallel_runs=1)
@@ -115,4 +139,64 @@ class Runner(abc.ABC):
 
     def describe(self) -> dict[str, object]:
         """Runner facts for the environment record (image id, venv path...)."""
-        return {"runner": self.name, "label": self.spec.label}
+        return {"runner": self.name, "label": self.label_of(self.spec)}
+
+    # ------------------------------------------------------------ facts, asked before a runner exists
+
+    @classmethod
+    def target(cls, **fields: Any) -> TargetSpec:
+        """A spec for this runner, with the host it would run on (see `host`)."""
+        return TargetSpec(runner=cls.name, host=cls.host(), **fields)
+
+    @classmethod
+    def host(cls) -> str | None:
+        """Where this runner's targets run when that is not this machine (None: here)."""
+        return None
+
+    @classmethod
+    def label_of(cls, spec: TargetSpec) -> str:
+        """A short, stable key: 'venv:torch-2.13.0-cu124'; '@host' when the target runs elsewhere."""
+        parts = [f"torch-{spec.torch or 'latest'}", *(part for part in (spec.cuda, spec.image) if part)]
+        return f"{spec.runner}:" + "-".join(parts) + (f"@{host_key(spec.host)}" if spec.host else "")
+
+    @classmethod
+    def display_of(cls, spec: TargetSpec) -> str:
+        """The target for people (progress lines, notices); the label unless the runner says more briefly."""
+        return cls.label_of(spec)
+
+    @classmethod
+    def replay_flags(cls, spec: TargetSpec, *, say_runner: bool = True) -> list[str]:
+        """The `casekit replay` flags that select this target again (a bisection's "reproduce with");
+        `say_runner` False leaves out `--runner NAME` (for the runner `--torch` gets by default)."""
+        flags = ["--torch", spec.torch or "latest", *(["--runner", spec.runner] if say_runner else [])]
+        flags += ["--cuda", spec.cuda] if spec.cuda else []
+        return flags + (["--index-url", spec.index_url] if spec.index_url else [])
+
+    @classmethod
+    def free_build_bytes(cls) -> int | None:
+        """Free bytes where this runner's builds land (checked before building ahead); None: cannot tell."""
+        return None
+
+    @classmethod
+    def check_options(cls, options: Sequence[tuple[str, str]]) -> None:
+        """RunnerError naming every key this runner does not know (the --allow keys are its own)."""
+        unknown = sorted({key for key, _ in options} - cls.allow_options)
+        if unknown:
+            known = ", ".join(sorted(cls.allow_options)) or "none"
+            raise RunnerError(f"unknown {cls.name} option(s): {', '.join(unknown)} (known: {known})")
+
+
+# What makes the runner of a target: the registry's `make_runner`, or a fake in tests.
+RunnerFactory = Callable[[TargetSpec], Runner]
+
+
+def allow_options(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """`--allow KEY=VALUE` (repeatable) as a target's options, in the order given; which keys a runner
+    takes is the runner's to check (the sandbox's for python and venv, the container's for docker)."""
+    options = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise RunnerError(f"--allow takes KEY=VALUE, not {item!r}")
+        options.append((key, value))
+    return tuple(options)

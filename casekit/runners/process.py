@@ -55,22 +55,6 @@ def check_interpreter(python: str) -> None:
         raise EnvironmentUnusable(f"python {python}: not executable")
 
 
-# glibc's malloc on transparent huge pages. The probe forks a child per run from a process that
-# holds a quarter gigabyte of heap after importing torch; with 2 MB pages the fork copies a few
-# hundred page-table entries instead of ~60,000, and a run's fork + exit drops from ~17 ms to
-# ~7 ms here. A glibc before 2.35 ignores it; a user's own setting of it wins.
-FAST_FORK_TUNABLE = "glibc.malloc.hugetlb=1"
-
-
-def with_fast_fork(tunables: str | None) -> str:
-    """GLIBC_TUNABLES with FAST_FORK_TUNABLE added (unless it already says something about it)."""
-    name = FAST_FORK_TUNABLE.split("=", 1)[0]
-    items = [item for item in (tunables or "").split(":") if item]
-    if any(item.split("=", 1)[0] == name for item in items):
-        return ":".join(items)
-    return ":".join([*items, FAST_FORK_TUNABLE])
-
-
 def run_probe_subprocess(
     python: str,
     jobs: list[ProbeJob],
@@ -342,13 +326,14 @@ def _group_of(pid: int) -> int:
         return 0
 
 
-def _descendants(root: int) -> set[int]:
-    """All live descendants of `root`, from /proc (empty where there is no /proc)."""
-    children: dict[int, list[int]] = {}
+def live_processes() -> dict[int, int]:
+    """Every live process of this host's /proc as pid -> parent pid; zombies left out (they are dead
+    and cannot be signalled: only reaped). Empty where there is no /proc."""
+    parents: dict[int, int] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return set()
+        return parents
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -359,8 +344,16 @@ def _descendants(root: int) -> set[int]:
             continue
         # the command name may hold spaces and parentheses: fields start after the last ')'
         fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry))
+        if len(fields) > 1 and fields[0] != "Z":
+            parents[int(entry)] = int(fields[1])
+    return parents
+
+
+def _descendants(root: int) -> set[int]:
+    """All live descendants of `root` (empty where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in live_processes().items():
+        children.setdefault(parent, []).append(pid)
     found: set[int] = set()
     stack = [root]
     while stack:

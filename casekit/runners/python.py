@@ -9,9 +9,10 @@ import sys
 from collections.abc import Iterable
 
 from casekit.errors import RunnerError
-from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
+from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec, VersionSource
 from casekit.runners.process import EnvironmentUnusable, check_interpreter, run_probe_subprocess
-from casekit.runners.sandbox import Sandbox, runtime_of
+from casekit.runners.sandbox import BWRAP_ALLOW_EXAMPLES, KNOWN_OPTIONS, Sandbox, runtime_of
+from casekit.versions import matches_request
 
 
 def query_versions(python: str) -> tuple[str, str]:
@@ -64,18 +65,14 @@ def installed_version(name: str, import_path: Iterable[str]) -> str | None:
     return None
 
 
-def version_matches(installed: str, requested: str) -> bool:
-    """'2.13.0+cpu' satisfies '2.13', '2.13.0' and '2.13.0+cpu'; not '2.1' nor '2.13.1'."""
-    if "+" in requested:
-        return installed == requested
-    release = installed.split("+", 1)[0]
-    return release == requested or release.startswith(requested + ".")
-
-
 class PythonRunner(Runner):
     """Runs the probe with an existing interpreter; casekit installs nothing."""
 
     name = "python"
+    versions = VersionSource.INTERPRETERS  # each version is the torch of an interpreter the user names
+    sandbox_name = "bubblewrap"
+    allow_options = frozenset(KNOWN_OPTIONS)
+    allow_examples = BWRAP_ALLOW_EXAMPLES
 
     def __init__(self, spec: TargetSpec) -> None:
         super().__init__(spec)
@@ -83,6 +80,16 @@ class PythonRunner(Runner):
         self.sandbox = Sandbox.from_options(spec.options)
         self.torch_version: str | None = None
         self.python_version: str | None = None
+
+    @classmethod
+    def label_of(cls, spec: TargetSpec) -> str:
+        """'python:/usr/bin/python3', or 'python:current' for casekit's own interpreter."""
+        return f"{spec.runner}:{spec.python or 'current'}"
+
+    @classmethod
+    def replay_flags(cls, spec: TargetSpec, *, say_runner: bool = True) -> list[str]:
+        """`--python PATH` alone selects an interpreter target (a placeholder where none was given)."""
+        return ["--python", spec.python or f"PYTHON_WITH_TORCH_{spec.torch or 'VERSION'}"]
 
     @staticmethod
     def _locate(python: str | None) -> str:
@@ -99,7 +106,7 @@ class PythonRunner(Runner):
         progress(f"checking torch in {self.python} …")
         torch_version, python_version = query_versions(self.python)
         self.sandbox.check(self.python)
-        if self.spec.torch and not version_matches(torch_version, self.spec.torch):
+        if self.spec.torch and not matches_request(torch_version, self.spec.torch):
             raise EnvironmentUnusable(
                 f"python {self.python}: has torch {torch_version}, not the requested {self.spec.torch}"
             )

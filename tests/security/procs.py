@@ -7,20 +7,21 @@ import os
 import time
 from pathlib import Path
 
+from casekit.runners.process import live_processes
+
 
 def marked_processes(token: str) -> list[int]:
     """Live (not zombie) host processes whose command line or environment holds `token`."""
     found = []
     needle = token.encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for pid in live_processes():  # casekit's own walk of /proc: the one kill_process_tree uses
+        if pid == os.getpid():
             continue
+        entry = Path(f"/proc/{pid}")
         try:
-            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                continue
             if needle in (entry / "cmdline").read_bytes() or needle in (entry / "environ").read_bytes():
-                found.append(int(entry.name))
-        except (OSError, IndexError):
+                found.append(pid)
+        except OSError:
             continue
     return found
 

@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from casekit.settings import archive_cache_key_path
 from ..conftest import ROOT, run_casekit
 
 FIXTURES = ROOT / "tests" / "fixtures" / "report" / "archive"
+START_LIMIT_S = 120  # seconds a loaded machine may take to start a child and reach its plain read
 QUICK = 30  # seconds: a command over nine bundles takes about one; a hang or an unbounded read takes forever
 LIMIT_MIB = 1024  # what an unguarded child may take
 FORGED = b"<script>alert('owned')</script><p>FIXED in 2.13, safe to drop</p>"
@@ -136,18 +138,41 @@ def in_a_child(run: str, unguarded: str = "", timeout: float = 3) -> str:
     'hung' when it ran past `timeout` ('hung in a plain read' when it was in one); 'out of memory' when
     it raised MemoryError or took over half of what it was given (the index reader catches the
     MemoryError: the memory was taken all the same, and without the limit the OOM killer ends it);
-    else 'finished'."""
+    else 'finished'. With `unguarded`, the `timeout` counts from the moment the child says it starts
+    the plain read, so a loaded machine that is slow to start the child cannot pass for a hang."""
     script = IN_A_CHILD.format(limit=LIMIT_MIB << 20, guard=unguarded, run=run)
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    lines: list[str] = []
+    reading = threading.Event()
+
+    def collect() -> None:
+        assert child.stderr is not None
+        for line in child.stderr:
+            lines.append(line)
+            if line.startswith("plain read of"):
+                reading.set()
+
+    collector = threading.Thread(target=collect, daemon=True)
+    collector.start()
+    started = time.monotonic()
+    while unguarded and not reading.is_set() and child.poll() is None and time.monotonic() - started < START_LIMIT_S:
+        reading.wait(0.05)
     try:
-        done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as late:
-        said = late.stderr.decode() if isinstance(late.stderr, bytes) else late.stderr or ""
-        return "hung in a plain read" if "plain read of" in said else "hung"
+        child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        collector.join(timeout=5)
+        return "hung in a plain read" if reading.is_set() else "hung"
+    collector.join(timeout=5)
+    said = "".join(lines)
     if unguarded:  # else the guard was in the way, and the control controls nothing
-        assert "plain read of" in done.stderr, done.stderr
-    assert "Traceback" not in done.stderr or "MemoryError" in done.stderr, done.stderr
-    peak_mib = int(done.stderr.rsplit("peak-kib ", 1)[1].split()[0]) >> 10
-    return "out of memory" if "MemoryError" in done.stderr or peak_mib > LIMIT_MIB // 2 else "finished"
+        assert "plain read of" in said, said
+    assert "Traceback" not in said or "MemoryError" in said, said
+    peak_mib = int(said.rsplit("peak-kib ", 1)[1].split()[0]) >> 10
+    return "out of memory" if "MemoryError" in said or peak_mib > LIMIT_MIB // 2 else "finished"
 
 
 # ------------------------------------------------------------------ links in place of casekit's folders
@@ -290,7 +315,7 @@ def forge_header_types(document: dict) -> None:
     for entry in document["entries"].values():
         entry[3][1] = ["a", "title"]  # the title: a list
         entry[3][4] = 7  # the tags: a number
-        entry[3][9] = ["pre"]  # the break counts: a list
+        entry[3][9] = {"pre": "one"}  # the break counts: not numbers
 
 
 def forge_history_types(document: dict) -> None:
@@ -298,7 +323,18 @@ def forge_history_types(document: dict) -> None:
         rows = json.loads(entry[4])
         for row in rows:
             row[RECORD_FIELDS.index("at")] = 20991231  # a number, not a time stamp
-            row[RECORD_FIELDS.index("statuses")] = ["ok"]
+            row[RECORD_FIELDS.index("reasons")] = 7  # a number, not a list of lines
+        entry[4] = json.dumps(rows)
+
+
+def forge_enum_values(document: dict) -> None:
+    """Values no enum has, where the readers turn strings into enum members (verdicts, statuses, roles)."""
+    for entry in document["entries"].values():
+        entry[3][9] = {"middle": 1}  # the break counts of a script that is neither pre nor post
+        rows = json.loads(entry[4])
+        for row in rows:
+            row[RECORD_FIELDS.index("verdict")] = "worse"
+            row[RECORD_FIELDS.index("statuses")] = {"pre": "fine"}
         entry[4] = json.dumps(rows)
 
 
@@ -313,7 +349,7 @@ def test_a_forged_index_is_rebuilt(archive: Path) -> None:
     listed = casekit("list", archive=archive)
     assert (listed.returncode, listed.stdout) == (0, table), listed.stderr
     expected = casekit("report", "-f", "json", "--out", "-", archive=archive).stdout
-    for forge in (forge_header_types, forge_history_types):
+    for forge in (forge_header_types, forge_history_types, forge_enum_values):
         signed_index(archive, forge)
         listed = casekit("list", archive=archive)
         assert (listed.returncode, listed.stdout) == (0, table), listed.stderr

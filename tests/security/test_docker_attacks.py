@@ -20,8 +20,7 @@ import pytest
 
 from casekit.runners import batch as batch_module
 from casekit.runners.batch import UidIsolation
-from casekit.runners.docker import DockerRunner
-from casekit.runners.docker.runner import RUN_UIDS
+from casekit.runners.docker.runner import RUN_UIDS, DockerRunner
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProbeScheduling
 
 from ..test_docker_runner import engine, replay_image, torch_spec  # noqa: F401 - fixtures shared with those tests

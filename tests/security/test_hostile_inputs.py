@@ -28,6 +28,7 @@ import casekit.includes as includes_module
 import casekit.replay.document as replay_document_module
 from casekit.bundle import parse_case, slugify
 from casekit.errors import BundleError
+from casekit.model import ScriptRole, ScriptStatus
 from casekit.replay.document import ReplayDocumentError, parse_replay_document, read_replay_document, replay_schema
 from casekit.report.text import replay_document_text
 
@@ -182,8 +183,8 @@ def test_replay_goes_on_past_every_hostile_bundle(hostile_archive: Path, tmp_pat
     assert done.returncode == 2, done.stdout + done.stderr
     one_line_each(done, list(HOSTILE))
     assert "casekit: error: 5 invalid bundle(s) were not replayed" in done.stderr
-    [result] = read_replay_document(out)["results"]
-    assert result["case"] == "item-branch" and result["scripts"]["pre"]["status"] == "ok"
+    [result] = read_replay_document(out).results
+    assert result.case == "item-branch" and result.scripts[ScriptRole.PRE].status is ScriptStatus.OK
 
 
 # ------------------------------------------------------------------ forged results files
@@ -280,15 +281,15 @@ def test_control_the_forged_files_passed_the_old_checks_and_crash_the_readers(
         parse_replay_document(forged(name), "forged.json")
     monkeypatch.setattr(replay_document_module, "replay_schema", lenient_schema)
     monkeypatch.setattr(replay_document_module, "_check_sites", lambda document, origin: None)
-    document = parse_replay_document(forged(name), "forged.json")  # the old reader accepted it
-    with pytest.raises((KeyError, AssertionError)):  # and merge's text view dies on it
+    with pytest.raises((KeyError, AssertionError)):  # the typed reader, or merge's text view, dies on it
+        document = parse_replay_document(forged(name), "forged.json")  # the old checks accepted it
         replay_document_text(document, verbose=True)
 
 
 def test_control_a_wrong_type_crashes_the_reader_without_the_schema() -> None:
-    document: Any = forged("sites that are a number")
-    with pytest.raises(TypeError):
-        replay_document_text(document, verbose=True)  # what the schema check (already there) stands in front of
+    data: Any = forged("sites that are a number")
+    with pytest.raises(TypeError):  # what the schema check (already there) stands in front of
+        replay_document_module._typed(data, "forged.json")
 
 
 OLD_READER_ON_DEEP = """
@@ -394,7 +395,7 @@ def test_a_full_disk_during_replay_record_keeps_the_bundle_and_shows_the_results
     assert "item-branch" in done.stdout  # the table is shown
     assert_bundle_intact(full_disk)
     if json_on == "another file system":
-        assert read_replay_document(out)["results"][0]["case"] == "item-branch"
+        assert read_replay_document(out).results[0].case == "item-branch"
     else:
         assert f"--json {out}: cannot write: No space left on device" in line and not out.exists()
 

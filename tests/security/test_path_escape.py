@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from casekit.bundle import case_to_toml, check_script_name, parse_case
+from casekit.bundle import case_to_toml, parse_case
 from casekit.errors import BundleError, ScriptNameError
+from casekit.includes import check_script_name
 from casekit.replay.run import _write_scripts
 
 from ..conftest import run_casekit

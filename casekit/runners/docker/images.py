@@ -45,14 +45,15 @@ def dockerfile_text() -> bytes:
         ) from None
 
 
-def connect() -> docker.DockerClient:
-    """A client for the engine DOCKER_HOST names (or the local socket); one clear error when unreachable."""
+def connect(host: str | None = None) -> docker.DockerClient:
+    """A client for the engine at `host` (else the one DOCKER_HOST names, or the local socket); one clear
+    error when unreachable. TLS settings (DOCKER_TLS_VERIFY, DOCKER_CERT_PATH) come from the environment."""
     import docker
     from docker.errors import DockerException
 
-    where = settings.docker_host()
+    where = host or settings.docker_host()
     try:
-        client = docker.from_env(timeout=30)
+        client = docker.from_env(timeout=30, environment={**os.environ, "DOCKER_HOST": where})
         client.ping()
     except (DockerException, OSError) as error:
         raise DockerUnavailable(

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import tarfile
 import tempfile
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,9 +41,9 @@ from casekit import settings
 from casekit.errors import DockerUnavailable, RunnerError
 from casekit.runners.batch import UidIsolation, lay_out_batch, read_batch
 from casekit.runners.docker import images
-from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
-from casekit.runners.process import FAST_FORK_TUNABLE, overall_timeout
-from casekit.runners.sandbox import _env_items
+from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec, host_key
+from casekit.runners.process import overall_timeout
+from casekit.runners.sandbox import FAST_FORK_TUNABLE, env_items
 
 if TYPE_CHECKING:
     import docker
@@ -68,38 +70,81 @@ LIST_OPTIONS = ("env",)  # keys that may be given more than once
 KNOWN_OPTIONS = (
     set(DEFAULTS) | {"cpus", "timeout", "gpus", "python", "transfer"} | set(LIST_OPTIONS) | set(images.BUILD_OPTIONS)
 )
+# what --allow's help shows (the module docstring has every key)
+ALLOW_EXAMPLES = (
+    "network=bridge",
+    "env=NAME[=VALUE]",
+    "memory=8g",
+    "pids=1024",
+    "tmpfs=4g",
+    "read_only=false",
+    "gpus=all",
+)
 MAX_RESULTS_BYTES = 512 * 1024 * 1024  # what a batch may send back through the engine
 
 
-def default_transfer() -> str:
-    """'bind' for a local engine; 'copy' through the engine's API when DOCKER_HOST points elsewhere
-    (tcp://, ssh://): a remote engine cannot see this machine's folders."""
-    return "copy" if settings.docker_host_is_remote() else "bind"
+def default_transfer(host: str | None = None) -> str:
+    """'bind' for a local engine; 'copy' through the engine's API when the engine (`host`, else
+    DOCKER_HOST) is elsewhere (tcp://, ssh://): a remote engine cannot see this machine's folders."""
+    return "copy" if settings.docker_host_is_remote(host) else "bind"
 
 
 class DockerRunner(Runner):
     """Runs the probe in a container of a casekit replay image (or spec.image)."""
 
     name = "docker"
+    builds_envs = True
+    pins_libraries = True
+    runs_images = True
+    sandbox_name = "docker"
+    allow_options = frozenset(KNOWN_OPTIONS)
+    allow_examples = ALLOW_EXAMPLES
 
     def __init__(self, spec: TargetSpec, client: docker.DockerClient | None = None) -> None:
         super().__init__(spec)
-        unknown = {key for key, _ in spec.options} - KNOWN_OPTIONS
-        if unknown:
-            raise RunnerError(f"unknown docker option(s): {', '.join(sorted(unknown))}")
         given = {key: value for key, value in spec.options if key not in LIST_OPTIONS}
-        self.options = {**DEFAULTS, "transfer": default_transfer(), **given}
-        self.env = _env_items(value for key, value in spec.options if key == "env")
+        self.options = {**DEFAULTS, "transfer": default_transfer(spec.host), **given}
+        self.env = env_items(value for key, value in spec.options if key == "env")
         if self.options["transfer"] not in ("bind", "copy"):
             raise RunnerError(f"docker option transfer={self.options['transfer']!r}: use bind or copy")
         self._client = client
         self.image: Image | None = None
         self.last_run_id: str | None = None  # the casekit.run label of the latest container
 
+    @classmethod
+    def host(cls) -> str | None:
+        """The engine DOCKER_HOST names, unless it is this machine's default socket: two engines with the
+        same torch are two targets (their labels, shard cells and bisect cache keys differ)."""
+        address = settings.docker_host()
+        return None if address == settings.DEFAULT_DOCKER_HOST else address
+
+    @classmethod
+    def display_of(cls, spec: TargetSpec) -> str:
+        """'docker:torch-2.13.0 on tcp://gpu-a:2376' for a target on another engine."""
+        here = replace(spec, host=None)
+        return cls.label_of(here) + (f" on {host_key(spec.host)}" if spec.host else "")
+
+    @classmethod
+    def replay_flags(cls, spec: TargetSpec, *, say_runner: bool = True) -> list[str]:
+        flags = super().replay_flags(spec, say_runner=say_runner)
+        return flags + (["--image", spec.image] if spec.image else [])
+
+    @classmethod
+    def free_build_bytes(cls) -> int | None:
+        """Free bytes on the local engine's data root (where images are built); None for a remote or
+        unreachable engine, whose disk this machine cannot see."""
+        if settings.docker_host_is_remote():
+            return None
+        try:
+            root = images.connect().info().get("DockerRootDir")
+            return shutil.disk_usage(root).free if root else None
+        except (DockerUnavailable, OSError):
+            return None
+
     @property
     def client(self) -> docker.DockerClient:
         if self._client is None:
-            self._client = images.connect()
+            self._client = images.connect(self.spec.host)
         return self._client
 
     def prepare(self, progress: ProgressFn) -> None:

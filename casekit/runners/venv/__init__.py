@@ -4,7 +4,6 @@ from casekit.runners.venv.cache import (
     MARKER,
     CachedEnv,
     EnvRequest,
-    cache_root,
     envs_dir,
     list_envs,
     remove_env,
@@ -12,7 +11,6 @@ from casekit.runners.venv.cache import (
 )
 from casekit.runners.venv.install import ISOLATING_ENV, choose_installer, ensure_env, request_for
 from casekit.runners.venv.runner import VenvRunner
-from casekit.versions import is_exact, pick_newest
 
 __all__ = [
     "ISOLATING_ENV",
@@ -20,13 +18,10 @@ __all__ = [
     "CachedEnv",
     "EnvRequest",
     "VenvRunner",
-    "cache_root",
     "choose_installer",
     "ensure_env",
     "envs_dir",
-    "is_exact",
     "list_envs",
-    "pick_newest",
     "remove_env",
     "request_for",
     "why_not_ready",

@@ -20,7 +20,6 @@ from casekit import settings
 from casekit.errors import CasekitError
 from casekit.fsutil import exclusive_lock
 from casekit.runners.interface import ProgressFn
-from casekit.settings import cache_root
 
 MARKER = "casekit-env.json"
 BROKEN_NOTE = "casekit-env.broken"
@@ -32,7 +31,6 @@ __all__ = [
     "MARKER",
     "CachedEnv",
     "EnvRequest",
-    "cache_root",
     "envs_dir",
     "list_envs",
     "mark_broken",

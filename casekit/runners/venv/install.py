@@ -24,12 +24,12 @@ from pathlib import Path
 
 from casekit import settings
 from casekit.errors import EnvironmentFailed
-from casekit.fsutil import exclusive_lock, tail_text
+from casekit.fsutil import exclusive_lock, tail_text, write_atomic
 from casekit.runners.interface import ProgressFn, TargetSpec
 from casekit.runners.process import EnvironmentUnusable
 from casekit.runners.python import query_versions
 from casekit.runners.venv.cache import ENV_SCHEMA, MARKER, CachedEnv, EnvRequest, envs_dir, read_marker, why_not_ready
-from casekit.versions import VersionError, is_exact, parse_pip_index_versions, pick_newest, without_local
+from casekit.versions import VersionError, parse_pip_index_versions, pick_newest, without_local
 
 STREAM_EVERY_S = 5.0
 RESOLVE_TIMEOUT_S = 120.0
@@ -39,7 +39,6 @@ RESOLVE_TIMEOUT_S = 120.0
 # (Python treats an empty PYTHON* variable as unset.)
 ISOLATING_ENV = {"PYTHONPATH": "", "PYTHONHOME": ""}
 
-__all__ = ["is_exact", "pick_newest"]  # re-exported: the venv runner's view of versions
 
 
 # --------------------------------------------------------------- installers
@@ -313,9 +312,7 @@ def _build(
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "build_s": round(time.monotonic() - started, 1),
     }
-    partial = building / f".{MARKER}.partial"
-    partial.write_text(json.dumps(marker, indent=1))
-    os.replace(partial, building / MARKER)  # written last: its presence means "complete"
+    write_atomic(building / MARKER, json.dumps(marker, indent=1))  # written last: its presence means "complete"
     progress(f"env {final.name} ready: torch {torch_version}, python {python_version} ({marker['build_s']} s)")
     return marker
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from casekit.errors import EnvironmentFailed
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
 from casekit.runners.process import EnvironmentUnusable, run_probe_subprocess
-from casekit.runners.sandbox import Sandbox
-from casekit.runners.venv.cache import CachedEnv, EnvRequest, cache_root, list_envs, mark_broken, why_not_ready
+from casekit.runners.sandbox import BWRAP_ALLOW_EXAMPLES, KNOWN_OPTIONS, Sandbox
+from casekit.runners.venv.cache import CachedEnv, EnvRequest, list_envs, mark_broken, why_not_ready
+from casekit.settings import cache_root
 from casekit.runners.venv.install import ISOLATING_ENV, choose_installer, ensure_env, request_for, resolve_torch_version
 from casekit.versions import is_exact, is_release_prefix, pick_newest
 
@@ -17,12 +19,25 @@ class VenvRunner(Runner):
     """A managed, cached virtual environment with the requested torch (and pins)."""
 
     name = "venv"
+    builds_envs = True
+    pins_libraries = True
+    sandbox_name = "bubblewrap"
+    allow_options = frozenset(KNOWN_OPTIONS)
+    allow_examples = BWRAP_ALLOW_EXAMPLES
 
     def __init__(self, spec: TargetSpec, cache_dir: Path | None = None, installer: str | None = None) -> None:
         super().__init__(spec)
         self.root = cache_dir or cache_root()
         self.installer = installer or choose_installer()
         self.env: CachedEnv | None = None
+
+    @classmethod
+    def free_build_bytes(cls) -> int | None:
+        """Free bytes on the disk of the env cache (or its nearest existing parent, before the first build)."""
+        folder = cache_root()
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        return shutil.disk_usage(folder).free
 
     def prepare(self, progress: ProgressFn) -> None:
         """Resolve the torch version, then reuse or build the env."""
