@@ -107,7 +107,7 @@ def render(tree: ast.Module, index: OriginalIndex) -> Rendered:
     expression does."""
     for node in ast.walk(tree):
         if getattr(node, "type_comment", None) is not None:
-            node.type_comment = None  # the library turns `x: int = 1` into `x = 1  # type: ` on the way
+            setattr(node, "type_comment", None)  # noqa: B010 - the library turns `x: int = 1` into `x = 1  # type: ` on the way
     text = ast.unparse(tree)
     again = ast.parse(text)
     placed: list[tuple[int, int, int]] = []  # (rendered start, rendered end, canonical original line)

@@ -39,6 +39,7 @@ from casekit.reduce.result import CaptureOptions, ReduceResult, ReduceStopped
 from casekit.reduce.speculate import SpeculativeSearch
 from casekit.reduce.target import warm_target
 from casekit.runners.interface import ProbeScheduling, ProgressFn, Runner
+from casekit.runners.sandbox import Sandbox
 from casekit.timeouts import check_timeout, reduce_run_timeout
 
 LOOPS = frozenset({"loop"})
@@ -156,7 +157,7 @@ class _Output:
     def _write(self, name: str, data: str | bytes) -> Path:
         target = self.out.joinpath(*PurePosixPath(name).parts)
         try:
-            write_atomic(target, data, 0o644)
+            write_atomic(target, data)
         except OSError as error:
             raise CasekitError(f"--out {self.out}: cannot write {name}: {error.strerror or error}") from None
         self.written[name] = target
@@ -189,7 +190,8 @@ def reduce_script(request: ReduceRequest, runner: Runner, progress: ProgressFn) 
     if jobs > 1 and "OMP_NUM_THREADS" not in os.environ:  # runs side by side: one thread each, not two per core
         env["OMP_NUM_THREADS"] = str(max(1, default_jobs() // jobs))
     started = time.monotonic()
-    with WarmProbe(target.python, env or None, target.sandbox, scheduling=ProbeScheduling(parallel_runs=jobs)) as probe:
+    sandbox = Sandbox.from_options(target.sandbox_options)
+    with WarmProbe(target.python, env or None, sandbox, scheduling=ProbeScheduling(parallel_runs=jobs)) as probe:
         return _reduce(request, inputs, canonical_site, probe, runner, jobs, started, progress)
 
 

@@ -9,7 +9,15 @@ import sys
 from collections.abc import Iterable
 
 from casekit.errors import RunnerError
-from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec, VersionSource
+from casekit.runners.interface import (
+    HostInterpreter,
+    ProbeBatchResult,
+    ProbeJob,
+    ProgressFn,
+    Runner,
+    TargetSpec,
+    VersionSource,
+)
 from casekit.runners.process import EnvironmentUnusable, check_interpreter, run_probe_subprocess
 from casekit.runners.sandbox import BWRAP_ALLOW_EXAMPLES, KNOWN_OPTIONS, Sandbox, runtime_of
 from casekit.versions import matches_request
@@ -116,6 +124,9 @@ class PythonRunner(Runner):
     def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
         self.prepare(progress)
         return run_probe_subprocess(self.python, jobs, progress, sandbox=self.sandbox, scheduling=self.scheduling)
+
+    def host_interpreter(self) -> HostInterpreter:
+        return HostInterpreter(self.python, None, self.spec.options)
 
     def describe(self) -> dict[str, object]:
         return {
