@@ -87,7 +87,8 @@ def test_a_model_is_reduced_keeping_its_break_and_the_result_runs_standalone(tmp
     assert "kept: model.py:21 GB" in summary, summary  # the .item() in Block.forward
     assert "confirmed in a fresh probe" in summary
     reduced = (out / "model.py").read_text()
-    assert code_lines(reduced) <= code_lines(SCRIPT) * 0.6, reduced
+    # the same call path through the user's code must stay (main -> Model.forward -> Block.forward)
+    assert code_lines(reduced) <= code_lines(SCRIPT) * 0.75, reduced
     assert "unused_helper" not in reduced and ".item()" in reduced
     # nothing beside the script was written: only --out
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "out"])

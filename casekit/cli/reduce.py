@@ -9,6 +9,7 @@ import typer
 
 from casekit.cli.common import ArchiveOption, default_runner_factory, examples, open_archive, progress_view
 from casekit.replay.plan import TargetChoice
+from casekit.runners.registry import DEFAULT_RUNNER, allow_help, interpreter_runner
 
 REDUCE_EXAMPLES = examples(
     "casekit reduce train.py --out reduced/                     (the first break in your code)",
@@ -56,14 +57,19 @@ def reduce(
     backend: Annotated[str, typer.Option("--backend", help="torch.compile backend forced for the runs.")] = "eager",
     allow: Annotated[
         list[str] | None,
-        typer.Option("--allow", metavar="KEY=VALUE", help="Relax the sandbox (repeatable; docs/sandbox.md)."),
+        typer.Option("--allow", metavar="KEY=VALUE", help=allow_help([interpreter_runner().name, DEFAULT_RUNNER])),
     ] = None,
     capture: Annotated[bool, typer.Option("--capture", help="File the reduced script as a case.")] = False,
     archive: ArchiveOption = None,
     case_id: Annotated[str | None, typer.Option("--id", help="Case id for --capture.")] = None,
     title: Annotated[str | None, typer.Option("--title", help="Case title for --capture.")] = None,
 ) -> None:
-    """Reduce a script to the smallest one that shows the same graph break (same place, same id)."""
+    """Reduce a script to the smallest one that shows the same graph break (same place, same id).
+
+    A candidate is kept only when it still runs eagerly and compiled, its break pairs with the
+    original's as replay pairs them (same id, same call site) and no new break appears. Candidates
+    run sandboxed, as replay runs scripts. The best result so far is always in --out: Ctrl-C or
+    --max-time keeps it."""
     from casekit.reduce.choice import BreakChoice
     from casekit.reduce.oracle import OracleOptions
     from casekit.reduce.result import CaptureOptions, ReduceStopped

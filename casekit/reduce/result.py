@@ -8,6 +8,8 @@ from pathlib import Path
 from casekit.archive.store import Archive
 from casekit.errors import Stopped
 from casekit.model import Site
+from casekit.reduce.candidate import Candidate
+from casekit.reduce.candidates import Layout
 from casekit.reduce.oracle import Judgement
 
 
@@ -46,6 +48,13 @@ class ReduceResult:
     improved: bool = False
     case_id: str | None = None  # the case --capture filed
     case_path: Path | None = None
+    # what a later check on another release needs (`run.check_on_release`): both versions, laid out
+    original_files: Candidate | None = field(default=None, repr=False)
+    best: Candidate | None = field(default=None, repr=False)
+    layout: Layout | None = field(default=None, repr=False)
+    user_files: frozenset[str] = frozenset()
+    backend: str = "eager"
+    timeout: float = 300.0
 
     @property
     def per_second(self) -> float:

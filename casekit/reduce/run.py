@@ -24,10 +24,11 @@ from pathlib import Path, PurePosixPath
 from casekit.bisect.warm import WarmProbe
 from casekit.bundle import sha256_text
 from casekit.capture import read_script
+from casekit.classify import match_sites
 from casekit.errors import CasekitError
 from casekit.fsutil import write_atomic
 from casekit.includes import collect_includes, file_bytes, missing_includes
-from casekit.model import IncludedFile, ScriptObservation, ScriptSource, ScriptStatus, Site
+from casekit.model import IncludedFile, ScriptObservation, ScriptSource, ScriptStatus, Site, SiteClass
 from casekit.observe.batch import observe_batch
 from casekit.reduce.candidate import Candidate, render_candidate
 from casekit.reduce.candidates import CandidateJob, CandidateProbe, Layout, library_modules
@@ -294,6 +295,12 @@ def _reduce(
         refusals=dict(candidates.stats.refusals),
         original_sha256=inputs.script.sha256,
         improved=state.improved,
+        original_files=original,
+        best=state.best if state.improved else original,
+        layout=layout,
+        user_files=user_files,
+        backend=request.backend,
+        timeout=timeout,
     )
     if stopped == "interrupted":
         raise ReduceStopped(signum, result)
@@ -310,6 +317,27 @@ def _reduce(
             case = capture_reduced(result, request.capture, request.script, runner, progress)
             result.case_id, result.case_path = case.id, request.capture.archive.path_for(case.id)
     return result
+
+
+def check_on_release(result: ReduceResult, runner: Runner, progress: ProgressFn) -> Judgement:
+    """Whether the reduced files still show the kept break on another target (a second release):
+    the original and the result run there side by side, the kept break found in the original's run by
+    casekit's pairing, and the result judged against it by the reduction's own oracle."""
+    if result.best is None or result.original_files is None or result.layout is None:
+        raise CasekitError("check_on_release needs a finished reduction")
+    runner.prepare(progress)
+    target = warm_target(runner)
+    layout = result.layout
+    with WarmProbe(target.python, target.env, Sandbox.from_options(target.sandbox_options)) as probe:
+        lay_out = CandidateProbe(probe, layout, _no_oracle(), max(result.timeout, 60.0), progress, result.backend)
+        original, reduced = lay_out.observe([result.original_files, result.best])
+    if original.status is not ScriptStatus.OK:
+        return Judgement(False, f"the original on this release: {original.status.value}: {original.detail}"[:300])
+    pairings, _, _ = match_sites([result.kept], original.sites)
+    there = pairings[0] if pairings else None
+    if there is None or there.observed is None or there.site_class is not SiteClass.PERSISTS:
+        return Judgement(False, "the original does not show the kept break on this release")
+    return Oracle(original, there.observed, result.user_files).judge(reduced)
 
 
 def _no_oracle() -> Oracle:
