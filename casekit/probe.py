@@ -948,6 +948,9 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
         )
         if job.get("report_modules"):
             data["library_modules"] = library_modules(run_dir)
+        if lines_run is not None:
+            sys.settrace(None)
+            data["lines_run"] = lines_run.report()
         try:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -994,6 +997,10 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     os.chdir(job.get("workdir") or run_dir)
     seed_everything(torch, job.get("seed", 0))
+    lines_run = None
+    if mode == "eager" and job.get("trace_lines"):  # a reducer's coverage: never under Dynamo, which owns frames
+        lines_run = LineTrace(os.path.dirname(os.path.abspath(script)))
+        lines_run.start()
     status, code = "ok", 0
     try:
         runpy.run_path(script, run_name="__main__")
@@ -1005,6 +1012,49 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
         observation.data["exception"] = describe_exception(error, script)
     finish(status, code)
     real_exit(0)
+
+
+class LineTrace:
+    """The lines run in the files under one folder (the script's and its included files'), by relative
+    path: what a reducer may remove at once is what the original never ran. Frames of other files get
+    no line tracing (only the call event), so library code runs at nearly its own speed."""
+
+    MAX_FILES = 500
+
+    def __init__(self, root):
+        self.prefix = os.path.realpath(root) + os.sep
+        self.seen = {}  # co_filename -> set of lines
+        self.other = set()  # co_filenames outside the folder
+
+    def start(self):
+        seen, other, prefix = self.seen, self.other, self.prefix
+
+        def local(frame, event, arg):
+            if event == "line":
+                seen[frame.f_code.co_filename].add(frame.f_lineno)
+            return local
+
+        def on_call(frame, event, arg):
+            name = frame.f_code.co_filename
+            lines = seen.get(name)
+            if lines is None:
+                if name in other:
+                    return None
+                if not os.path.realpath(name).startswith(prefix) or len(seen) >= self.MAX_FILES:
+                    other.add(name)
+                    return None
+                lines = seen[name] = set()
+            lines.add(frame.f_lineno)
+            return local
+
+        sys.settrace(on_call)
+
+    def report(self):
+        out = {}
+        for name, lines in self.seen.items():
+            relative = os.path.realpath(name)[len(self.prefix) :].replace(os.sep, "/")
+            out[relative] = sorted(lines)
+        return out
 
 
 def describe_exception(error, script):

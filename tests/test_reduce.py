@@ -8,6 +8,7 @@ control showing the same candidate does write when the sandbox is off).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -80,7 +81,19 @@ def test_a_model_is_reduced_keeping_its_break_and_the_result_runs_standalone(tmp
     script.write_text(SCRIPT)
     out = tmp_path / "out"
     before = sorted(p.name for p in tmp_path.iterdir())
-    done = reduce(str(script), "--out", str(out), "--max-time", "240")
+    archive = tmp_path / "cases"
+    done = reduce(
+        str(script),
+        "--out",
+        str(out),
+        "--max-time",
+        "240",
+        "--capture",
+        "--archive",
+        str(archive),
+        "--id",
+        "item-scale",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     summary = done.stdout
     assert "reduced model.py:" in summary and "candidates run" in summary
@@ -90,8 +103,13 @@ def test_a_model_is_reduced_keeping_its_break_and_the_result_runs_standalone(tmp
     # the same call path through the user's code must stay (main -> Model.forward -> Block.forward)
     assert code_lines(reduced) <= code_lines(SCRIPT) * 0.75, reduced
     assert "unused_helper" not in reduced and ".item()" in reduced
-    # nothing beside the script was written: only --out
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "out"])
+    # nothing beside the script was written: only --out (and the archive --capture filed into)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "out", "cases"])
+    # --capture filed the result, its notes naming the original's identity and size
+    assert "filed case item-scale" in summary
+    bundle = next(archive.rglob("item-scale*.toml")).read_text()
+    assert "Reduced by casekit reduce from model.py" in bundle and f"{code_lines(SCRIPT)} lines" in bundle
+    assert hashlib.sha256(SCRIPT.encode()).hexdigest()[:16] in bundle
     # standalone: plain python shows the same break in torch's own log
     shown = subprocess.run(
         [sys.executable, str(out / "model.py")],
@@ -278,8 +296,8 @@ def test_ctrl_c_keeps_the_best_result_so_far(tmp_path: Path) -> None:
 
 
 def hostile_script(outside: Path) -> str:
-    """The original writes nothing; the candidate that drops `guard = True` (a statement the break does
-    not need, so the reducer tries it early) writes outside."""
+    """The original writes nothing; a candidate that drops `guard = True` (a statement the break does
+    not need: the reducer tries it among its first candidates) writes outside when it runs f."""
     return f"""\
 import torch
 
@@ -287,12 +305,11 @@ guard = True
 
 
 def f(x):
+    if not globals().get("guard"):
+        with open({str(outside)!r}, "w") as planted:
+            planted.write("a candidate wrote outside the output folder")
     return x * x.sum().item()
 
-
-if not globals().get("guard"):
-    with open({str(outside)!r}, "w") as planted:
-        planted.write("a candidate wrote outside the output folder")
 
 print(torch.compile(f, backend="eager")(torch.ones(3)))
 """
@@ -304,7 +321,7 @@ def test_a_candidate_that_writes_outside_is_held_by_the_sandbox(tmp_path: Path, 
     outside.parent.mkdir()
     script = tmp_path / "hostile.py"
     script.write_text(hostile_script(outside))
-    args = [str(script), "--out", str(tmp_path / "out"), "--max-time", "90", "--no-inputs"]
+    args = [str(script), "--out", str(tmp_path / "out"), "--max-time", "120", "--no-inputs"]
     done = reduce(*args, *([] if sandboxed else ["--allow", "sandbox=none"]))
     assert done.returncode == 0, done.stderr[-2000:]
     if sandboxed:

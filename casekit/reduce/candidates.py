@@ -32,12 +32,29 @@ class CandidateJob(ProbeJob):
 
     eager_must_pass: bool = True
     report_modules: bool = False
+    trace_lines: bool = False  # the eager run records the lines it ran in the job's own files
 
     def to_request(self, script_path: str) -> dict[str, object]:
         request = super().to_request(script_path)
         request["eager_must_pass"] = self.eager_must_pass
         request["report_modules"] = self.report_modules
+        request["trace_lines"] = self.trace_lines
         return request
+
+
+def lines_run(batch: ProbeBatchResult, job_id: str) -> dict[str, set[int]]:
+    """The lines the eager run ran, per file of the job (relative paths), when it traced them."""
+    raw = batch.results.get(job_id) or {}
+    runs = raw.get("runs") if isinstance(raw, dict) else None
+    eager = runs.get("eager") if isinstance(runs, dict) else None
+    traced = eager.get("lines_run") if isinstance(eager, dict) else None
+    if not isinstance(traced, dict):
+        return {}
+    return {
+        name: {n for n in lines if isinstance(n, int)}
+        for name, lines in traced.items()
+        if isinstance(name, str) and isinstance(lines, list)
+    }
 
 
 def library_modules(batch: ProbeBatchResult, job_id: str) -> list[str]:

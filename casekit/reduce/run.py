@@ -31,10 +31,11 @@ from casekit.includes import collect_includes, file_bytes, missing_includes
 from casekit.model import IncludedFile, ScriptObservation, ScriptSource, ScriptStatus, Site, SiteClass
 from casekit.observe.batch import observe_batch
 from casekit.reduce.candidate import Candidate, render_candidate
-from casekit.reduce.candidates import CandidateJob, CandidateProbe, Layout, library_modules
+from casekit.reduce.candidates import CandidateJob, CandidateProbe, Layout, library_modules, lines_run
 from casekit.reduce.choice import BreakChoice, ReduceRefused, choose_break
+from casekit.reduce.coverage import without_unrun
 from casekit.reduce.inputs import shrink_inputs
-from casekit.reduce.lines import OriginalIndex, Rendered, identity_map
+from casekit.reduce.lines import OriginalIndex, Rendered, RenderError, identity_map
 from casekit.reduce.oracle import Judgement, Oracle, OracleOptions
 from casekit.reduce.result import CaptureOptions, ReduceResult, ReduceStopped
 from casekit.reduce.speculate import SpeculativeSearch
@@ -213,10 +214,11 @@ def _reduce(
     progress(f"observing {name} (eager baseline, compiled run) in a warm probe")
     first = CandidateProbe(probe, layout, _no_oracle(), request.timeout, progress, request.backend)
     job = first.jobs_for([original])[0]
-    job.report_modules, job.eager_must_pass = True, False
+    job.report_modules, job.eager_must_pass, job.trace_lines = True, False, True
     batch = probe.run_probe([job], progress)
     shutil.rmtree(job.script.parent, ignore_errors=True)
     torch_version = str(batch.environment.get("torch") or "?")
+    ran = lines_run(batch, job.id)
     observed = observe_batch(batch, job, inputs.script)
     _refuse_original(observed, request.timeout)
     placed = layout.placement_of(original).observation(observed)
@@ -254,7 +256,15 @@ def _reduce(
         return answers
 
     try:
-        if request.shrink_inputs:
+        if ran:
+            state.phase("code the original never ran (one candidate)")
+            try:
+                unrun = render_candidate(without_unrun(state.best.trees, ran, name), inputs.indexes)
+            except (RenderError, SyntaxError, ValueError):
+                unrun = None
+            if unrun is not None and unrun.code_lines() < state.best.code_lines() and judge([unrun])[0]:
+                state.keep(unrun)
+        if request.shrink_inputs and not should_stop():
             state.phase("loop counts")
             shrink_inputs(state.best, inputs.indexes, judge, jobs, LOOPS, state.keep, should_stop)
         if not should_stop():
