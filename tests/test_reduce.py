@@ -296,18 +296,18 @@ def test_ctrl_c_keeps_the_best_result_so_far(tmp_path: Path) -> None:
 
 
 def hostile_script(outside: Path) -> str:
-    """The original writes nothing; a candidate that drops `guard = True` (a statement the break does
-    not need: the reducer tries it among its first candidates) writes outside when it runs f."""
+    """The original writes to /dev/null; a candidate that drops the second `target = ...` (a statement
+    the break does not need: the reducer tries it among its first candidates) writes outside."""
     return f"""\
 import torch
 
-guard = True
+target = {str(outside)!r}
+target = "/dev/null"
 
 
 def f(x):
-    if not globals().get("guard"):
-        with open({str(outside)!r}, "w") as planted:
-            planted.write("a candidate wrote outside the output folder")
+    with open(target, "w") as sink:
+        sink.write("a candidate wrote outside the output folder")
     return x * x.sum().item()
 
 
