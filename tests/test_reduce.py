@@ -328,5 +328,6 @@ def test_a_candidate_that_writes_outside_is_held_by_the_sandbox(tmp_path: Path, 
         assert not outside.exists()
         assert sorted(p.name for p in tmp_path.iterdir()) == ["hostile.py", "out", "outside"]
         assert list(outside.parent.iterdir()) == []
-    else:  # the control: the same reduction unsandboxed runs the candidate that writes there
-        assert outside.read_text() == "a candidate wrote outside the output folder"
+    else:  # the control: the same reduction unsandboxed runs a candidate that writes there (later
+        # candidates may have dropped the write() and only truncate it: the file's existence is the escape)
+        assert outside.exists()
