@@ -2,8 +2,9 @@
 
 Steps: check the input (every bad input is one line before anything runs, or
 right after the original's run); observe the original in a warm probe and pick
-the break to keep; check the source normalized by `ast.unparse` still keeps
-it; shrink loop counts (every later candidate runs faster); reduce the code
+the break to keep (its eager run traces the lines it runs in the user's files);
+check the source normalized by `ast.unparse` still keeps it; try one candidate
+without every statement the original never ran; shrink loop counts (every later candidate runs faster); reduce the code
 with pysource-minimize (statements, expressions, bodies, definitions, imports,
 arguments, whole included files), `jobs` candidates at once; shrink the
 inputs; confirm the result in a fresh probe, exactly as replay would run it.
