@@ -64,13 +64,17 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 # Side by side in one run: casekit replay vs the naive way (one fresh python per script);
 # list/validate/report/shard planning on 1,000 and 10,000 synthetic bundles (naive, cold, warm);
 # torch's import in a managed venv vs one built without bytecode and one compiled after (bytecode_bench);
+# casekit reduce on five large repros (lines before -> after, candidates/s, naive cost per candidate beside it;
+# BENCH_REDUCE_ARGS="--second-python PATH" also checks the pairing on a second release);
 # with BENCH_BISECT=1 also k cases x n releases bisected one by one vs shared (builds envs: minutes).
 BENCH_SIZES ?= 1000,10000
 BENCH_BISECT_ARGS ?= --k 2 --versions 2.5.1,2.8.0,2.13.0
+BENCH_REDUCE_ARGS ?= --jobs 2
 bench: $(STAMP)
 	$(PYTHON) bench/replay_bench.py
 	$(PYTHON) bench/scale_bench.py --sizes $(BENCH_SIZES)
 	$(PYTHON) bench/bytecode_bench.py
+	$(PYTHON) bench/reduce_bench.py $(BENCH_REDUCE_ARGS)
 ifeq ($(BENCH_BISECT),1)
 	$(PYTHON) bench/bisect_shared_bench.py $(BENCH_BISECT_ARGS)
 else

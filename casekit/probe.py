@@ -1167,6 +1167,11 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
         data["imported_packages"] = imported_package_versions(
             {name.split(".")[0] for name in sys.modules} - baseline_modules
         )
+        if job.get("report_modules"):
+            data["library_modules"] = library_modules(run_dir)
+        if lines_run is not None:
+            sys.settrace(None)
+            data["lines_run"] = lines_run.report()
         try:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -1186,7 +1191,7 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
         finish("exited" if code else "ok", code)
         real_exit(code)
 
-    baseline_modules = {name.split(".")[0] for name in sys.modules}
+    baseline_modules = {name.split(".")[0] for name in sys.modules} - _PRELOADED_TOP
     eager_outputs = None
     if mode != "eager" and os.path.exists(eager_outputs_path):
         try:
@@ -1214,6 +1219,10 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     os.chdir(job.get("workdir") or run_dir)
     seed_everything(torch, job.get("seed", 0))
+    lines_run = None
+    if mode == "eager" and job.get("trace_lines"):  # a reducer's coverage: never under Dynamo, which owns frames
+        lines_run = LineTrace(os.path.dirname(os.path.abspath(script)))
+        lines_run.start()
     status, code = "ok", 0
     try:
         runpy.run_path(script, run_name="__main__")
@@ -1225,6 +1234,49 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
         observation.data["exception"] = describe_exception(error, script)
     finish(status, code)
     real_exit(0)
+
+
+class LineTrace:
+    """The lines run in the files under one folder (the script's and its included files'), by relative
+    path: what a reducer may remove at once is what the original never ran. Frames of other files get
+    no line tracing (only the call event), so library code runs at nearly its own speed."""
+
+    MAX_FILES = 500
+
+    def __init__(self, root):
+        self.prefix = os.path.realpath(root) + os.sep
+        self.seen = {}  # co_filename -> set of lines
+        self.other = set()  # co_filenames outside the folder
+
+    def start(self):
+        seen, other, prefix = self.seen, self.other, self.prefix
+
+        def local(frame, event, arg):
+            if event == "line":
+                seen[frame.f_code.co_filename].add(frame.f_lineno)
+            return local
+
+        def on_call(frame, event, arg):
+            name = frame.f_code.co_filename
+            lines = seen.get(name)
+            if lines is None:
+                if name in other:
+                    return None
+                if not os.path.realpath(name).startswith(prefix) or len(seen) >= self.MAX_FILES:
+                    other.add(name)
+                    return None
+                lines = seen[name] = set()
+            lines.add(frame.f_lineno)
+            return local
+
+        sys.settrace(on_call)
+
+    def report(self):
+        out = {}
+        for name, lines in self.seen.items():
+            relative = os.path.realpath(name)[len(self.prefix) :].replace(os.sep, "/")
+            out[relative] = sorted(lines)
+        return out
 
 
 def describe_exception(error, script):
@@ -1783,6 +1835,8 @@ def run_job(torch, job, runs_dir, isolation=None, eager=None):
             runs[mode] = run_one(torch, job, mode, runs_dir, timeout, isolation)
         if mode == "eager" and runs[mode]["status"] == "timeout":
             break  # the script hangs without compile: compiled runs would only hang again
+        if mode == "eager" and runs[mode]["status"] != "ok" and job.get("eager_must_pass"):
+            break  # a reducer's candidate that fails eagerly is refused already: compiling it is wasted
     for kept in (EAGER_OUTPUTS, EAGER_AHEAD):
         try:
             os.unlink(os.path.join(runs_dir, "{}.{}".format(job["id"], kept)))
@@ -1912,14 +1966,58 @@ def serve(state_dir, requests, run_namespaces=False):
             os.path.join(out_dir, "env.json"), dict(env_record, environment=settings, import_s=0.0, warm=True)
         )
         if request.get("schema") == REQUEST_SCHEMA:
-            for job in request["jobs"]:
-                result = run_job(torch, job, runs_dir, request.get("isolation"))
-                write_json_atomic(os.path.join(out_dir, "{}.result.json".format(job["id"])), result)
+            preload(request.get("preload"))
+            # one run at a time unless the request asks for more (a reducer's batch of candidates)
+            parallel = runs_at_once(request) if "parallel_runs" in request else 1
+            run_batch(torch, request["jobs"], out_dir, runs_dir, request.get("isolation"), parallel)
         done = {"schema": PROBE_SCHEMA, "wall_s": time.time() - begun}
         if request.get("schema") != REQUEST_SCHEMA:
             done["error"] = "unsupported request schema {!r}".format(request.get("schema"))
         write_json_atomic(os.path.join(out_dir, "done.json"), done)
     return 0
+
+
+_MODULE_NAME = None  # type: ignore  # compiled on first use
+_PRELOADED_TOP = set()  # type: set  # top-level names imported by preload(): still a run's own packages
+MAX_LIBRARY_MODULES = 4000
+
+
+def preload(names):
+    """Import installed modules once in the warm probe, before its runs are forked (a reducer's
+    candidates all import the same library: `transformers` costs seconds a run otherwise).
+
+    Only what this interpreter's own path finds is imported: the probe never has a job's folder on
+    its path, so a script's own files are never run here. A module that fails to import is skipped
+    (the runs import it themselves, and fail as they would)."""
+    global _MODULE_NAME
+    import importlib
+    import re
+
+    if _MODULE_NAME is None:
+        _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+    for name in list(names or [])[:MAX_LIBRARY_MODULES]:
+        if not isinstance(name, str) or not _MODULE_NAME.match(name) or name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+        except BaseException:
+            continue
+        _PRELOADED_TOP.add(name.split(".")[0])
+
+
+def library_modules(run_dir):
+    """The installed modules a run imported (dotted names): what a warm probe may preload for its
+    next runs of the same script. Modules of the run's own folder (the script's files) are left out."""
+    own = os.path.realpath(run_dir) + os.sep
+    names = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if not isinstance(path, str) or name == "__main__":
+            continue
+        if os.path.realpath(path).startswith(own):
+            continue
+        names.append(name)
+    return sorted(names)[:MAX_LIBRARY_MODULES]
 
 
 # ------------------------------------------------------------ run scheduling

@@ -66,3 +66,13 @@ def recorded_run_seconds(record: CaptureRecord | None) -> float | None:
 def batch_timeout(jobs: Iterable[TimedJob], import_allowance_s: float) -> float:
     """A whole probe batch: every run of every job at its own bound, plus the one torch import."""
     return import_allowance_s + sum(job.timeout * max(1, len(job.modes)) for job in jobs)
+
+
+REDUCE_FLOOR_S = 10.0  # a reducer's candidate: never less (a run under load, a first compile)
+REDUCE_FACTOR = 4.0  # times the slowest run of the original
+
+
+def reduce_run_timeout(slowest_s: float, cap: float) -> float:
+    """The bound of one run of a reducer's candidate: derived from the original's slowest run, at most `cap`
+    (a candidate that loops forever costs this, not the original's whole --timeout)."""
+    return min(cap, max(REDUCE_FLOOR_S, REDUCE_FACTOR * slowest_s))

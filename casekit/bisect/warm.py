@@ -26,7 +26,7 @@ from pathlib import Path
 from casekit import settings
 from casekit.errors import RunnerError
 from casekit.runners.batch import lay_out_batch, read_batch
-from casekit.runners.interface import PROBE_PATH, ProbeBatchResult, ProbeJob, ProgressFn
+from casekit.runners.interface import PROBE_PATH, ProbeBatchResult, ProbeJob, ProbeScheduling, ProgressFn
 from casekit.runners.process import (
     IMPORT_MARGIN_S,
     EnvironmentUnusable,
@@ -50,15 +50,19 @@ class WarmProbe:
         env: Mapping[str, str] | None = None,
         sandbox: Sandbox | None = None,
         writable: Sequence[Path] = (),
+        scheduling: ProbeScheduling | None = None,
     ) -> None:
         """`sandbox` as the runner's (default: bwrap, no network); `writable`: folders the runs may write
-        (e.g. the parent of every commit's worktree), bound when the probe starts."""
+        (e.g. the parent of every commit's worktree), bound when the probe starts; `scheduling`: runs at
+        once within one request (default: one at a time)."""
         check_interpreter(python)
         self.python = python
         self.env = env
         self.sandbox = sandbox or Sandbox.from_options()
         self.sandbox.check()
         self.writable = list(writable)
+        self.scheduling = scheduling
+        self.preload: list[str] = []  # installed modules the probe imports once, before forking runs
         self.state = Path(tempfile.mkdtemp(prefix=temp_prefix("warm")))
         self.stage = self.sandbox.stage_for(self.state)  # the sandbox launcher's, when casekit is root
         self.places = self.sandbox.place([self.state, *self.writable])  # host folder -> where the probe sees it
@@ -126,7 +130,11 @@ class WarmProbe:
         batch_dir = self.state / f"request-{self._requests}"
         root = f"{self.places[str(self.state)]}/{batch_dir.name}"
         try:
-            lay_out_batch(batch_dir, jobs, root, self.sandbox.run_isolation(self.python), moved=self.places)
+            isolation = self.sandbox.run_isolation(self.python)
+            request = lay_out_batch(batch_dir, jobs, root, isolation, self.scheduling, moved=self.places)
+            if self.preload:
+                document = json.loads(request.read_text())
+                request.write_text(json.dumps({**document, "preload": self.preload}, indent=1))
             self.sandbox.hand_over(batch_dir)
             for workdir in {Path(w) for w in (getattr(job, "workdir", None) for job in jobs) if w}:
                 # made after the probe started (a commit's worktree): the sandbox user's, as the folder it is in

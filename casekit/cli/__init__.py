@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from casekit.cli import cases, environments, records
+from casekit.cli import reduce as reduce_command
 from casekit.cli import replay as replay_command
 from casekit.cli import schedule as schedule_command
 from casekit.cli.bisect import register as register_bisect
@@ -77,6 +78,7 @@ schedule_command.register(app)
 environments.register(app)
 register_bisect(app)
 records.register(app)
+reduce_command.register(app)
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import datetime as dt
 import enum
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -116,6 +116,15 @@ def host_key(host: str) -> str:
     return f"{scheme}{sep}{where}{at}{after}" if sep else host.rpartition("@")[2]
 
 
+@dataclass(frozen=True)
+class HostInterpreter:
+    """What a warm probe on this host needs from a prepared runner (`Runner.host_interpreter`)."""
+
+    python: str
+    env: Mapping[str, str] | None  # None: the probe's usual environment
+    sandbox_options: tuple[tuple[str, str], ...] = ()  # the spec's --allow relaxations, for the sandbox
+
+
 class Runner(abc.ABC):
     """Provides one target and runs the probe inside it.
 
@@ -148,6 +157,12 @@ class Runner(abc.ABC):
     @abc.abstractmethod
     def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
         """Run the probe once (one torch import) over all jobs; raise RunnerError if it cannot start."""
+
+    def host_interpreter(self) -> HostInterpreter | None:
+        """After prepare(): the interpreter on this host that runs the probe, its environment and its
+        sandbox's options, for a caller that keeps one warm probe (reduce); None for a runner whose probe runs
+        elsewhere (a container)."""
+        return None
 
     def describe(self) -> dict[str, object]:
         """Runner facts for the environment record (image id, venv path...)."""

@@ -11,6 +11,7 @@ from pathlib import PurePosixPath
 
 from casekit.errors import RunnerError
 from casekit.runners.interface import (
+    HostInterpreter,
     ProbeBatchResult,
     ProbeJob,
     ProgressFn,
@@ -176,6 +177,9 @@ class PythonRunner(Runner):
     def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
         self.prepare(progress)
         return run_probe_subprocess(self.python, jobs, progress, sandbox=self.sandbox, scheduling=self.scheduling)
+
+    def host_interpreter(self) -> HostInterpreter:
+        return HostInterpreter(self.python, None, self.spec.options)
 
     def describe(self) -> dict[str, object]:
         return {

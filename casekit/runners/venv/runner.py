@@ -8,7 +8,7 @@ from pathlib import Path
 
 from casekit.errors import EnvironmentFailed
 from casekit.runners.channels import Channel, choose_source
-from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
+from casekit.runners.interface import HostInterpreter, ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
 from casekit.runners.process import EnvironmentUnusable, run_probe_subprocess
 from casekit.runners.sandbox import BWRAP_ALLOW_EXAMPLES, KNOWN_OPTIONS, Sandbox
 from casekit.runners.venv.cache import CachedEnv, EnvRequest, mark_broken, why_not_ready
@@ -87,6 +87,11 @@ class VenvRunner(Runner):
         except EnvironmentUnusable as error:
             mark_broken(self.env.path, f"marked broken after a failed run: {error}")
             raise EnvironmentUnusable(f"{error} (env {self.env.key} is rebuilt on next use)") from None
+
+    def host_interpreter(self) -> HostInterpreter | None:
+        if self.env is None:
+            return None
+        return HostInterpreter(str(self.env.python_executable), ISOLATING_ENV, self.spec.options)
 
     def describe(self) -> dict[str, object]:
         facts = super().describe()

@@ -1,0 +1,163 @@
+"""casekit reduce on large repros, beside the naive way (`make bench`).
+
+Each repro under bench/reduce/ is a realistic model or script (150-260 lines; one
+of them spread over six files, reduced with --include) that shows a graph break.
+For each, this run measures:
+
+- the reduction itself (`casekit.reduce.run.reduce_script`, the current
+  interpreter, --jobs as given): lines before -> after, candidates run,
+  candidates per second, wall time, and whether the result was confirmed in a
+  fresh probe;
+- the naive way's cost per candidate, measured side by side: the original run
+  once by a fresh probe process (one torch import per candidate, as a reducer
+  that starts `python script.py` per candidate pays), against the reduction's
+  own seconds per candidate; the ratio is printed;
+- with --second-python PATH (e.g. a torch 2.5.1 venv): whether the reduced
+  files still pair with the original on that release (`check_on_release`:
+  both run there, the kept break found in the original by casekit's pairing,
+  the result judged by the reduction's oracle).
+
+--budget caps each reduction (default 300 s, the issue's bound; the best so
+far is kept). --only NAME runs one repro. --json FILE keeps the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from casekit.reduce.choice import BreakChoice
+from casekit.reduce.run import ReduceRequest, check_on_release, reduce_script
+from casekit.runners.interface import ProbeJob
+from casekit.runners.python import PythonRunner
+from casekit.runners.registry import interpreter_target
+
+HERE = Path(__file__).resolve().parent / "reduce"
+
+
+@dataclass(frozen=True)
+class Repro:
+    name: str
+    script: Path
+    includes: tuple[Path, ...] = ()
+    what: str = ""
+
+
+REPROS = (
+    Repro("moe_lm", HERE / "moe_lm" / "moe_lm.py", what="MoE LM: expert dispatch (bincount, tolist)"),
+    Repro("attention_branch", HERE / "attention_branch" / "attention_branch.py", what="ViT: if on a tensor"),
+    Repro("train_step", HERE / "train_step" / "train_step.py", what="compiled train step: loss.item()"),
+    Repro(
+        "multifile",
+        HERE / "multifile" / "transcribe.py",
+        (HERE / "multifile" / "speech",),
+        what="6 files (--include): lengths.tolist() in a layer",
+    ),
+    Repro("bigbird_eval", HERE / "bigbird_eval" / "bigbird_eval.py", what="transformers BigBird: logger.warning"),
+)
+
+
+def code_lines(path: Path) -> int:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return sum(1 for line in lines if line.strip() and not line.strip().startswith("#"))
+
+
+def naive_seconds(repro: Repro, timeout: float) -> float:
+    """One candidate the naive way: a fresh interpreter (torch imported again) observing the script."""
+    from casekit.includes import collect_includes
+
+    runner = PythonRunner(interpreter_target())
+    runner.prepare(lambda message: None)
+    includes = tuple(collect_includes(repro.script, list(repro.includes))) if repro.includes else ()
+    job = ProbeJob(id="naive", script=repro.script, timeout=timeout, includes=includes)
+    started = time.monotonic()
+    runner.run_probe([job], lambda message: None)
+    return time.monotonic() - started
+
+
+def bench_one(repro: Repro, args: argparse.Namespace, out_root: Path) -> dict[str, object]:
+    runner = PythonRunner(interpreter_target())
+    out = out_root / repro.name
+    request = ReduceRequest(
+        script=repro.script,
+        out=out,
+        includes=list(repro.includes),
+        choice=BreakChoice(),
+        jobs=args.jobs,
+        max_seconds=args.budget,
+    )
+    said = []
+    result = reduce_script(request, runner, lambda message: said.append(message))
+    files = sorted(out.rglob("*.py"))
+    lines_before = result.lines_before
+    lines_after = sum(code_lines(path) for path in files)
+    row: dict[str, object] = {
+        "repro": repro.name,
+        "what": repro.what,
+        "files_before": result.files_before,
+        "files_after": len(files),
+        "lines_before": lines_before,
+        "lines_after": lines_after,
+        "cut_percent": round(100.0 * (lines_before - lines_after) / max(lines_before, 1), 1),
+        "candidates": result.candidates,
+        "candidates_per_s": round(result.per_second, 3),
+        "wall_s": round(result.seconds, 1),
+        "stopped": result.stopped,
+        "kept": f"{result.kept.where()} {result.kept.gb_id or result.kept.category}",
+        "confirmed": bool(result.confirmed and result.confirmed.kept),
+        "out": str(out),
+    }
+    naive = naive_seconds(repro, result.timeout)
+    own = result.seconds / max(result.candidates, 1)
+    row["naive_s_per_candidate"] = round(naive, 2)
+    row["reduce_s_per_candidate"] = round(own, 2)
+    row["naive_over_reduce"] = round(naive / own, 2) if own else None
+    if args.second_python:
+        other = PythonRunner(interpreter_target(args.second_python))
+        try:
+            judgement = check_on_release(result, other, lambda message: None)
+            row["second_release"] = "pairs" if judgement.kept else f"no: {judgement.why[:120]}"
+        except Exception as error:  # a repro that needs a library the second venv lacks
+            row["second_release"] = f"not run: {str(error)[:120]}"
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--budget", type=float, default=300.0, help="seconds per reduction (best so far kept)")
+    parser.add_argument("--jobs", type=int, default=None, help="candidates at once [default: the cores]")
+    parser.add_argument("--second-python", help="an interpreter with another torch release (pairing check)")
+    parser.add_argument("--only", action="append", help="run only this repro (repeatable)")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--keep", type=Path, help="write the reduced files under this folder")
+    args = parser.parse_args()
+    chosen = [r for r in REPROS if not args.only or r.name in args.only]
+    out_root = args.keep or Path(tempfile.mkdtemp(prefix="reduce-bench-"))
+    print(f"casekit reduce bench: {len(chosen)} repros, budget {args.budget:g} s each, load {os.getloadavg()[0]:.1f}")
+    rows = []
+    for repro in chosen:
+        row = bench_one(repro, args, out_root)
+        rows.append(row)
+        print(
+            f"{row['repro']:<17} {row['lines_before']:>4} -> {row['lines_after']:>3} lines (-{row['cut_percent']}%), "
+            f"files {row['files_before']} -> {row['files_after']}, {row['candidates']} candidates, "
+            f"{row['candidates_per_s']}/s, {row['wall_s']} s{' (' + str(row['stopped']) + ')' if row['stopped'] else ''}; "
+            f"kept {row['kept']}, confirmed {row['confirmed']}; naive {row['naive_s_per_candidate']} s/candidate vs "
+            f"{row['reduce_s_per_candidate']} ({row['naive_over_reduce']}x)"
+            + (f"; second release: {row['second_release']}" if "second_release" in row else ""),
+            flush=True,
+        )
+    print(f"reduced files under {out_root}; load after {os.getloadavg()[0]:.1f}")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

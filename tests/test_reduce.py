@@ -1,0 +1,333 @@
+"""`casekit reduce` end to end: real torch, real probes, the real CLI.
+
+A reduction keeps the break's identity and writes only under --out; the result runs standalone;
+a multi-file repro reduces every included file; Ctrl-C keeps the best so far; every bad input is one
+line before any reduction starts; a candidate that writes outside is held by the sandbox (with a
+control showing the same candidate does write when the sandbox is off).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, as_from_a_terminal, run_casekit
+
+SCRIPT = """\
+import math
+import os
+import torch
+import torch.nn as nn
+
+HIDDEN = 32
+
+
+def unused_helper(x):
+    return x.cos() * math.pi
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.lin = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        h = self.norm(self.lin(x))
+        scale = h.abs().max().item()
+        return h / scale
+
+
+class Model(nn.Module):
+    def __init__(self, dim, depth):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(dim) for _ in range(depth)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def main():
+    model = Model(HIDDEN, 2)
+    compiled = torch.compile(model, backend="eager")
+    for step in range(3):
+        out = compiled(torch.randn(8, HIDDEN))
+        print(step, out.shape, os.getpid() > 0)
+
+
+main()
+"""
+
+
+def code_lines(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line.strip() and not line.strip().startswith("#"))
+
+
+def reduce(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return run_casekit("reduce", *args, "--jobs", "2", timeout=timeout)
+
+
+def test_a_model_is_reduced_keeping_its_break_and_the_result_runs_standalone(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "out"
+    before = sorted(p.name for p in tmp_path.iterdir())
+    archive = tmp_path / "cases"
+    done = reduce(
+        str(script),
+        "--out",
+        str(out),
+        "--max-time",
+        "240",
+        "--capture",
+        "--archive",
+        str(archive),
+        "--id",
+        "item-scale",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = done.stdout
+    assert "reduced model.py:" in summary and "candidates run" in summary
+    assert "kept: model.py:21 GB" in summary, summary  # the .item() in Block.forward
+    assert "confirmed in a fresh probe" in summary
+    reduced = (out / "model.py").read_text()
+    # the same call path through the user's code must stay (main -> Model.forward -> Block.forward)
+    assert code_lines(reduced) <= code_lines(SCRIPT) * 0.75, reduced
+    assert "unused_helper" not in reduced and ".item()" in reduced
+    # nothing beside the script was written: only --out (and the archive --capture filed into)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "out", "cases"])
+    # --capture filed the result, its notes naming the original's identity and size
+    assert "filed case item-scale" in summary
+    bundle = next(archive.rglob("item-scale*.toml")).read_text()
+    assert "Reduced by casekit reduce from model.py" in bundle and f"{code_lines(SCRIPT)} lines" in bundle
+    assert hashlib.sha256(SCRIPT.encode()).hexdigest()[:16] in bundle
+    # standalone: plain python shows the same break in torch's own log
+    shown = subprocess.run(
+        [sys.executable, str(out / "model.py")],
+        env={**os.environ, "TORCH_LOGS": "graph_breaks"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "Graph break" in shown.stderr and "item()" in shown.stderr, shown.stderr[-2000:]
+
+
+LAYERS = """\
+import torch
+import torch.nn as nn
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + torch.tanh(0.79788456 * (x + 0.044715 * x ** 3)))
+
+
+class Gate(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        score = self.proj(x).sigmoid()
+        if score.mean() > 0.5:
+            return x * score
+        return x
+
+
+class Unused(nn.Module):
+    def forward(self, x):
+        return gelu_tanh(x)
+"""
+
+MAIN = """\
+import torch
+from pkg.layers import Gate
+from pkg.config import DIM
+
+
+def run():
+    gate = Gate(DIM)
+    compiled = torch.compile(gate, backend="eager")
+    x = torch.randn(4, DIM)
+    for _ in range(2):
+        y = compiled(x)
+    print(y.shape)
+
+
+run()
+"""
+
+
+def test_a_multi_file_repro_reduces_every_included_file(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "layers.py").write_text(LAYERS)
+    (tmp_path / "pkg" / "config.py").write_text("DIM = 16\nDEPTH = 4\nNAME = 'gate'\n")
+    (tmp_path / "pkg" / "extra.py").write_text("def never_imported():\n    return 1\n")
+    (tmp_path / "main.py").write_text(MAIN)
+    out = tmp_path / "out"
+    done = reduce(str(tmp_path / "main.py"), "--include", str(tmp_path / "pkg"), "--out", str(out), "--max-time", "240")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "kept: pkg/layers.py:16 GB" in done.stdout, done.stdout  # the data-dependent branch on score.mean()
+    assert "files 5 -> " in done.stdout
+    layers = (out / "pkg" / "layers.py").read_text()
+    assert "Unused" not in layers and "gelu_tanh" not in layers and "score.mean()" in layers
+    assert not (out / "pkg" / "extra.py").exists()  # an included file nothing needs is left out
+    config = out / "pkg" / "config.py"
+    assert not config.exists() or "NAME" not in config.read_text()
+    total = sum(code_lines(p.read_text()) for p in out.rglob("*.py"))
+    assert total < code_lines(LAYERS + MAIN) * 0.7
+
+
+# ------------------------------------------------------------ bad input: one line, before any reduction
+
+
+@pytest.mark.parametrize(
+    ("body", "args", "said"),
+    [
+        ("import torch\nprint(torch.ones(2))\n", ("--site", "s.py:99"), "--site s.py:99: s.py has 2 lines"),
+        ("import torch\nprint(torch.ones(2))\n", ("--site", "other.py:1"), "other.py is not a file being reduced"),
+        ("import torch\n\nprint(torch.ones(2))\n", ("--site", "s.py:2"), "line 2 holds no statement"),
+        ("import torch\n", ("--gb", "nope"), "a graph-break id looks like GB0124"),
+    ],
+)
+def test_a_bad_choice_is_refused_before_any_run(tmp_path: Path, body: str, args: tuple[str, ...], said: str) -> None:
+    (tmp_path / "s.py").write_text(body)
+    started = time.monotonic()
+    done = reduce(str(tmp_path / "s.py"), "--out", str(tmp_path / "out"), *args)
+    assert done.returncode != 0
+    assert said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert len([line for line in done.stderr.splitlines() if line.startswith("casekit:")]) == 1
+    assert not (tmp_path / "out").exists()
+    assert time.monotonic() - started < 60  # no torch import, no probe
+
+
+BAD_SCRIPTS = {
+    "eager fails": (
+        "import torch\nf = torch.compile(lambda x: x.sum().item(), backend='eager')\nf(torch.ones(2))\n"
+        "raise ValueError('broken data')\n",
+        (),
+        "the script fails without torch.compile",
+    ),
+    "no break": (
+        "import torch\nf = torch.compile(lambda x: x * 2, backend='eager')\nprint(f(torch.ones(2)))\n",
+        (),
+        "the script shows no graph break",
+    ),
+    "hangs": ("import time\nwhile True:\n    time.sleep(0.1)\n", ("--timeout", "10"), "did not finish within 10 s"),
+    "not the chosen break": (
+        "import torch\nf = torch.compile(lambda x: x.sum().item(), backend='eager')\nf(torch.ones(2))\n",
+        ("--gb", "GB0999"),
+        "the script does not show the break with id GB0999; it breaks at: s.py:2",
+    ),
+    "not python": ("import torch\ndef f(:\n", (), "s.py"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_SCRIPTS))
+def test_a_script_that_cannot_be_reduced_is_one_clear_line(tmp_path: Path, case: str) -> None:
+    body, args, said = BAD_SCRIPTS[case]
+    (tmp_path / "s.py").write_text(body)
+    done = reduce(str(tmp_path / "s.py"), "--out", str(tmp_path / "out"), *args)
+    assert done.returncode != 0
+    assert said in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_a_missing_script_is_one_line(tmp_path: Path) -> None:
+    done = reduce(str(tmp_path / "absent.py"), "--out", str(tmp_path / "out"))
+    assert done.returncode != 0 and "absent.py" in done.stderr and "Traceback" not in done.stderr
+
+
+# ------------------------------------------------------------ Ctrl-C
+
+
+def test_ctrl_c_keeps_the_best_result_so_far(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "casekit", "reduce", str(script), "--out", str(out), "--jobs", "2"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_from_a_terminal,
+    )
+    try:
+        deadline = time.monotonic() + 400
+        normalized = None
+        while time.monotonic() < deadline and process.poll() is None:
+            written = out / "model.py"
+            if written.exists():
+                text = written.read_text()
+                normalized = normalized or text  # the first write is the original as it was
+                if code_lines(text) < code_lines(SCRIPT):
+                    break
+            time.sleep(0.5)
+        assert process.poll() is None, "the reduction ended before it could be interrupted"
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 128 + signal.SIGINT, stderr[-2000:]
+    assert f"stopped by Ctrl-C: the best result so far is in {out}" in stdout
+    kept = (out / "model.py").read_text()
+    assert code_lines(kept) < code_lines(SCRIPT)
+    compile(kept, "model.py", "exec")  # whole, never half written
+    assert not list(out.glob(".*.tmp"))
+
+
+# ------------------------------------------------------------ a hostile candidate
+
+
+def hostile_script(outside: Path) -> str:
+    """The original writes to /dev/null; a candidate that drops the second `target = ...` (a statement
+    the break does not need: the reducer tries it among its first candidates) writes outside."""
+    return f"""\
+import torch
+
+target = {str(outside)!r}
+target = "/dev/null"
+
+
+def f(x):
+    with open(target, "w") as sink:
+        sink.write("a candidate wrote outside the output folder")
+    return x * x.sum().item()
+
+
+print(torch.compile(f, backend="eager")(torch.ones(3)))
+"""
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "control-unsandboxed"])
+def test_a_candidate_that_writes_outside_is_held_by_the_sandbox(tmp_path: Path, sandboxed: bool) -> None:
+    outside = tmp_path / "outside" / "planted.txt"
+    outside.parent.mkdir()
+    script = tmp_path / "hostile.py"
+    script.write_text(hostile_script(outside))
+    args = [str(script), "--out", str(tmp_path / "out"), "--max-time", "120", "--no-inputs"]
+    done = reduce(*args, *([] if sandboxed else ["--allow", "sandbox=none"]))
+    assert done.returncode == 0, done.stderr[-2000:]
+    if sandboxed:
+        assert not outside.exists()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["hostile.py", "out", "outside"]
+        assert list(outside.parent.iterdir()) == []
+    else:  # the control: the same reduction unsandboxed runs a candidate that writes there (later
+        # candidates may have dropped the write() and only truncate it: the file's existence is the escape)
+        assert outside.exists()
