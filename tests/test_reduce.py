@@ -76,6 +76,7 @@ def reduce(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]
     return run_casekit("reduce", *args, "--jobs", "2", timeout=timeout)
 
 
+@pytest.mark.process
 def test_a_model_is_reduced_keeping_its_break_and_the_result_runs_standalone(tmp_path: Path) -> None:
     script = tmp_path / "model.py"
     script.write_text(SCRIPT)
@@ -168,6 +169,7 @@ run()
 """
 
 
+@pytest.mark.process
 def test_a_multi_file_repro_reduces_every_included_file(tmp_path: Path) -> None:
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
@@ -192,6 +194,7 @@ def test_a_multi_file_repro_reduces_every_included_file(tmp_path: Path) -> None:
 # ------------------------------------------------------------ bad input: one line, before any reduction
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("body", "args", "said"),
     [
@@ -235,6 +238,7 @@ BAD_SCRIPTS = {
 }
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("case", list(BAD_SCRIPTS))
 def test_a_script_that_cannot_be_reduced_is_one_clear_line(tmp_path: Path, case: str) -> None:
     body, args, said = BAD_SCRIPTS[case]
@@ -246,6 +250,7 @@ def test_a_script_that_cannot_be_reduced_is_one_clear_line(tmp_path: Path, case:
     assert not (tmp_path / "out").exists()  # refused before anything was written
 
 
+@pytest.mark.process
 def test_a_missing_script_is_one_line(tmp_path: Path) -> None:
     done = reduce(str(tmp_path / "absent.py"), "--out", str(tmp_path / "out"))
     assert done.returncode != 0 and "absent.py" in done.stderr and "Traceback" not in done.stderr
@@ -254,6 +259,7 @@ def test_a_missing_script_is_one_line(tmp_path: Path) -> None:
 # ------------------------------------------------------------ Ctrl-C
 
 
+@pytest.mark.process
 def test_ctrl_c_keeps_the_best_result_so_far(tmp_path: Path) -> None:
     script = tmp_path / "model.py"
     script.write_text(SCRIPT)
@@ -315,6 +321,7 @@ print(torch.compile(f, backend="eager")(torch.ones(3)))
 """
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "control-unsandboxed"])
 def test_a_candidate_that_writes_outside_is_held_by_the_sandbox(tmp_path: Path, sandboxed: bool) -> None:
     outside = tmp_path / "outside" / "planted.txt"

@@ -139,6 +139,7 @@ VARIANTS = {
 }
 
 
+@pytest.mark.process
 def test_real_candidates_are_judged_by_casekit_pairing(tmp_path: Path) -> None:
     index = OriginalIndex(ORIGINAL_SCRIPT)
     layout = Layout("script.py", (), {"script.py": index})
