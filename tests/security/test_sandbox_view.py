@@ -108,6 +108,13 @@ def test_a_daemon_socket_of_the_host_is_not_there_to_connect_to(daemon_socket: U
     assert daemon_socket.contacts == []
 
 
+def checkout_and_interpreter() -> list[str]:
+    """bwrap arguments that show the checkout and this interpreter again after a tmpfs on /tmp (a clone
+    or a venv may live there, as in a CI job that clones into /tmp)."""
+    folders = {Path(__file__).resolve().parents[2], Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    return [arg for folder in sorted(folders) for arg in ("--ro-bind", str(folder), str(folder))]
+
+
 def test_control_a_daemon_socket_is_reached_unsandboxed_and_through_a_read_only_root(
     daemon_socket: UnixListener,
 ) -> None:
@@ -116,7 +123,8 @@ def test_control_a_daemon_socket_is_reached_unsandboxed_and_through_a_read_only_
     assert said(batch, "sock.pre", "CASEKIT-UNIX")["outcome"].startswith("reached: HTTP/1.0 200 OK")
     # and "a read-only bind of / is not a sandbox": connect() works through a read-only mount
     old_design = [locate_bwrap(), "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev"]
-    old_design += ["--proc", "/proc", "--tmpfs", "/tmp", sys.executable, str(SCRIPTS / "unix_socket.py")]
+    old_design += ["--proc", "/proc", "--tmpfs", "/tmp", *checkout_and_interpreter()]
+    old_design += [sys.executable, str(SCRIPTS / "unix_socket.py")]
     done = subprocess.run(
         [*old_design, str(daemon_socket.path)], capture_output=True, text=True, timeout=60, check=False
     )
@@ -283,7 +291,7 @@ def test_a_host_without_user_namespaces_gets_one_line_with_the_remedy(tmp_path: 
     shutil.copy(Path(__file__).parents[2] / "cases" / "item-branch.toml", archive)
     # casekit itself inside a bwrap that forbids further user namespaces: a hardened host, as its scripts see it
     jail = [locate_bwrap(), "--unshare-user", "--disable-userns", "--ro-bind", "/", "/", "--dev", "/dev"]
-    jail += ["--proc", "/proc", "--tmpfs", "/tmp", "--bind", str(tmp_path), str(tmp_path)]
+    jail += ["--proc", "/proc", "--tmpfs", "/tmp", *checkout_and_interpreter(), "--bind", str(tmp_path), str(tmp_path)]
     jail += ["--setenv", "PYTHONPATH", str(Path(__file__).parents[2])]
     done = subprocess.run(
         [*jail, sys.executable, "-m", "casekit", "replay", "--archive", str(archive)],
