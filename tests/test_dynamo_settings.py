@@ -22,6 +22,7 @@ from casekit.classify import Axes, axes_differences
 from casekit.errors import CasekitError
 from casekit.replay.plan import TargetChoice
 from casekit.runners import registry
+from casekit.runners.interface import TargetSpec
 from tests.conftest import ROOT, run_casekit
 
 torch = pytest.importorskip("torch")
@@ -153,6 +154,11 @@ def _replay_json(tmp_path: Path, archive: Path, *flags: str) -> tuple[subprocess
     return done, json.loads(out.read_text()) if out.exists() else {}
 
 
+def python_label(python: object) -> str:
+    """The stable label of an interpreter target (its portable form: no folder of this machine)."""
+    return registry.label(TargetSpec(runner="python", python=str(python)))
+
+
 def _sites(document: dict, case: str, label_part: str) -> list[dict]:
     (result,) = [r for r in document["results"] if r["case"] == case and r["target"].endswith(label_part)]
     return result["scripts"]["pre"]["sites"]
@@ -188,7 +194,7 @@ def test_nested_graph_breaks_preview_names_the_setting_for_every_change(tmp_path
     assert on["dynamo"]["nested_graph_breaks"] == {"value": True, "default": False, "set": True}
     assert off["dynamo"]["nested_graph_breaks"] == {"value": False, "default": False}
     # one deep break: one site with it off (seen from three frames) and on
-    for part in ("=True", sys.executable):
+    for part in ("=True", python_label(sys.executable)):
         (site,) = _sites(document, "nested-print", part)
         assert site["class"] == "persists"
     graphs = {r["target"]: r["scripts"]["pre"]["graphs"] for r in document["results"] if r["case"] == "nested-print"}
@@ -198,7 +204,7 @@ def test_nested_graph_breaks_preview_names_the_setting_for_every_change(tmp_path
     for site in changed:
         assert site["axis"] == "setting nested_graph_breaks"
         assert site["cause"].endswith(" with nested_graph_breaks=True; recorded nested_graph_breaks=False")
-    assert all(s["class"] == "persists" for s in _sites(document, "metrics-disable", sys.executable))
+    assert all(s["class"] == "persists" for s in _sites(document, "metrics-disable", python_label(sys.executable)))
     assert "changed by setting nested_graph_breaks: " in done.stdout + done.stderr
     said = "pre: its changes coincide with setting nested_graph_breaks False -> True, the only difference from the recording"
     assert said in done.stdout + done.stderr
@@ -285,9 +291,9 @@ def test_a_library_change_with_torch_fixed_is_named_as_the_librarys(tmp_path):
     done, document = _replay_json(tmp_path, archive, "--python", old, "--python", new)
     assert done.returncode == 0, done.stderr[-2000:]
     libraries = {t["label"]: t["libraries"] for t in document["targets"]}
-    assert libraries == {f"python:{old}": {"brklib": "1.0"}, f"python:{new}": {"brklib": "2.0"}}
-    assert _sites(document, "lib-case", old) == []  # 1.0: no break, as recorded
-    (site,) = _sites(document, "lib-case", new)
+    assert libraries == {python_label(old): {"brklib": "1.0"}, python_label(new): {"brklib": "2.0"}}
+    assert _sites(document, "lib-case", python_label(old)) == []  # 1.0: no break, as recorded
+    (site,) = _sites(document, "lib-case", python_label(new))
     assert site["class"] == "new"
     assert site["axis"] == "library brklib"
     assert site["cause"].startswith("new with brklib 2.0")
