@@ -38,6 +38,13 @@ def _copy_checkout(to: Path) -> None:
             shutil.copy2(source, target)
 
 
+def newcomer_environment() -> dict[str, str]:
+    """This environment without what would point make at another checkout's set-up: CI exports PYTHON
+    (its own project venv), and make's `PYTHON ?=` would take it, installing the copy into that venv."""
+    inherited = ("PYTHON", "VENV", "STAMP", "BOOTSTRAP_PYTHON", "MAKEFLAGS", "MAKELEVEL", "MFLAGS", "VIRTUAL_ENV")
+    return {key: value for key, value in os.environ.items() if key not in inherited}
+
+
 def _site_packages(python: Path) -> set[str]:
     folder = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -65,7 +72,7 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         capture_output=True,
         text=True,
         timeout=1800,
-        env={**os.environ, "PYTHONPATH": ""},
+        env={**newcomer_environment(), "PYTHONPATH": ""},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "setup: installing casekit" in done.stdout and "setup: done in" in done.stdout  # it says what it does
@@ -90,7 +97,7 @@ def _make_run(copy: Path, system: Path, args: str, **variables: str) -> subproce
         capture_output=True,
         text=True,
         timeout=1200,
-        env={**os.environ, "PYTHONPATH": "", **variables},
+        env={**newcomer_environment(), "PYTHONPATH": "", **variables},
     )
 
 
