@@ -80,6 +80,17 @@ def test_swapped_or_equal_ends_are_refused_with_what_to_type(good: str, bad: str
     )
 
 
+def test_nightly_ends_are_dates_compared_as_dates() -> None:
+    """With --nightlies the ends are days: in order they pass, swapped or equal they are refused alike."""
+    BisectRequest("2026-01-03", "2026-02-01", case_ids=("a",), nightlies=True)
+    with pytest.raises(BisectError, match=r"swap them \(--good 2026-01-03 --bad 2026-02-01\)"):
+        BisectRequest("2026-02-01", "2026-01-03", case_ids=("a",), nightlies=True)
+    with pytest.raises(BisectError, match="are the same day"):
+        BisectRequest("2026-01-03", "2026-01-03", case_ids=("a",), nightlies=True)
+    with pytest.raises(CasekitError, match="not a date"):
+        BisectRequest("2.13.0", "2026-01-03", case_ids=("a",), nightlies=True)
+
+
 def test_a_folder_given_as_a_document_is_refused_at_once(tmp_path: Path) -> None:
     with pytest.raises(CasekitError, match="is a folder"):
         Outputs(json_out=tmp_path)

@@ -8,7 +8,6 @@ interpreter with PYTHONPATH at this checkout.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from casekit.replay.document import read_replay_document
 from casekit.replay.shard import without_volatile
 from tests.conftest import ROOT, run_casekit
 
@@ -124,7 +124,7 @@ def unsharded(tmp_path: Path, archive: Path, targets: list[str]) -> dict[str, ob
         "replay", "--archive", str(archive), *targets, "--no-record", "--fail-on", "never", "--json", str(whole)
     )
     assert done.returncode == 0, done.stderr
-    return without_volatile(json.loads(whole.read_text()))
+    return without_volatile(read_replay_document(whole))
 
 
 def log_of(results: Path, pattern: str) -> str:
@@ -146,8 +146,8 @@ def test_a_slurm_array_of_six_tasks_and_its_merge_job_equal_one_replay(slurm: No
     logs = log_of(results, f"*-{array}_*.out")
     for index in range(6):
         assert f"shard {index + 1}/6 from slurm: SLURM_ARRAY_TASK_ID={index}, CASEKIT_SHARD_COUNT=6" in logs
-    merged = json.loads((results / "merged.json").read_text())
-    assert len(merged["results"]) == 9 * 2
+    merged = read_replay_document(results / "merged.json")
+    assert len(merged.results) == 9 * 2
     assert without_volatile(merged) == unsharded(tmp_path, archive, targets)
 
 
@@ -183,5 +183,5 @@ def test_a_killed_array_task_is_named_by_the_merge_and_a_resubmitted_one_complet
     final_log = (results / "logs").glob(f"*-{final}[._]*out")  # a plain sbatch names it %x-%A_%a
     text = "\n".join(p.read_text() for p in final_log)
     assert "retried: shard 1/6 (index 0) on python:" in text and "kept attempt 2" in text, text
-    merged = json.loads((results / "merged.json").read_text())
+    merged = read_replay_document(results / "merged.json")
     assert without_volatile(merged) == unsharded(tmp_path, archive, targets)

@@ -39,6 +39,7 @@ from casekit.errors import BisectError, CasekitError
 from casekit.fsutil import STDOUT, write_atomic
 from casekit.outcome import ExitCode
 from casekit.runners import registry
+from casekit.runners.channels import parse_date
 from casekit.runners.dynamo import parse_dynamo
 from casekit.runners.interface import ProgressFn
 
@@ -128,7 +129,7 @@ class BisectRequest:
         if self.ahead is not None and self.ahead < 0:
             raise BisectError(f"--ahead takes 0 or more, not {self.ahead}")
         object.__setattr__(self, "case_ids", tuple(dict.fromkeys(self.case_ids)))
-        _check_ends(self.good, self.bad)
+        _check_ends(self.good, self.bad, nightlies=self.nightlies)
 
     @property
     def several(self) -> bool:
@@ -163,15 +164,23 @@ class BisectRequest:
         )
 
 
-def _check_ends(good: str, bad: str) -> None:
-    """Refuse swapped or equal ends before anything is listed or built, saying what to type instead."""
-    good_version, bad_version = parse_version(good), parse_version(bad)
-    if good_version == bad_version:
-        raise BisectError(f"--good {good} and --bad {bad} are the same release: nothing lies between them")
-    if bad_version < good_version:
+def _check_ends(good: str, bad: str, *, nightlies: bool = False) -> None:
+    """Refuse swapped or equal ends before anything is listed or built, saying what to type instead.
+    With --nightlies the ends are dates (YYYY-MM-DD), compared as dates."""
+    if nightlies:
+        same, swapped, what = parse_date(good) == parse_date(bad), parse_date(bad) < parse_date(good), "day"
+    else:
+        same, swapped, what = (
+            parse_version(good) == parse_version(bad),
+            parse_version(bad) < parse_version(good),
+            "release",
+        )
+    if same:
+        raise BisectError(f"--good {good} and --bad {bad} are the same {what}: nothing lies between them")
+    if swapped:
         raise BisectError(
             f"--good {good} is newer than --bad {bad}: swap them (--good {bad} --bad {good}); the search finds "
-            "the first release whose outcome differs from the older end's, so a fix bisects as a regression does"
+            f"the first {what} whose outcome differs from the older end's, so a fix bisects as a regression does"
         )
 
 
