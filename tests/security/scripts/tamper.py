@@ -3,10 +3,14 @@
 import json
 import pathlib
 import sys
+import time
 
 here = pathlib.Path(__file__).resolve()
 batch = here.parents[2]  # <batch>/runs/<job>/tamper.py
 outcomes = {}
+# Two workers start their first runs together, in either order: give a victim started beside this run
+# the moment to make its run folder, so the attempts below meet it alive.
+time.sleep(2)
 
 
 def attempt(name, path, text="tampered\n"):
