@@ -20,7 +20,7 @@ for tool in munged slurmctld slurmd scontrol sinfo; do
     command -v "$tool" >/dev/null || { echo "$tool not found: apt-get install -y slurm-wlm munge" >&2; exit 1; }
 done
 
-# Outputs are read whole, then matched: `cmd | grep -q` under pipefail fails when grep exits first (SIGPIPE).
+# Outputs are read whole, then matched: a pipeline into an early-exit reader fails under pipefail when the reader exits first (SIGPIPE).
 node_idle() { local state; state="$(sinfo -h -n "$NODE" -o '%T' 2>/dev/null)" || return 1; [[ $state =~ ^(idle|mixed|allocated|completing) ]]; }
 controller_up() { local said; said="$(scontrol ping 2>/dev/null)" || return 1; [[ $said == *"is UP"* ]]; }
 first_partition() { local all; all="$(sinfo -h -o '%P %D %T')"; echo "${all%%$'\n'*}"; }

@@ -24,7 +24,7 @@ fail() { echo "wheel-check: $*" >&2; exit 1; }
 stamp "building the sdist, then the wheel from it (no stale build/ folder of the checkout can leak in)"
 "$PYTHON" -m build --outdir "$WORK/dist" "$REPO" >"$WORK/build.log" 2>&1 || { tail -20 "$WORK/build.log" >&2; fail "python -m build failed"; }
 wheel=$(ls "$WORK"/dist/casekit-*.whl)
-# listed to a file first: `unzip | grep -q` under pipefail fails when grep exits at its first match (SIGPIPE)
+# listed to a file first: unzip piped into an early-exit reader fails under pipefail when the reader stops at its first match (SIGPIPE)
 unzip -l "$wheel" >"$WORK/wheel.list"
 for member in casekit/runners/docker/Dockerfile casekit/runners/sandbox_launcher.py casekit/probe.py casekit/schedule/templates/slurm.sbatch; do
     grep -q "$member" "$WORK/wheel.list" || fail "the wheel lacks $member"

@@ -139,7 +139,7 @@ def torch_251_python() -> str:
     try:
         runner.prepare(lambda message: None)
     except CasekitError as error:
-        pytest.skip(f"no torch 2.5.1 interpreter found, and the managed env could not be built: {error}")
+        pytest.fail(f"no torch 2.5.1 interpreter found, and the managed env could not be built: {error}")
     assert runner.env is not None
     return str(runner.env.python_executable)
 
