@@ -11,8 +11,8 @@ import pytest
 from casekit.bisect.commits import CommitBisect, InPlaceProbeJob, bisect_commits
 from casekit.bisect.engine import CacheSettings
 from casekit.bisect.predicates import CommitPredicate
-from casekit.bisect.warm import WarmProbe
 from casekit.runners.interface import ProbeJob
+from casekit.runners.warm import WarmProbe
 from tests.gitrepo import git
 
 BREAKS = "import torch\n\n\ndef f(x):\n    y = x.sin()\n    print('hi')\n    return y + 1\n\n\nprint(torch.compile(f, backend='eager')(torch.ones(2)))\n"

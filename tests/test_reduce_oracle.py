@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from casekit.bisect.warm import WarmProbe
 from casekit.model import Frame, ScriptObservation, ScriptStatus, Site
 from casekit.reduce.candidate import Candidate
 from casekit.reduce.candidates import CandidateProbe, Layout
 from casekit.reduce.choice import BreakChoice, ReduceRefused, choose_break
 from casekit.reduce.lines import OriginalIndex, Rendered, identity_map
 from casekit.reduce.oracle import Oracle, OracleOptions
+from casekit.runners.warm import WarmProbe
 
 ITEM = "Unsupported Tensor.item() call with capture_scalar_outputs=False"
 

@@ -131,6 +131,9 @@ def test_interrupted_replay_leaves_every_bundle_untouched(starter_copy: Path, tm
         def run_probe(self, jobs, progress):
             raise KeyboardInterrupt
 
+        def host_interpreter(self):  # no warm probe: the interrupt comes from this runner's batch
+            return None
+
         def describe(self):
             return {"runner": "python"}
 
@@ -270,3 +273,34 @@ def test_a_cuda_case_on_a_cpu_target_is_told_apart_from_a_broken_case(starter_co
     broken = results["broken"]
     assert broken.scripts["pre"].status.value == "eager_failed", "a case's own failure is not a GPU problem"
     assert broken.verdict != "env_failed"
+
+
+@pytest.mark.slow
+def test_a_broken_fix_is_verified_in_the_probe_that_ran_the_replay(starter_copy: Path, monkeypatch):
+    """The post-fix of tensor-if now does what the repro does (its break is back): the fix is broken,
+    the way back (fullgraph=False) is proven, and the proof ran in the probe that was already warm,
+    one torch import for the whole target, where the runner's own probe would import torch twice."""
+    from dataclasses import replace as changed
+
+    from casekit.bundle import sha256_text
+
+    [case] = Archive(starter_copy).load_all(["tensor-if"])
+    assert case.post is not None
+    broken = changed(case, post=changed(case.post, source=case.pre.source, sha256=sha256_text(case.pre.source)))
+    said: list[str] = []
+    options = ReplayOptions(record=False)
+    report = replay([broken], [TargetSpec(runner="python")], options, None, make_runner, said.append)
+    [result] = report.results
+    assert result.verdict == "fix_broken" and result.rollback.needed and result.rollback.verified is True
+    assert result.rollback.path == "post-fix with fullgraph=False"
+    imports = [m for m in said if "importing torch" in m]
+    assert len(imports) == 1, said
+    assert any("verifying rollback" in m for m in said) and any(".rollback done" in m for m in said)
+    # the control: the runner's own probe for each batch (no warm one) imports torch twice
+    from casekit.replay import run as replay_run
+
+    said.clear()
+    monkeypatch.setattr(replay_run, "_warm_probe", lambda runner, options: None)
+    again = replay([broken], [TargetSpec(runner="python")], options, None, make_runner, said.append)
+    assert again.results[0].rollback.verified is True
+    assert len([m for m in said if "importing torch" in m]) == 2

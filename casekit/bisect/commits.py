@@ -42,13 +42,13 @@ from casekit.bisect.engine import (
 from casekit.bisect.predicates import BAD, GOOD, CommitPredicate
 from casekit.bisect.report import BisectReport, ReportHeader, build_report
 from casekit.bisect.search import UNKNOWN, Outcome
-from casekit.bisect.warm import WarmProbe
 from casekit.bundle import sha256_text
 from casekit.errors import BisectError, CasekitError, EnvironmentFailed, GitError
 from casekit.model import ScriptSource
 from casekit.observe.batch import observe_batch
 from casekit.runners import registry
 from casekit.runners.interface import ProbeJob, ProgressFn, Runner, RunnerFactory
+from casekit.runners.warm import WarmProbe
 from casekit.scrub import temp_prefix
 
 SKIP_EXIT_CODE = 125  # git bisect run's "cannot test this commit"

@@ -1,6 +1,6 @@
 """Running candidates: a batch of them in the warm probe, each observed, placed and judged by the oracle.
 
-One torch import for the whole reduction (`bisect.warm.WarmProbe`: the same
+One torch import for the whole reduction (`runners.warm.WarmProbe`: the same
 sandbox as replay's runs, a fork per run), `jobs` runs side by side in one
 request. A candidate's eager run must pass before it is compiled (a probe job
 flag: a candidate that fails eagerly is refused anyway). After the original's
@@ -16,13 +16,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from casekit.bisect.warm import WarmProbe
 from casekit.model import IncludedFile, ScriptObservation, ScriptSource
 from casekit.observe.batch import observe_batch
 from casekit.reduce.candidate import Candidate
 from casekit.reduce.lines import OriginalIndex
 from casekit.reduce.oracle import Judgement, Oracle, Placement
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn
+from casekit.runners.warm import WarmProbe
 
 
 @dataclass

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from casekit.bisect.warm import WarmProbe
 from casekit.bundle import sha256_text
 from casekit.capture import read_script
 from casekit.classify import match_sites
@@ -43,6 +42,7 @@ from casekit.reduce.speculate import SpeculativeSearch
 from casekit.reduce.target import warm_target
 from casekit.runners.interface import ProbeScheduling, ProgressFn, Runner
 from casekit.runners.sandbox import Sandbox
+from casekit.runners.warm import WarmProbe
 from casekit.scrub import temp_prefix
 from casekit.timeouts import check_timeout, reduce_run_timeout
 

@@ -1,7 +1,10 @@
 """Replay: rerun the archive on one or more targets and classify every break.
 
 One probe process per target runs every script of every case (torch imported
-once per target); targets run side by side where cores allow. A case's history
+once per target), and then the rollback verification of the fixes that broke:
+where the runner lends an interpreter on this host (python, venv), the probe
+stays warm for it; a container runner starts a second one. Targets run side by
+side where cores allow. A case's history
 is appended only once its target has finished, atomically, so an interrupted
 replay leaves each bundle untouched or complete.
 """
@@ -42,6 +45,7 @@ from casekit.runners.dynamo import pin_name
 from casekit.runners.interface import (
     ProbeBatchResult,
     ProbeJob,
+    ProbeRunner,
     ProbeScheduling,
     ProgressFn,
     Runner,
@@ -49,6 +53,8 @@ from casekit.runners.interface import (
     TargetSpec,
 )
 from casekit.runners.process import REPLAY_PREFIX
+from casekit.runners.sandbox import Sandbox
+from casekit.runners.warm import WarmProbe
 from casekit.timeouts import replay_run_timeout
 from casekit.versions import package_pin
 
@@ -190,8 +196,20 @@ def _package_warnings(
     return sorted(set(warnings))
 
 
+def _warm_probe(runner: Runner, options: ReplayOptions) -> WarmProbe | None:
+    """One probe for the target's batch and then its rollback verification (one torch import for both),
+    where the runner lends an interpreter on this host; None: the runner's own probe, once per batch."""
+    if not options.verify_rollback:
+        return None
+    host = runner.host_interpreter()
+    if host is None:
+        return None
+    return WarmProbe(host.python, host.env, Sandbox.from_options(host.sandbox_options), scheduling=runner.scheduling)
+
+
 def _verify_rollbacks(
-    runner: Runner,
+    probe: ProbeRunner,
+    dynamo: tuple[tuple[str, str], ...],
     cases: dict[str, Case],
     results: list[CaseResult],
     paths: dict[tuple[str, ScriptRole], Path],
@@ -214,11 +232,11 @@ def _verify_rollbacks(
                         backend=options.backend or cases[result.case_id].backend,
                         timeout=replay_run_timeout(cases[result.case_id].capture, options.timeout),
                         includes=tuple(cases[result.case_id].includes),
-                        dynamo_config=runner.spec.dynamo,
+                        dynamo_config=dynamo,
                     )
                 )
     progress(f"verifying rollback for {len(needing)} case(s) with fullgraph=False …")
-    batch = runner.run_probe(jobs, progress)
+    batch = probe.run_probe(jobs, progress)
     for result in needing:
         rollback = result.rollback
         assert rollback is not None
@@ -274,6 +292,7 @@ def run_target(
     run = TargetRun(spec=spec, label=label, warnings=list(pin_warnings), display=shown if shown != label else None)
     say: ProgressFn = lambda message: progress(f"[{shown}] {message}")  # noqa: E731
     folder = Path(tempfile.mkdtemp(prefix=f"{REPLAY_PREFIX}{os.getpid()}-"))  # the pid: swept if we are killed
+    warm: WarmProbe | None = None
     try:
         paths = _write_scripts(cases, folder)
         jobs = [replace(job, dynamo_config=spec.dynamo) for job in _jobs(cases, paths, options, ("eager", "compiled"))]
@@ -282,8 +301,11 @@ def run_target(
         observations: dict[tuple[str, ScriptRole], ScriptObservation] = {}
         try:
             runner.prepare(say)
+            warm = _warm_probe(runner, options)
             say(f"running {len(jobs)} script(s) of {len(cases)} case(s)")
-            batch = runner.run_probe(jobs, say)
+            batch = (warm or runner).run_probe(jobs, say)
+            if warm is not None:
+                batch.import_s = warm.import_s
         except CasekitError as error:
             run.error = str(error)
             batch = ProbeBatchResult(environment={}, results={}, failed={job.id: str(error) for job in jobs})
@@ -303,10 +325,12 @@ def run_target(
             run.results.append(classify_case(case, label, observed))
         if options.verify_rollback and run.error is None:
             try:
-                _verify_rollbacks(runner, by_id, run.results, paths, options, say)
+                _verify_rollbacks(warm or runner, spec.dynamo, by_id, run.results, paths, options, say)
             except CasekitError as error:
                 run.warnings.append(f"rollback verification could not run: {error}")
     finally:
+        if warm is not None:
+            warm.close()
         if not settings.keep_batch():
             shutil.rmtree(folder, ignore_errors=True)
     run.seconds = time.monotonic() - started

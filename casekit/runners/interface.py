@@ -17,7 +17,7 @@ import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from casekit.errors import RunnerError
 from casekit.model import IncludedFile
@@ -114,6 +114,12 @@ def host_key(host: str) -> str:
     where, at, after = rest.partition("/")
     where = where.rpartition("@")[2]
     return f"{scheme}{sep}{where}{at}{after}" if sep else host.rpartition("@")[2]
+
+
+class ProbeRunner(Protocol):
+    """What runs a batch of probe jobs: a runner (one probe process per batch) or a warm probe."""
+
+    def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult: ...
 
 
 @dataclass(frozen=True)

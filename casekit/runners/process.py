@@ -222,7 +222,7 @@ def _wait_reporting(
         for job in jobs:
             if job.id not in reported and (out / f"{job.id}.result.json").exists():
                 reported.add(job.id)
-                progress(f"{len(reported)}/{len(jobs)} {job.id} done{_describe_runs(out / f'{job.id}.result.json')}")
+                progress(f"{len(reported)}/{len(jobs)} {job.id} done{describe_runs(out / f'{job.id}.result.json')}")
         if exited:
             return False
         if time.monotonic() > deadline:
@@ -255,7 +255,7 @@ def _describe_import(env_path: Path) -> str:
     return f"torch {environment.get('torch')} imported{took}"
 
 
-def _describe_runs(result_path: Path) -> str:
+def describe_runs(result_path: Path) -> str:
     """' (eager ok, compiled ok)': the run statuses, so progress shows trouble as it happens."""
     try:
         runs = read_json_file(result_path, 256 << 20).get("runs") or {}
@@ -265,11 +265,17 @@ def _describe_runs(result_path: Path) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
+def raise_if_refused(python: str, batch_dir: Path) -> None:
+    """Torch imported, but this release cannot take what the target asks (--dynamo): the whole target fails."""
+    record = read_env_record(batch_dir)
+    if record is not None and record.get("refused"):
+        raise EnvironmentUnusable(f"python {python}: {record.get('error')}")
+
+
 def _raise_if_unusable(python: str, batch_dir: Path, returncode: int | None, probe_log: str) -> None:
+    raise_if_refused(python, batch_dir)
     record = read_env_record(batch_dir)
     if record is not None:
-        if record.get("refused"):  # torch imported; this release cannot take what the target asks (--dynamo)
-            raise EnvironmentUnusable(f"python {python}: {record.get('error')}")
         if not record.get("ok"):
             raise EnvironmentUnusable(torch_missing(python, str(record.get("error"))))
         return

@@ -24,15 +24,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from casekit import settings
-from casekit.errors import RunnerError
+from casekit.errors import RunnerError, Stopped
 from casekit.runners.batch import lay_out_batch, read_batch
 from casekit.runners.interface import PROBE_PATH, ProbeBatchResult, ProbeJob, ProbeScheduling, ProgressFn
 from casekit.runners.process import (
     IMPORT_MARGIN_S,
+    STOPPING,
     EnvironmentUnusable,
     check_interpreter,
+    describe_runs,
     kill_process_tree,
     overall_timeout,
+    raise_if_refused,
     torch_missing,
 )
 from casekit.runners.sandbox import Sandbox
@@ -147,11 +150,12 @@ class WarmProbe:
             except BrokenPipeError:
                 pass  # the probe died: seen below as no done.json
             limit = overall_timeout(jobs)
-            finished = self._wait(process, batch_dir / "out" / "done.json", limit)
+            finished = self._wait(process, batch_dir / "out", jobs, limit, progress)
             if not finished:
                 progress(f"warm probe stopped after {limit:g} s or died; it restarts on the next request")
                 kill_process_tree(process)
                 self.process = None
+            raise_if_refused(self.python, batch_dir)
             result = read_batch(batch_dir, jobs, self._last_log_line())
             result.import_s = 0.0
             result.environment["sandbox"] = self.sandbox.summary()
@@ -159,12 +163,26 @@ class WarmProbe:
         finally:
             shutil.rmtree(batch_dir, ignore_errors=True)
 
-    def _wait(self, process: subprocess.Popen[bytes], done: Path, limit: float) -> bool:
+    def _wait(
+        self, process: subprocess.Popen[bytes], out: Path, jobs: list[ProbeJob], limit: float, progress: ProgressFn
+    ) -> bool:
+        """Until the request's done.json (True), the probe's death or the limit; each finished job is
+        reported as a batch reports it, and a stop signal (replay's other targets) ends the wait."""
         deadline = time.monotonic() + limit
+        done = out / "done.json"
+        reported: set[str] = set()
         try:
             while not done.exists():
+                for job in jobs:
+                    if job.id not in reported and (out / f"{job.id}.result.json").exists():
+                        reported.add(job.id)
+                        progress(
+                            f"{len(reported)}/{len(jobs)} {job.id} done{describe_runs(out / f'{job.id}.result.json')}"
+                        )
                 if process.poll() is not None or time.monotonic() > deadline:
                     return done.exists()
+                if STOPPING.is_set():
+                    raise Stopped(STOPPING.signum)
                 time.sleep(POLL_S)
         except BaseException:  # Ctrl-C: nothing of ours keeps running
             kill_process_tree(process)
