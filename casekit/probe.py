@@ -1922,7 +1922,7 @@ def _import_failed(env_dir, error, doing=None):
     )
 
 
-def serve(state_dir, requests, run_namespaces=False):
+def serve(state_dir, requests, run_namespaces=False, first=None):
     """Serve mode: import torch once, then run requests one at a time as they arrive, until end of input.
 
     Writes STATE_DIR/env.json once (as a batch's env.json: ok or the import
@@ -1932,49 +1932,70 @@ def serve(state_dir, requests, run_namespaces=False):
     from this warm interpreter, which never runs a script itself), then env.json, the results and done.json are written to
     its out_dir -- done.json last, so the caller waits for that one file.
     A bisection over commits asks one request per commit and pays one import.
+    `first`: a request given with the start (a replay's batch): its eager runs are made while torch
+    imports, on the core that would idle, as a batch's are (EagerAhead).
     """
     os.makedirs(state_dir, exist_ok=True)
-    target = start_target(state_dir, run_namespaces=run_namespaces)  # paid once for every request
+    ahead = None
+    if first is not None:
+        with open(first) as handle:
+            request = json.load(handle)
+        if request.get("schema") == REQUEST_SCHEMA and _serve_parallel(request) > 1 and len(request["jobs"]) > 1:
+            runs_dir = request.get("runs_dir") or os.path.join(request["out_dir"], "runs")
+            os.makedirs(runs_dir, exist_ok=True)
+            ahead = EagerAhead(request["jobs"], runs_dir, request.get("isolation"))
+    target = start_target(state_dir, ahead.start if ahead else None, run_namespaces)  # paid once for every request
+    eager_ahead = ahead.finish() if ahead else {}
     if target is None:
         return 3
     torch, env, started = target
     env["dynamo_settings"] = dynamo_settings(torch)
     env_record = {"schema": PROBE_SCHEMA, "ok": True, "environment": env, "import_s": time.time() - started}
     write_json_atomic(os.path.join(state_dir, "env.json"), env_record)
+    if first is not None:
+        _serve_request(torch, env, env_record, first, eager_ahead)
     for line in requests:
         path = line.strip()
-        if not path:
-            continue
-        begun = time.time()
-        with open(path) as handle:
-            request = json.load(handle)
-        out_dir = request["out_dir"]
-        os.makedirs(out_dir, exist_ok=True)
-        runs_dir = request.get("runs_dir") or os.path.join(out_dir, "runs")
-        os.makedirs(runs_dir, exist_ok=True)
-        asked = request_dynamo_config(request.get("jobs") or [])
-        refused = check_dynamo_config(torch, asked) if request.get("schema") == REQUEST_SCHEMA else None
-        if refused:
-            write_json_atomic(
-                os.path.join(out_dir, "env.json"),
-                {"schema": PROBE_SCHEMA, "ok": False, "refused": True, "error": refused},
-            )
-            write_json_atomic(os.path.join(out_dir, "done.json"), {"schema": PROBE_SCHEMA, "error": refused})
-            continue
-        settings = dict(env, dynamo_settings=dynamo_settings(torch, asked))
-        write_json_atomic(
-            os.path.join(out_dir, "env.json"), dict(env_record, environment=settings, import_s=0.0, warm=True)
-        )
-        if request.get("schema") == REQUEST_SCHEMA:
-            preload(request.get("preload"))
-            # one run at a time unless the request asks for more (a reducer's batch of candidates)
-            parallel = runs_at_once(request) if "parallel_runs" in request else 1
-            run_batch(torch, request["jobs"], out_dir, runs_dir, request.get("isolation"), parallel)
-        done = {"schema": PROBE_SCHEMA, "wall_s": time.time() - begun}
-        if request.get("schema") != REQUEST_SCHEMA:
-            done["error"] = "unsupported request schema {!r}".format(request.get("schema"))
-        write_json_atomic(os.path.join(out_dir, "done.json"), done)
+        if path:
+            _serve_request(torch, env, env_record, path, {})
     return 0
+
+
+def _serve_parallel(request):
+    # one run at a time unless the request asks for more (a reducer's batch of candidates, a
+    # replay's batch: the target's share of its cores, as a batch takes it)
+    return runs_at_once(request) if "parallel_runs" in request or request.get("schedule_runs") else 1
+
+
+def _serve_request(torch, env, env_record, path, eager_ahead):
+    begun = time.time()
+    with open(path) as handle:
+        request = json.load(handle)
+    out_dir = request["out_dir"]
+    os.makedirs(out_dir, exist_ok=True)
+    runs_dir = request.get("runs_dir") or os.path.join(out_dir, "runs")
+    os.makedirs(runs_dir, exist_ok=True)
+    asked = request_dynamo_config(request.get("jobs") or [])
+    refused = check_dynamo_config(torch, asked) if request.get("schema") == REQUEST_SCHEMA else None
+    if refused:
+        write_json_atomic(
+            os.path.join(out_dir, "env.json"),
+            {"schema": PROBE_SCHEMA, "ok": False, "refused": True, "error": refused},
+        )
+        write_json_atomic(os.path.join(out_dir, "done.json"), {"schema": PROBE_SCHEMA, "error": refused})
+        return
+    settings = dict(env, dynamo_settings=dynamo_settings(torch, asked))
+    write_json_atomic(
+        os.path.join(out_dir, "env.json"), dict(env_record, environment=settings, import_s=0.0, warm=True)
+    )
+    if request.get("schema") == REQUEST_SCHEMA:
+        preload(request.get("preload"))
+        parallel = _serve_parallel(request)
+        run_batch(torch, request["jobs"], out_dir, runs_dir, request.get("isolation"), parallel, eager_ahead)
+    done = {"schema": PROBE_SCHEMA, "wall_s": time.time() - begun}
+    if request.get("schema") != REQUEST_SCHEMA:
+        done["error"] = "unsupported request schema {!r}".format(request.get("schema"))
+    write_json_atomic(os.path.join(out_dir, "done.json"), done)
 
 
 _MODULE_NAME = None  # type: ignore  # compiled on first use
@@ -2457,10 +2478,12 @@ def _parent_pid(pid):
 
 
 def main(argv):
-    if len(argv) in (3, 4) and argv[1] == "--serve":  # [--isolated]: its requests isolate each run
-        return serve(argv[2], sys.stdin, run_namespaces=argv[3:] == ["--isolated"])
+    if len(argv) >= 3 and argv[1] == "--serve":  # [--isolated] [--first REQUEST]: see serve()
+        flags = argv[3:]
+        first = flags[flags.index("--first") + 1] if "--first" in flags[:-1] else None
+        return serve(argv[2], sys.stdin, run_namespaces="--isolated" in flags, first=first)
     if len(argv) != 2:
-        sys.stderr.write("usage: probe.py REQUEST.json | probe.py --serve STATE_DIR [--isolated]\n")
+        sys.stderr.write("usage: probe.py REQUEST.json | probe.py --serve STATE_DIR [--isolated] [--first REQUEST]\n")
         return 2
     with open(argv[1]) as handle:
         request = json.load(handle)

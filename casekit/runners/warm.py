@@ -80,8 +80,13 @@ class WarmProbe:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _start(self, progress: ProgressFn) -> subprocess.Popen[bytes]:
-        if self.process is not None and self.process.poll() is None:
+    def _running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def _start(self, progress: ProgressFn, first: str | None = None) -> subprocess.Popen[bytes]:
+        """Start the probe (`first`: the request it runs once torch is imported, its eager runs made
+        during the import) and wait for its import."""
+        if self.process is not None and self._running():
             return self.process
         if self.process is not None:
             kill_process_tree(self.process)
@@ -92,7 +97,8 @@ class WarmProbe:
             process = self.sandbox.popen(
                 self.python,
                 [f"{self.places[str(self.state)]}/probe.py", "--serve", self.places[str(self.state)]]
-                + (["--isolated"] if self.sandbox.isolates else []),
+                + (["--isolated"] if self.sandbox.isolates else [])
+                + (["--first", first] if first else []),
                 writable=self.places,
                 cwd=self.state,
                 chdir=self.places[str(self.state)],
@@ -128,27 +134,33 @@ class WarmProbe:
 
     def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
         """Run one batch of jobs in the warm interpreter; what came back, as a runner's run_probe returns it."""
-        process = self._start(progress)
         self._requests += 1
         batch_dir = self.state / f"request-{self._requests}"
         root = f"{self.places[str(self.state)]}/{batch_dir.name}"
         try:
             isolation = self.sandbox.run_isolation(self.python)
             request = lay_out_batch(batch_dir, jobs, root, isolation, self.scheduling, moved=self.places)
-            if self.preload:
+            extra: dict[str, object] = {"preload": self.preload} if self.preload else {}
+            if self.scheduling is not None:  # runs side by side as a batch's are (else one at a time)
+                extra["schedule_runs"] = True
+            if extra:
                 document = json.loads(request.read_text())
-                request.write_text(json.dumps({**document, "preload": self.preload}, indent=1))
+                request.write_text(json.dumps({**document, **extra}, indent=1))
             self.sandbox.hand_over(batch_dir)
             for workdir in {Path(w) for w in (getattr(job, "workdir", None) for job in jobs) if w}:
                 # made after the probe started (a commit's worktree): the sandbox user's, as the folder it is in
                 within = next((Path(w) for w in self.writable if workdir.is_relative_to(w)), None)
                 self.sandbox.hand_over(workdir, within)
-            assert process.stdin is not None
-            try:
-                process.stdin.write(f"{root}/request.json\n".encode())
-                process.stdin.flush()
-            except BrokenPipeError:
-                pass  # the probe died: seen below as no done.json
+            if self._running():
+                process = self._start(progress)
+                assert process.stdin is not None
+                try:
+                    process.stdin.write(f"{root}/request.json\n".encode())
+                    process.stdin.flush()
+                except BrokenPipeError:
+                    pass  # the probe died: seen below as no done.json
+            else:  # the first request starts the probe: its eager runs go ahead while torch imports
+                process = self._start(progress, first=f"{root}/request.json")
             limit = overall_timeout(jobs)
             finished = self._wait(process, batch_dir / "out", jobs, limit, progress)
             if not finished:
