@@ -12,6 +12,8 @@ For each, this run measures:
   once by a fresh probe process (one torch import per candidate, as a reducer
   that starts `python script.py` per candidate pays), against the reduction's
   own seconds per candidate; the ratio is printed;
+- the reduced script run by plain `python` with TORCH_LOGS=graph_breaks: whether
+  torch's own log shows the kept break's graph-break id;
 - with --second-python PATH (e.g. a torch 2.5.1 venv): whether the reduced
   files still pair with the original on that release (`check_on_release`:
   both run there, the kept break found in the original by casekit's pairing,
@@ -81,6 +83,28 @@ def naive_seconds(repro: Repro, timeout: float) -> float:
     return time.monotonic() - started
 
 
+def standalone(repro: Repro, out: Path, gb_id: str | None, timeout: float = 300.0) -> str:
+    """The reduced script run by plain `python` with TORCH_LOGS=graph_breaks (no casekit): whether torch's own
+    log shows a graph break with the kept break's id."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(out / repro.script.name)],
+        env={**os.environ, "TORCH_LOGS": "graph_breaks"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=out,
+    )
+    if done.returncode != 0:
+        return f"no: exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"
+    if "Graph break" not in done.stderr:
+        return "no: torch's log shows no graph break"
+    if gb_id and gb_id.lower() not in done.stderr.lower():
+        return f"no: the log's break is not {gb_id}"
+    return f"same break ({gb_id})" if gb_id else "a graph break"
+
+
 def bench_one(repro: Repro, args: argparse.Namespace, out_root: Path) -> dict[str, object]:
     runner = PythonRunner(interpreter_target())
     out = out_root / repro.name
@@ -113,6 +137,7 @@ def bench_one(repro: Repro, args: argparse.Namespace, out_root: Path) -> dict[st
         "confirmed": bool(result.confirmed and result.confirmed.kept),
         "out": str(out),
     }
+    row["standalone"] = standalone(repro, out, result.kept.gb_id)
     naive = naive_seconds(repro, result.timeout)
     own = result.seconds / max(result.candidates, 1)
     row["naive_s_per_candidate"] = round(naive, 2)
@@ -150,6 +175,7 @@ def main() -> int:
             f"{row['candidates_per_s']}/s, {row['wall_s']} s{' (' + str(row['stopped']) + ')' if row['stopped'] else ''}; "
             f"kept {row['kept']}, confirmed {row['confirmed']}; naive {row['naive_s_per_candidate']} s/candidate vs "
             f"{row['reduce_s_per_candidate']} ({row['naive_over_reduce']}x)"
+            + f"; python {repro.script.name} alone: {row['standalone']}"
             + (f"; second release: {row['second_release']}" if "second_release" in row else ""),
             flush=True,
         )

@@ -100,6 +100,9 @@ def test_a_model_is_reduced_keeping_its_break_and_the_result_runs_standalone(tmp
     assert "reduced model.py:" in summary and "candidates run" in summary
     assert "kept: model.py:21 GB" in summary, summary  # the .item() in Block.forward
     assert "confirmed in a fresh probe" in summary
+    # each pass that asks something shows as it starts (this model has no config class: no literals pass)
+    for phase in ("whole statements, halves first", "single-use variables", "expressions, arguments, the rest"):
+        assert f"reducing code: {phase}" in done.stderr, done.stderr[-3000:]
     reduced = (out / "model.py").read_text()
     # the same call path through the user's code must stay (main -> Model.forward -> Block.forward)
     assert code_lines(reduced) <= code_lines(SCRIPT) * 0.75, reduced
@@ -183,7 +186,8 @@ def test_a_multi_file_repro_reduces_every_included_file(tmp_path: Path) -> None:
     assert "kept: pkg/layers.py:16 GB" in done.stdout, done.stdout  # the data-dependent branch on score.mean()
     assert "files 5 -> " in done.stdout
     layers = (out / "pkg" / "layers.py").read_text()
-    assert "Unused" not in layers and "gelu_tanh" not in layers and "score.mean()" in layers
+    # `score` is read once: its value is written into the branch, on the branch's own line
+    assert "Unused" not in layers and "gelu_tanh" not in layers and ".mean()" in layers
     assert not (out / "pkg" / "extra.py").exists()  # an included file nothing needs is left out
     config = out / "pkg" / "config.py"
     assert not config.exists() or "NAME" not in config.read_text()

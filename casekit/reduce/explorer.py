@@ -1,19 +1,24 @@
-"""An explorer: pysource-minimize running in a process of its own, asking the reducer about each candidate.
+"""An explorer: the code reduction's passes running in a process of their own, asking the reducer about
+each candidate.
 
 `python -m casekit.reduce.explorer FD` reads its start (the original files and
-the trees to start from) on the socket FD, then runs pysource-minimize's
-`minimize_ast` over each file in turn, its checker asking the reducer and
-waiting for the answer. The library decides what to try next from each answer,
-so it cannot batch; the reducer gets `--jobs` candidates at once by telling a
-waiting explorer to fork: the copy assumes "not kept" and goes on to the next
-question (speculation). If the answer was "not kept", the copy was right and
-the original explorer is dropped; if "kept", the copies are dropped.
+the trees to start from) on the socket FD, then runs, over each file: whole
+included files out; config literals written in place (`constants.py`); whole
+statements out, halves first (`statements.py`); single-use variables written
+in place (`variables.py`); pysource-minimize's `minimize_ast` (expressions,
+arguments, the rest) until a round changes nothing; variables once more. Each
+pass asks about one candidate and waits for the answer, deciding what to try
+next from it, so none can batch; the reducer gets `--jobs` candidates at once
+by telling a waiting explorer to fork: the copy assumes "not kept" and goes on
+to the next question (speculation). If the answer was "not kept", the copy was
+right and the original explorer is dropped; if "kept", the copies are dropped.
 
 No candidate runs here: candidates are only built, rendered and compiled (never
 executed). What can be refused without running is refused here: a tree that
 does not compile, one that only changes constants or names (inputs are shrunk
-apart, with their own rules; renames would hide the user's names), and one that
-uses a name it no longer defines (a certain NameError).
+apart, with their own rules; renames would hide the user's names), one that
+uses a name it no longer defines (a certain NameError) and one whose method
+reads a `self.` field its class no longer sets (a certain AttributeError).
 """
 
 from __future__ import annotations
@@ -29,7 +34,10 @@ import warnings
 from typing import Any
 
 from casekit.reduce.candidate import render_candidate
+from casekit.reduce.constants import inline_literals
 from casekit.reduce.lines import OriginalIndex, RenderError
+from casekit.reduce.statements import reduce_statements
+from casekit.reduce.variables import inline_variables
 from casekit.reduce.wire import ChannelClosed, receive, send
 
 BUILTIN_NAMES = frozenset(dir(builtins)) | {"__file__", "__name__", "__builtins__", "__doc__", "__spec__"}
@@ -75,6 +83,27 @@ def unbound_names(text: str) -> set[str]:
     return read - bound - BUILTIN_NAMES
 
 
+def unset_attributes(tree: ast.Module) -> set[tuple[str, str]]:
+    """(class, attribute) for each `self.<attribute>` a method reads that no method of that class sets
+    and its body does not define: an AttributeError once that method runs, unless a base class has it
+    (so a candidate is refused only for what it newly leaves unset)."""
+    missing = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        defined = {
+            t.id for s in node.body for t in ast.walk(s) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
+        }
+        defined |= {s.name for s in node.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+        read: set[str] = set()
+        assigned: set[str] = set()
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name) and inner.value.id == "self":
+                (assigned if isinstance(inner.ctx, ast.Store | ast.Del) else read).add(inner.attr)
+        missing |= {(node.name, attr) for attr in read - assigned - defined}
+    return missing
+
+
 def copy_tree(value: Any) -> Any:
     """A deep copy of an AST (fields, line numbers and the library's node indexes), twice as fast as
     `copy.deepcopy`: the library copies the whole tree for every candidate it tries."""
@@ -101,10 +130,6 @@ def use_fast_copy() -> None:
     _minimize_base.copy = _FastCopy  # type: ignore[assignment]
 
 
-def statement_count(tree: ast.AST) -> int:
-    return sum(1 for node in ast.walk(tree) if isinstance(node, ast.stmt) and not isinstance(node, ast.Pass))
-
-
 class Explorer:
     """One line of the search: the current files, and the channel to the reducer."""
 
@@ -115,40 +140,69 @@ class Explorer:
         self.order: list[str] = list(start["order"])
         self.removable: list[str] = list(start["removable"])
         self.rounds = int(start.get("rounds", 2))
-        self.statements_only = False  # the first stage: only candidates with fewer statements are asked about
         self.shapes = {name: skeleton(tree) for name, tree in self.current.items() if tree is not None}
         self.unbound = {name: unbound_names(ast.unparse(tree)) for name, tree in self.current.items() if tree}
-        self.statements = {name: statement_count(tree) for name, tree in self.current.items() if tree is not None}
+        self.unset = {name: unset_attributes(tree) for name, tree in self.current.items() if tree}
         self.known: dict[str, bool] = {}
 
     def search(self) -> None:
-        """pysource-minimize over every file, statements first, then everything."""
+        """The passes, coarse to fine (the module's docstring); whole included files are tried again after
+        each, as what imported them shrinks."""
         from pysource_minimize import CouldNotMinimize, StopMinimization
         from pysource_minimize._minimize import equal_ast, minimize_ast
 
+        self.remove_files()
+        self.say("config literals written in place")
+        inline_literals(self.current, self._ask_changed, copy_tree)
+        self.say("whole statements, halves first")
+        for _ in range(3):  # rounds over every file: a file's definition goes once another file's use has gone
+            before = self.dumps()
+            for name in self.order:
+                tree = self.current.get(name)
+                if tree is not None:
+                    reduce_statements(tree, self.checker(name), copy_tree, rounds=1)
+            self.remove_files()
+            if self.dumps() == before:
+                break
+        self.write_in_variables()
+        self.say("expressions, arguments, the rest (pysource-minimize)")
+        for _ in range(self.rounds):
+            changed = False
+            for name in self.order:
+                tree = self.current.get(name)
+                if tree is None:
+                    continue
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        reduced = minimize_ast(tree, self.checker(name), retries=0)
+                except (CouldNotMinimize, StopMinimization):
+                    continue
+                if not equal_ast(reduced, tree):
+                    changed = True
+            if not changed:
+                break
+        self.write_in_variables()  # what the library's rounds left as `x = ...` read once
+        self.remove_files()
+
+    def remove_files(self) -> None:
+        """Each included file out whole (its importers may no longer need it)."""
         for name in self.removable:
             if self.current.get(name) is not None and self.ask({**self.current, name: None}):
                 self.current[name] = None
-        # Statements first, until nothing more goes: the library minimizes each statement's expressions
-        # as it reaches it, which would spend runs on code a later statement's removal makes dead.
-        for statements_only in (True, False):
-            self.statements_only = statements_only
-            for _ in range(self.rounds if not statements_only else 8):
-                changed = False
-                for name in self.order:
-                    tree = self.current.get(name)
-                    if tree is None:
-                        continue
-                    try:
-                        with warnings.catch_warnings():
-                            warnings.simplefilter("ignore")
-                            reduced = minimize_ast(tree, self.checker(name), retries=0)
-                    except (CouldNotMinimize, StopMinimization):
-                        continue
-                    if not equal_ast(reduced, tree):
-                        changed = True
-                if not changed:
-                    break
+
+    def dumps(self) -> list[str]:
+        return [ast.dump(tree) if tree is not None else "-" for tree in self.current.values()]
+
+    def write_in_variables(self) -> None:
+        self.say("single-use variables written in place")
+        for name in self.order:
+            tree = self.current.get(name)
+            if tree is not None:
+                inline_variables(tree, self.checker(name), copy_tree)
+
+    def say(self, phase: str) -> None:
+        send(self.sock, ("phase", phase))
 
     def run(self) -> None:
         self.search()
@@ -157,13 +211,23 @@ class Explorer:
             self.wait_for_answer()
 
     def checker(self, name: str):  # type: ignore[no-untyped-def]
+        """pysource-minimize's test for one file: the whole candidate asked about with that file changed."""
+
         def check(tree: ast.Module) -> bool:
             current = self.current[name]
-            shape = skeleton(tree)
-            if shape == self.shapes[name]:
+            if skeleton(tree) == self.shapes[name]:
                 return current is not None and ast.dump(tree) == ast.dump(current)
-            if self.statements_only and statement_count(tree) >= self.statements[name]:
-                return False
+            return self.ask_trees({name: tree})
+
+        return check
+
+    def ask_trees(self, changed: dict[str, ast.Module | None]) -> bool:
+        """Ask about the current files with `changed` in place, unless a changed file is sure to fail
+        without running: it does not compile, or it reads a global name it no longer binds."""
+        facts = {}
+        for name, tree in changed.items():
+            if tree is None:
+                continue
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -174,14 +238,19 @@ class Explorer:
             unbound = unbound_names(text)
             if unbound - self.unbound[name]:
                 return False
-            kept = self.ask({**self.current, name: tree})
-            if kept:
-                self.current[name] = tree
-                self.shapes[name], self.unbound[name] = shape, unbound
-                self.statements[name] = statement_count(tree)
-            return kept
+            unset = unset_attributes(tree)
+            if unset - self.unset[name]:
+                return False
+            facts[name] = (skeleton(tree), unbound, unset)
+        kept = self.ask({**self.current, **changed})
+        if kept:
+            self.current.update(changed)
+            for name, (shape, unbound, unset) in facts.items():
+                self.shapes[name], self.unbound[name], self.unset[name] = shape, unbound, unset
+        return kept
 
-        return check
+    def _ask_changed(self, trees: dict[str, ast.Module | None]) -> bool:
+        return self.ask_trees({n: t for n, t in trees.items() if t is not self.current.get(n)})
 
     def ask(self, trees: dict[str, ast.Module | None]) -> bool:
         try:

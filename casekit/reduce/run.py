@@ -4,10 +4,12 @@ Steps: check the input (every bad input is one line before anything runs, or
 right after the original's run); observe the original in a warm probe and pick
 the break to keep (its eager run traces the lines it runs in the user's files);
 check the source normalized by `ast.unparse` still keeps it; try one candidate
-without every statement the original never ran; shrink loop counts (every later candidate runs faster); reduce the code
-with pysource-minimize (statements, expressions, bodies, definitions, imports,
-arguments, whole included files), `jobs` candidates at once; shrink the
-inputs; confirm the result in a fresh probe, exactly as replay would run it.
+without every statement the original never ran; shrink loop counts (every
+later candidate runs faster); reduce the code, coarse to fine (the explorer's
+passes: whole included files, config literals, whole statements, single-use
+variables, then pysource-minimize's expressions, bodies, imports, arguments),
+`jobs` candidates at once; shrink the inputs; confirm the result in a fresh
+probe, exactly as replay would run it.
 The best result so far is always in `--out` (written on every improvement),
 so a Ctrl-C or a time limit keeps it; nothing else is written outside the
 probe's own temporary folder, and every candidate runs in the sandbox.
@@ -39,6 +41,7 @@ from casekit.reduce.lines import OriginalIndex, Rendered, RenderError, identity_
 from casekit.reduce.oracle import Judgement, Oracle, OracleOptions
 from casekit.reduce.result import CaptureOptions, ReduceResult, ReduceStopped
 from casekit.reduce.speculate import SpeculativeSearch
+from casekit.reduce.statements import importers_first
 from casekit.reduce.target import warm_target
 from casekit.runners.interface import ProbeScheduling, ProgressFn, Runner
 from casekit.runners.sandbox import Sandbox
@@ -270,8 +273,8 @@ def _reduce(
             state.phase("loop counts")
             shrink_inputs(state.best, inputs.indexes, judge, jobs, LOOPS, state.keep, should_stop)
         if not should_stop():
-            state.phase("code (pysource-minimize)")
-            order = [n for n in inputs.reduced if n != name] + [name]
+            state.phase("code")
+            order = importers_first(name, inputs.reduced)
             start = {
                 "originals": dict(inputs.reduced),
                 "trees": state.best.trees,
@@ -279,7 +282,14 @@ def _reduce(
                 "removable": [n for n in inputs.reduced if n != name],
                 "rounds": 2,
             }
-            SpeculativeSearch(start, judge, jobs, state.keep, should_stop).run()
+            SpeculativeSearch(
+                start,
+                judge,
+                jobs,
+                state.keep,
+                lambda what: state.phase(f"code: {what}"),
+                should_stop,
+            ).run()
         if request.shrink_inputs and not should_stop():
             state.phase("inputs (shapes, loop counts, sizes)")
             shrink_inputs(state.best, inputs.indexes, judge, jobs, ALL_INPUTS, state.keep, should_stop)

@@ -32,19 +32,25 @@ class _Explorer:
     asked: Candidate | None = None
     answer: bool | None = None
     done: bool = False
+    phase: str = ""  # the pass the explorer is in (it says when it starts one)
 
     def listen(self) -> None:
         """Wait for the explorer's next question (or its end)."""
-        try:
-            message, _ = receive(self.sock)
-        except (ChannelClosed, OSError):
-            self.done, self.asked = True, None  # an explorer that died ends its line of search
+        while True:
+            try:
+                message, _ = receive(self.sock)
+            except (ChannelClosed, OSError):
+                self.done, self.asked = True, None  # an explorer that died ends its line of search
+                return
+            kind, payload = message
+            if kind == "phase":
+                self.phase = str(payload)
+                continue
+            if kind == "ask":
+                self.asked, self.answer = payload, None
+            else:
+                self.done, self.asked = True, None
             return
-        kind, payload = message
-        if kind == "ask":
-            self.asked, self.answer = payload, None
-        else:
-            self.done, self.asked = True, None
 
     def tell(self, *message: Any) -> None:
         try:
@@ -72,6 +78,7 @@ class SpeculativeSearch:
     judge: JudgeBatch
     jobs: int = 1
     on_kept: Callable[[Candidate], None] = lambda candidate: None
+    on_phase: Callable[[str], None] = lambda phase: None
     should_stop: Callable[[], bool] = lambda: False
     stats: SearchStats = field(default_factory=SearchStats)
 
@@ -85,10 +92,14 @@ class SpeculativeSearch:
         )
         theirs.close()
         chain = [_Explorer(ours)]
+        said = ""
         try:
             send(ours, self.start)
             chain[0].listen()
             while not chain[0].done:
+                if chain[0].phase != said:
+                    said = chain[0].phase
+                    self.on_phase(said)
                 if self.should_stop():
                     return False
                 self._extend(chain)
@@ -119,7 +130,7 @@ class SpeculativeSearch:
                 return
             if message[0] != "forked" or fd is None:
                 return
-            copy = _Explorer(socket.socket(fileno=fd))
+            copy = _Explorer(socket.socket(fileno=fd), phase=last.phase)
             copy.listen()
             chain.append(copy)
             if copy.done:

@@ -1,0 +1,217 @@
+"""The reducer's coarse passes before pysource-minimize: whole statements out (halves first, body by
+body, a compound statement replaced by its body) and config literals written in place.
+
+Pure tree functions, tested with an `ask` that stands in for the oracle by a rule over the source
+(what must still be there); the real oracle's runs are tests/test_reduce.py's."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import textwrap
+
+from casekit.reduce.constants import class_literals, inline_literals
+from casekit.reduce.statements import body_paths, reduce_statements
+
+SCRIPT = textwrap.dedent(
+    """
+    import math
+    import os
+
+    def unused(a):
+        return a + 1
+
+    class Model:
+        def __init__(self):
+            self.scale = 2
+            self.extra = 3
+
+        def forward(self, x):
+            y = x * self.scale
+            if x > 0:
+                for i in range(3):
+                    z = breaks_here(y)
+            w = 5
+            return z
+
+    def breaks_here(v):
+        return v
+
+    print(Model().forward(1))
+    """
+)
+
+
+def needs(*fragments: str):
+    """An oracle by rule: the candidate is kept while it compiles, runs and prints what the original did."""
+    asked: list[str] = []
+
+    def ask(tree: ast.Module) -> bool:
+        text = ast.unparse(tree)
+        asked.append(text)
+        if not all(f in text for f in fragments):
+            return False
+        printed: list[object] = []
+        try:
+            exec(compile(text, "<candidate>", "exec"), {"print": printed.append})
+        except Exception:
+            return False
+        return printed == [2]
+
+    return ask, asked
+
+
+def test_statements_out_body_by_body_and_compound_statements_replaced_by_their_bodies() -> None:
+    ask, asked = needs("breaks_here(y)")
+    reduced = ast.unparse(reduce_statements(ast.parse(SCRIPT), ask, copy.deepcopy))
+    assert "import" not in reduced and "unused" not in reduced and "extra" not in reduced and "w = 5" not in reduced
+    assert "if x > 0" not in reduced and "for i in" not in reduced  # hoisted: the call is in forward's body
+    assert "z = breaks_here(y)" in reduced and "self.scale = 2" in reduced
+    assert len(asked) < 60  # halves first: far fewer questions than one per statement and subset
+
+
+def test_a_body_emptied_becomes_pass_and_the_outer_bodies_go_first() -> None:
+    tree = ast.parse(SCRIPT)
+    kinds = [key[0] for _, key in body_paths(tree)]
+    assert kinds[0] == "Module" and kinds.index("ClassDef") < kinds.index("If") < kinds.index("For")
+    ask, _ = needs("class Model", "def forward", "print")
+
+    def keeps_forward_callable(tree: ast.Module) -> bool:
+        text = ast.unparse(tree)
+        return all(f in text for f in ("class Model", "def forward", "print(Model().forward(1))"))
+
+    reduced = ast.unparse(reduce_statements(ast.parse(SCRIPT), keeps_forward_callable, copy.deepcopy))
+    assert "def forward(self, x):\n        pass" in reduced
+
+
+def test_refused_everywhere_keeps_the_original() -> None:
+    tree = ast.parse(SCRIPT)
+    assert ast.dump(reduce_statements(tree, lambda candidate: False, copy.deepcopy)) == ast.dump(ast.parse(SCRIPT))
+
+
+CONFIGURED = textwrap.dedent(
+    """
+    from dataclasses import dataclass
+
+    @dataclass
+    class Config:
+        dim: int = 4
+        eps: float = -1e-5
+        name = "tiny"
+        layers: list = None
+
+    class Other:
+        dim = 4
+
+    def build(config, x):
+        return [config.dim, config.eps, config.name, x.dim(), config.layers]
+
+    print(build(Config(), [1]))
+    """
+)
+
+
+def test_class_literals_are_the_fields_with_literal_values_agreed_by_every_class() -> None:
+    values = class_literals({"m.py": ast.parse(CONFIGURED)})
+    assert {n: ast.unparse(v) for n, v in values.items()} == {
+        "dim": "4",
+        "eps": "-1e-05",
+        "name": "'tiny'",
+        "layers": "None",
+    }
+    clashing = CONFIGURED.replace("class Other:\n    dim = 4", "class Other:\n    dim = 8")
+    assert "dim" not in class_literals({"m.py": ast.parse(clashing)})
+
+
+def test_literals_written_in_place_of_reads_not_of_method_calls_and_refused_ones_stay() -> None:
+    asked: list[str] = []
+
+    def ask(trees: dict[str, ast.Module | None]) -> bool:
+        text = ast.unparse(trees["m.py"])  # type: ignore[arg-type]
+        asked.append(text)
+        return "config.name" in text  # the oracle refuses any candidate without this read
+
+    trees = inline_literals({"m.py": ast.parse(CONFIGURED)}, ask, copy.deepcopy)
+    text = ast.unparse(trees["m.py"])  # type: ignore[arg-type]
+    assert "return [4, -1e-05, config.name, x.dim(), None]" in text
+    assert len(asked) <= 6  # all at once, then halves: not one question per subset
+
+
+VARIABLES = textwrap.dedent(
+    """
+    def forward(t, w):
+        x = t + 1
+        gated = x
+        total = 0
+        for i in range(2):
+            total = total + i
+        y = gated * w
+        return y + total
+
+    print(forward(1, 2))
+    """
+)
+
+
+def test_single_use_variables_are_written_where_they_are_read_at_that_place() -> None:
+    from casekit.reduce.variables import inline_variables, single_use
+
+    tree = ast.parse(VARIABLES)
+    assert sorted(line for line, _ in single_use(tree)) == [3, 4, 8]  # not `total` (assigned twice)
+    asked: list[str] = []
+
+    def ask(candidate: ast.Module) -> bool:
+        text = ast.unparse(candidate)
+        asked.append(text)
+        printed: list[object] = []
+        exec(compile(text, "<candidate>", "exec"), {"print": printed.append})
+        return printed == [5]
+
+    reduced = inline_variables(tree, ask, copy.deepcopy)
+    text = ast.unparse(reduced)
+    assert "return (t + 1) * w + total" in text
+    assert "x =" not in text and "gated =" not in text and "y =" not in text
+    read = next(
+        n
+        for n in ast.walk(reduced)
+        if isinstance(n, ast.BinOp)
+        and isinstance(n.op, ast.Add)
+        and isinstance(n.right, ast.Constant)
+        and n.right.value == 1
+    )
+    assert read.lineno == 9  # the value now sits on the reading line (the pairing sees that line)
+
+
+def test_a_field_read_that_no_method_sets_any_more_is_seen_without_running() -> None:
+    from casekit.reduce.explorer import unset_attributes
+
+    model = textwrap.dedent(
+        """
+        class Block:
+            scale = 2
+            def __init__(self):
+                self.norm = 1
+            def forward(self, x):
+                return self.norm + self.scale + self.training + x
+        """
+    )
+    assert unset_attributes(ast.parse(model)) == {("Block", "training")}  # a base class's, maybe: left to runs
+    without_norm = model.replace("self.norm = 1", "pass")
+    assert unset_attributes(ast.parse(without_norm)) - unset_attributes(ast.parse(model)) == {("Block", "norm")}
+
+
+def test_files_are_reduced_importers_first_so_a_use_goes_before_its_definition() -> None:
+    from casekit.reduce.statements import importers_first
+
+    texts = {
+        "pkg/layers.py": "import torch\n",
+        "pkg/__init__.py": "",
+        "pkg/model.py": "from .layers import Gate\nfrom . import util\n",
+        "pkg/util.py": "X = 1\n",
+        "main.py": "from pkg.model import Model\n",
+        "pkg/unused.py": "Y = 2\n",
+    }
+    order = importers_first("main.py", texts)
+    assert order[:2] == ["main.py", "pkg/model.py"]
+    assert order.index("pkg/layers.py") > order.index("pkg/model.py") < order.index("pkg/util.py")
+    assert sorted(order) == sorted(texts) and order[-1] in ("pkg/unused.py", "pkg/__init__.py")
