@@ -64,6 +64,7 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 # Side by side in one run: casekit replay vs the naive way (one fresh python per script);
 # list/validate/report/shard planning on 1,000 and 10,000 synthetic bundles (naive, cold, warm);
 # torch's import in a managed venv vs one built without bytecode and one compiled after (bytecode_bench);
+# a broken fix's rollback verified in the replay's warm probe vs a second probe (rollback_bench);
 # casekit reduce on five large repros (lines before -> after, candidates/s, naive cost per candidate beside it;
 # BENCH_REDUCE_ARGS="--second-python PATH" also checks the pairing on a second release);
 # with BENCH_BISECT=1 also k cases x n releases bisected one by one vs shared (builds envs: minutes).
@@ -74,6 +75,7 @@ bench: $(STAMP)
 	$(PYTHON) bench/replay_bench.py
 	$(PYTHON) bench/scale_bench.py --sizes $(BENCH_SIZES)
 	$(PYTHON) bench/bytecode_bench.py
+	$(PYTHON) bench/rollback_bench.py
 	$(PYTHON) bench/reduce_bench.py $(BENCH_REDUCE_ARGS)
 ifeq ($(BENCH_BISECT),1)
 	$(PYTHON) bench/bisect_shared_bench.py $(BENCH_BISECT_ARGS)
