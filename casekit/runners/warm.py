@@ -1,8 +1,10 @@
-"""One warm probe for a whole commit bisection: torch imported once, one request per commit.
+"""One warm probe for many batches: torch imported once, one request per batch (each commit of a
+bisection; a replay's batch and then its rollback verification; a reduction's candidates).
 
-`python probe.py --serve STATE_DIR`, in the runner's sandbox (bwrap: the state
-folder and the given writable folders bound at their paths), imports torch, writes STATE_DIR/env.json,
-then reads one request path per stdin line and answers each in that request's
+`python probe.py --serve STATE_DIR [--first REQUEST]`, in the runner's sandbox (bwrap: the state
+folder and the given writable folders bound at their paths), imports torch (making the first
+request's eager runs meanwhile, as a batch does), writes STATE_DIR/env.json, answers the first
+request, then reads one request path per stdin line and answers each in that request's
 out_dir (env.json, <job>.result.json, done.json last). Each run is still a
 child forked from the warm interpreter in its own session and killed with its
 group afterwards, exactly as in a batch: only the import is shared. The batch
@@ -86,7 +88,7 @@ class WarmProbe:
     def _start(self, progress: ProgressFn, first: str | None = None) -> subprocess.Popen[bytes]:
         """Start the probe (`first`: the request it runs once torch is imported, its eager runs made
         during the import) and wait for its import."""
-        if self.process is not None and self._running():
+        if self.process is not None and self.process.poll() is None:
             return self.process
         if self.process is not None:
             kill_process_tree(self.process)
