@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from casekit import settings
 from casekit.errors import EnvironmentFailed, RunnerError, Stopped
@@ -219,10 +220,7 @@ def _wait_reporting(
         if not import_reported and (out / "env.json").exists():
             import_reported = True
             progress(_describe_import(out / "env.json"))
-        for job in jobs:
-            if job.id not in reported and (out / f"{job.id}.result.json").exists():
-                reported.add(job.id)
-                progress(f"{len(reported)}/{len(jobs)} {job.id} done{describe_runs(out / f'{job.id}.result.json')}")
+        report_finished(out, jobs, reported, progress)
         if exited:
             return False
         if time.monotonic() > deadline:
@@ -255,7 +253,15 @@ def _describe_import(env_path: Path) -> str:
     return f"torch {environment.get('torch')} imported{took}"
 
 
-def describe_runs(result_path: Path) -> str:
+def report_finished(out: Path, jobs: list[ProbeJob], reported: set[str], progress: ProgressFn) -> None:
+    """Say each job whose result file has appeared in `out` since the last call ("3/18 a.pre done (eager ok, ...)")."""
+    for job in jobs:
+        if job.id not in reported and (out / f"{job.id}.result.json").exists():
+            reported.add(job.id)
+            progress(f"{len(reported)}/{len(jobs)} {job.id} done{_describe_runs(out / f'{job.id}.result.json')}")
+
+
+def _describe_runs(result_path: Path) -> str:
     """' (eager ok, compiled ok)': the run statuses, so progress shows trouble as it happens."""
     try:
         runs = read_json_file(result_path, 256 << 20).get("runs") or {}
@@ -265,16 +271,16 @@ def describe_runs(result_path: Path) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
-def raise_if_refused(python: str, batch_dir: Path) -> None:
-    """Torch imported, but this release cannot take what the target asks (--dynamo): the whole target fails."""
-    record = read_env_record(batch_dir)
+def raise_if_refused(python: str, record: dict[str, Any] | None) -> None:
+    """Torch imported, but this release cannot take what the target asks (--dynamo): the whole target fails.
+    `record`: the batch's env.json, as `read_env_record` reads it."""
     if record is not None and record.get("refused"):
         raise EnvironmentUnusable(f"python {python}: {record.get('error')}")
 
 
 def _raise_if_unusable(python: str, batch_dir: Path, returncode: int | None, probe_log: str) -> None:
-    raise_if_refused(python, batch_dir)
     record = read_env_record(batch_dir)
+    raise_if_refused(python, record)
     if record is not None:
         if not record.get("ok"):
             raise EnvironmentUnusable(torch_missing(python, str(record.get("error"))))

@@ -27,17 +27,17 @@ from pathlib import Path
 
 from casekit import settings
 from casekit.errors import RunnerError, Stopped
-from casekit.runners.batch import lay_out_batch, read_batch
+from casekit.runners.batch import lay_out_batch, read_batch, read_env_record
 from casekit.runners.interface import PROBE_PATH, ProbeBatchResult, ProbeJob, ProbeScheduling, ProgressFn
 from casekit.runners.process import (
     IMPORT_MARGIN_S,
     STOPPING,
     EnvironmentUnusable,
     check_interpreter,
-    describe_runs,
     kill_process_tree,
     overall_timeout,
     raise_if_refused,
+    report_finished,
     torch_missing,
 )
 from casekit.runners.sandbox import Sandbox
@@ -169,7 +169,7 @@ class WarmProbe:
                 progress(f"warm probe stopped after {limit:g} s or died; it restarts on the next request")
                 kill_process_tree(process)
                 self.process = None
-            raise_if_refused(self.python, batch_dir)
+            raise_if_refused(self.python, read_env_record(batch_dir))
             result = read_batch(batch_dir, jobs, self._last_log_line())
             result.import_s = 0.0
             result.environment["sandbox"] = self.sandbox.summary()
@@ -187,12 +187,7 @@ class WarmProbe:
         reported: set[str] = set()
         try:
             while not done.exists():
-                for job in jobs:
-                    if job.id not in reported and (out / f"{job.id}.result.json").exists():
-                        reported.add(job.id)
-                        progress(
-                            f"{len(reported)}/{len(jobs)} {job.id} done{describe_runs(out / f'{job.id}.result.json')}"
-                        )
+                report_finished(out, jobs, reported, progress)
                 if process.poll() is not None or time.monotonic() > deadline:
                     return done.exists()
                 if STOPPING.is_set():
@@ -202,6 +197,7 @@ class WarmProbe:
             kill_process_tree(process)
             self.process = None
             raise
+        report_finished(out, jobs, reported, progress)  # the last ones, finished since the last look
         return True
 
     def _last_log_line(self) -> str:
