@@ -617,16 +617,22 @@ def describe_value(value, torch, depth=0):
         described.update(tensor_layout(value))
         return described
     if depth < 2 and isinstance(value, (list, tuple)):
-        return {"kind": type(value).__name__, "items": [describe_value(v, torch, depth + 1) for v in value[:16]]}
+        return {
+            "kind": type(value).__name__,
+            "items": [describe_value(v, torch, depth + 1) for v in value[:16]],
+            "length": len(value),
+        }
     if depth < 2 and isinstance(value, dict):
         return {
             "kind": "dict",
             "items": {str(k): describe_value(v, torch, depth + 1) for k, v in list(value.items())[:16]},
+            "length": len(value),
+            "str_keys": all(isinstance(k, str) for k in value),
         }
     if isinstance(value, (bool, int, float)) or value is None:
         return {"kind": type(value).__name__, "value": value}
     if isinstance(value, str):
-        return {"kind": "str", "value": value[:80]}
+        return {"kind": "str", "value": value[:80], "length": len(value)}
     return {"kind": type(value).__name__}
 
 
@@ -706,6 +712,7 @@ class CompileInterceptor:
         self.tolerances = tolerances
         self.outputs = {}
         self.call_index = 0
+        self.call_sites_under = None  # a folder: record where each call was made from, when it is in there
 
     def install(self):
         interceptor = self
@@ -803,6 +810,8 @@ class CompileInterceptor:
             "raised": None,
             "comparison": None,
         }
+        if self.call_sites_under is not None:
+            call["site"] = call_site(self.call_sites_under)
         if error is not None:
             call["raised"] = {"type": type(error).__name__, "message": clip(str(error), 8000)}
         else:
@@ -861,6 +870,45 @@ class CompileInterceptor:
         except TypeError:  # torch before 2.1: no always_call; a raising forward goes unrecorded
             pass
         return module
+
+
+def _outer_frames(frame):
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
+def call_site(root):
+    """Where the script called a compiled entry point: the first frame outside the probe and torch (a
+    module's call goes through torch's hooks), as a path relative to `root` and the call's positions
+    (line, end line, columns: Python 3.11+ knows the expression's columns). None when that frame is not
+    in a file under `root` (a library calling a compiled function)."""
+    probe_file = call_site.__code__.co_filename
+    torch_folder = os.path.dirname(sys.modules["torch"].__file__ or "") + os.sep
+    frame = next(
+        (
+            f
+            for f in _outer_frames(sys._getframe(1))
+            if f.f_code.co_filename not in (probe_file,) and not f.f_code.co_filename.startswith(torch_folder)
+        ),
+        None,
+    )
+    if frame is None:
+        return None
+    path = os.path.realpath(frame.f_code.co_filename)
+    if not path.startswith(root):
+        return None
+    site = {"file": path[len(root) :].replace(os.sep, "/"), "line": frame.f_lineno}
+    positions = getattr(frame.f_code, "co_positions", None)
+    if positions is not None and frame.f_lasti >= 0:
+        try:
+            for index, position in enumerate(positions()):
+                if index == frame.f_lasti // 2:
+                    site["line"], site["end_line"], site["col"], site["end_col"] = position
+                    break
+        except (TypeError, ValueError):
+            pass
+    return site
 
 
 def _graph_code_name(gm):
@@ -1220,6 +1268,8 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
     os.chdir(job.get("workdir") or run_dir)
     seed_everything(torch, job.get("seed", 0))
     lines_run = None
+    if job.get("call_sites"):  # a reducer's: which call made each compiled call (to give it made-up inputs)
+        interceptor.call_sites_under = os.path.realpath(os.path.dirname(os.path.abspath(script))) + os.sep
     if mode == "eager" and job.get("trace_lines"):  # a reducer's coverage: never under Dynamo, which owns frames
         lines_run = LineTrace(os.path.dirname(os.path.abspath(script)))
         lines_run.start()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -193,6 +194,77 @@ def test_a_multi_file_repro_reduces_every_included_file(tmp_path: Path) -> None:
     assert not config.exists() or "NAME" not in config.read_text()
     total = sum(code_lines(p.read_text()) for p in out.rglob("*.py"))
     assert total < code_lines(LAYERS + MAIN) * 0.7
+
+
+PIPELINE = """\
+import random
+import torch
+import torch.nn as nn
+
+VOCAB = ["<pad>", "<cls>"] + [f"w{i}" for i in range(30)]
+
+
+class Tokenizer:
+    def __init__(self, vocab):
+        self.index = {word: i for i, word in enumerate(vocab)}
+
+    def encode(self, text, length):
+        ids = [1] + [self.index.get(word, 0) for word in text.split()]
+        return (ids + [0] * length)[:length]
+
+
+def documents(count, rng):
+    return [" ".join(f"w{rng.randrange(30)}" for _ in range(rng.randrange(3, 9))) for _ in range(count)]
+
+
+def batches(texts, tokenizer, size):
+    for start in range(0, len(texts), size):
+        yield torch.tensor([tokenizer.encode(t, 12) for t in texts[start : start + size]])
+
+
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(len(VOCAB), 8)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, ids):
+        hidden = self.embed(ids)
+        if hidden.sum() > 0:
+            hidden = hidden * 2
+        return self.out(hidden)
+
+
+tagger = torch.compile(Tagger(), backend="eager")
+for ids in batches(documents(6, random.Random(0)), Tokenizer(VOCAB), 3):
+    print(tagger(ids).shape)
+"""
+
+
+@pytest.mark.process
+def test_the_data_pipeline_gives_way_to_literal_inputs_of_the_same_shape_and_dtype(tmp_path: Path) -> None:
+    script = tmp_path / "tagger.py"
+    script.write_text(PIPELINE)
+    out = tmp_path / "out"
+    done = reduce(str(script), "--out", str(out), "--max-time", "240")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "kept: tagger.py:34 GB" in done.stdout, done.stdout  # the data-dependent branch
+    assert "reducing inputs of the compiled call written as literals" in done.stderr
+    reduced = (out / "tagger.py").read_text()
+    # the tokenizer, the documents and the batching made one (3, 12) int64 tensor: a literal makes it now
+    # (its shape shrunk after, its dtype kept)
+    assert re.search(r"torch\.(ones|zeros)\(.*dtype=torch\.int64\)", reduced), reduced
+    for gone in ("Tokenizer", "documents", "batches", "random"):
+        assert gone not in reduced, reduced
+    shown = subprocess.run(
+        [sys.executable, str(out / "tagger.py")],
+        env={**os.environ, "TORCH_LOGS": "graph_breaks"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert shown.returncode == 0 and "Graph break" in shown.stderr, shown.stderr[-2000:]
 
 
 # ------------------------------------------------------------ bad input: one line, before any reduction

@@ -33,12 +33,14 @@ class CandidateJob(ProbeJob):
     eager_must_pass: bool = True
     report_modules: bool = False
     trace_lines: bool = False  # the eager run records the lines it ran in the job's own files
+    call_sites: bool = False  # each compiled call records where in the job's own files it was made
 
     def to_request(self, script_path: str) -> dict[str, object]:
         request = super().to_request(script_path)
         request["eager_must_pass"] = self.eager_must_pass
         request["report_modules"] = self.report_modules
         request["trace_lines"] = self.trace_lines
+        request["call_sites"] = self.call_sites
         return request
 
 

@@ -4,7 +4,10 @@ Steps: check the input (every bad input is one line before anything runs, or
 right after the original's run); observe the original in a warm probe and pick
 the break to keep (its eager run traces the lines it runs in the user's files);
 check the source normalized by `ast.unparse` still keeps it; try one candidate
-without every statement the original never ran; shrink loop counts (every
+without every statement the original never ran; write the compiled call's
+arguments as literals of what the original passed (`arguments.py`: the data
+pipeline becomes dead code, and one candidate leaves out every binding nothing
+reads, `unread.py`); shrink loop counts (every
 later candidate runs faster); reduce the code, coarse to fine (the explorer's
 passes: whole included files, config literals, whole statements, single-use
 variables, then pysource-minimize's expressions, bodies, imports, arguments),
@@ -20,7 +23,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -32,6 +35,7 @@ from casekit.fsutil import write_atomic
 from casekit.includes import collect_includes, file_bytes, missing_includes
 from casekit.model import IncludedFile, ScriptObservation, ScriptSource, ScriptStatus, Site, SiteClass
 from casekit.observe.batch import observe_batch
+from casekit.reduce.arguments import RecordedCall, recorded_calls, with_made_up_inputs
 from casekit.reduce.candidate import Candidate, render_candidate
 from casekit.reduce.candidates import CandidateJob, CandidateProbe, Layout, library_modules, lines_run
 from casekit.reduce.choice import BreakChoice, ReduceRefused, choose_break
@@ -43,6 +47,7 @@ from casekit.reduce.result import CaptureOptions, ReduceResult, ReduceStopped
 from casekit.reduce.speculate import SpeculativeSearch
 from casekit.reduce.statements import importers_first
 from casekit.reduce.target import warm_target
+from casekit.reduce.unread import without_unread
 from casekit.runners.interface import ProbeScheduling, ProgressFn, Runner
 from casekit.runners.sandbox import Sandbox
 from casekit.runners.warm import WarmProbe
@@ -219,11 +224,12 @@ def _reduce(
     progress(f"observing {name} (eager baseline, compiled run) in a warm probe")
     first = CandidateProbe(probe, layout, _no_oracle(), request.timeout, progress, request.backend)
     job = first.jobs_for([original])[0]
-    job.report_modules, job.eager_must_pass, job.trace_lines = True, False, True
+    job.report_modules, job.eager_must_pass, job.trace_lines, job.call_sites = True, False, True, True
     batch = probe.run_probe([job], progress)
     shutil.rmtree(job.script.parent, ignore_errors=True)
     torch_version = str(batch.environment.get("torch") or "?")
     ran = lines_run(batch, job.id)
+    calls = recorded_calls(batch.results.get(job.id) or {})
     observed = observe_batch(batch, job, inputs.script)
     _refuse_original(observed, request.timeout)
     placed = layout.placement_of(original).observation(observed)
@@ -269,6 +275,11 @@ def _reduce(
                 unrun = None
             if unrun is not None and unrun.code_lines() < state.best.code_lines() and judge([unrun])[0]:
                 state.keep(unrun)
+        if request.shrink_inputs and calls and not should_stop():
+            state.phase("inputs of the compiled call written as literals")
+            if _make_up_inputs(state, calls, inputs.indexes, judge, should_stop) and not should_stop():
+                state.phase("what only made the inputs (bindings nothing reads)")
+                _drop_unread(state, name, calls, inputs.indexes, judge)
         if request.shrink_inputs and not should_stop():
             state.phase("loop counts")
             shrink_inputs(state.best, inputs.indexes, judge, jobs, LOOPS, state.keep, should_stop)
@@ -386,6 +397,60 @@ def _confirm(
         return judgement, observed
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _make_up_inputs(
+    state: _State,
+    calls: Sequence[RecordedCall],
+    indexes: Mapping[str, OriginalIndex],
+    judge: Callable[[Sequence[Candidate]], list[bool]],
+    should_stop: Callable[[], bool],
+) -> bool:
+    """Each recorded call site in turn: its arguments as literals, both variants side by side (the
+    first kept wins), from the best so far; True when one was kept."""
+    made_up = False
+    for call in calls:
+        if should_stop():
+            return made_up
+        tried: list[Candidate] = []
+        for variant in (0, 1):
+            for trees in with_made_up_inputs(state.best.trees, [call], variant):
+                try:
+                    tried.append(render_candidate(trees, indexes))
+                except (RenderError, SyntaxError, ValueError):
+                    continue
+        if not tried:
+            continue
+        for candidate, kept in zip(tried, judge(tried), strict=True):
+            if kept:
+                state.keep(candidate)
+                made_up = True
+                break
+    return made_up
+
+
+def _drop_unread(
+    state: _State,
+    script: str,
+    calls: Sequence[RecordedCall],
+    indexes: Mapping[str, OriginalIndex],
+    judge: Callable[[Sequence[Candidate]], list[bool]],
+) -> None:
+    """The script without the bindings nothing reads, side by side: beside the compiled call unread
+    values dropped with their calls, and (if that is refused) every unread call kept as a statement."""
+    where = frozenset((c.line, c.col) for c in calls if c.file == script)
+    tried: list[Candidate] = []
+    for drop_calls in (True, False):
+        try:
+            candidate = render_candidate(without_unread(state.best.trees, script, drop_calls, where), indexes)
+        except (RenderError, SyntaxError, ValueError):
+            continue
+        if candidate.code_lines() < state.best.code_lines() and candidate.key not in {t.key for t in tried}:
+            tried.append(candidate)
+    for candidate, kept in zip(tried, judge(tried) if tried else [], strict=True):
+        if kept:
+            state.keep(candidate)
+            return
 
 
 class _Staging:

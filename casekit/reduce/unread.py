@@ -1,0 +1,178 @@
+"""One candidate without every binding nothing reads: what only fed code that is gone.
+
+Once the compiled call's inputs are literals (`arguments.py`), the tokenizer,
+the dataset and the batching helpers are still defined and still called to
+make values nobody reads. This removes, to a fixed point, every statement that
+only binds names no code reads: an import, a `def` or `class`, an assignment
+to plain names (its right side goes with it, calls included). A name counts as
+read where any scope loads it or an attribute of that name is taken, so a
+method name read as `obj.name` stays. The oracle judges the one candidate
+like any other: a call kept only for its side effect that the break needed
+makes it refused, and nothing is lost but one run.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from collections.abc import Mapping
+
+BODIES = ("body", "orelse", "finalbody")
+
+
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _own_nodes(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of a scope's own code: nested functions' bodies excluded (their defaults included)."""
+    out: list[ast.AST] = []
+    pending = list(ast.iter_child_nodes(scope))
+    while pending:
+        node = pending.pop()
+        out.append(node)
+        if isinstance(node, FUNCTIONS):
+            pending.extend([*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)])
+            pending.extend(getattr(node, "decorator_list", []))
+            continue
+        pending.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _locals(function: ast.AST) -> set[str]:
+    assert isinstance(function, FUNCTIONS)
+    arguments = function.args
+    names = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
+    names |= {a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None}
+    declared = set()
+    for node in _own_nodes(function):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            declared.update(node.names)
+    return names - declared
+
+
+def _loads(nodes: list[ast.AST]) -> set[str]:
+    read: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Store):
+            read.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            read.add(node.attr)  # `obj.name`: a method or field of that name stays
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+            read.add(node.value)  # getattr(obj, "name"), __all__ entries
+    return read
+
+
+def _reads(tree: ast.Module) -> dict[int, set[str]]:
+    """id(scope) -> the names read as that scope's bindings: the module's are read by its own code and
+    by any function that does not bind them itself; a function's by its own code and nested code."""
+    functions = [n for n in ast.walk(tree) if isinstance(n, FUNCTIONS)]
+    module_reads = _loads(_own_nodes(tree))
+    out: dict[int, set[str]] = {}
+    for function in functions:
+        inside = _loads(list(ast.walk(function)))  # its own code and nested code (conservative)
+        out[id(function)] = inside
+        module_reads |= _loads(_own_nodes(function)) - _locals(function)
+    out[id(tree)] = module_reads
+    return out
+
+
+def _bound(statement: ast.stmt) -> list[str] | None:
+    """The names a statement only binds, or None when it does more (or binds something else)."""
+    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return [statement.name]
+    if isinstance(statement, ast.Import | ast.ImportFrom):
+        names = [(a.asname or a.name).split(".")[0] for a in statement.names]
+        return None if "*" in names else names
+    if isinstance(statement, ast.Assign):
+        if all(isinstance(t, ast.Name) for t in statement.targets):
+            return [t.id for t in statement.targets if isinstance(t, ast.Name)]
+        return None
+    if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+        return [statement.target.id]
+    return None
+
+
+def _has_call(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) for n in ast.walk(node))
+
+
+def _makes_call(node: ast.AST, calls: frozenset[tuple[int, int | None]]) -> bool:
+    """Whether `node` holds one of the compiled entry point's recorded calls (line, column if known)."""
+    return any(
+        isinstance(n, ast.Call) and ((n.lineno, n.col_offset) in calls or (n.lineno, None) in calls)
+        for n in ast.walk(node)
+    )
+
+
+def _prune(
+    body: list[ast.stmt],
+    reads: dict[int, set[str]],
+    scope: ast.AST,
+    in_class: bool,
+    drop_calls: bool,
+    compiled_calls: frozenset[tuple[int, int | None]],
+) -> bool:
+    """Drop from `body` (in place) the statements binding only names `scope` never reads; True if any.
+    An unread assignment whose value calls something keeps its value as a statement, unless
+    `drop_calls` and `scope` is where the compiled entry point is called (`compiled_calls`: where the
+    original called it) and the value does not hold that call."""
+    kept: list[ast.stmt] = []
+    changed = False
+    read = reads[id(scope)]
+    for statement in body:
+        names = _bound(statement)
+        dunder = names is not None and any(n.startswith("__") and n.endswith("__") for n in names)
+        # a class body's defs are methods and fields: `self.name` reads them, and protocols (forward,
+        # __init__) call them unread, so only module and function bodies lose their unread bindings
+        if names is not None and not in_class and not dunder and not set(names) & read:
+            changed = True
+            value = getattr(statement, "value", None)
+            # only beside the compiled call are unread values inputs the literals replaced; elsewhere
+            # (a forward, `result = main()`) an unread call's value may be where the break is
+            driver = drop_calls and any(
+                isinstance(n, ast.Call) and _makes_call(n, compiled_calls) for n in _own_nodes(scope)
+            )
+            if isinstance(statement, ast.Assign | ast.AnnAssign) and value is not None and _has_call(value):
+                if not driver or _makes_call(value, compiled_calls):
+                    kept.append(ast.copy_location(ast.Expr(value=value), statement))
+            continue
+        inner_scope = statement if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef) else scope
+        for field in BODIES:
+            inner = getattr(statement, field, None)
+            if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                if _prune(inner, reads, inner_scope, isinstance(statement, ast.ClassDef), drop_calls, compiled_calls):
+                    if not inner:
+                        inner.append(ast.Pass()) if field == "body" else None
+                    changed = True
+        kept.append(statement)
+    body[:] = kept
+    return changed
+
+
+def without_unread(
+    trees: Mapping[str, ast.Module | None],
+    script: str,
+    drop_calls: bool,
+    compiled_calls: frozenset[tuple[int, int | None]] = frozenset(),
+) -> dict[str, ast.Module | None]:
+    """A copy of the trees without the bindings nothing reads, to a fixed point. Only the script: an
+    included module's top-level names are read by the files importing them."""
+    out = dict(trees)
+    tree = trees.get(script)
+    if tree is None:
+        return out
+    pruned = copy.deepcopy(tree)
+    while _prune(pruned.body, _reads(pruned), pruned, False, drop_calls, compiled_calls):
+        pass
+    if not pruned.body:
+        pruned.body = [ast.Pass()]
+    for node in ast.walk(pruned):  # a made-up `pass` takes its parent's place in the original's lines
+        if isinstance(node, ast.Pass) and not hasattr(node, "lineno"):
+            node.lineno = node.end_lineno = 0
+            node.col_offset = node.end_col_offset = 0
+    out[script] = pruned
+    return out
