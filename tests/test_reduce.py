@@ -73,6 +73,18 @@ def code_lines(text: str) -> int:
     return sum(1 for line in text.splitlines() if line.strip() and not line.strip().startswith("#"))
 
 
+def run_alone(script: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """A reduced script run by plain python, torch's graph-break log on (what a user checks by hand)."""
+    return subprocess.run(
+        [sys.executable, str(script)],
+        env={**os.environ, "TORCH_LOGS": "graph_breaks"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
+
+
 def reduce(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return run_casekit("reduce", *args, "--jobs", "2", timeout=timeout)
 
@@ -116,14 +128,7 @@ def test_a_model_is_reduced_keeping_its_break_and_the_result_runs_standalone(tmp
     assert "Reduced by casekit reduce from model.py" in bundle and f"{code_lines(SCRIPT)} lines" in bundle
     assert hashlib.sha256(SCRIPT.encode()).hexdigest()[:16] in bundle
     # standalone: plain python shows the same break in torch's own log
-    shown = subprocess.run(
-        [sys.executable, str(out / "model.py")],
-        env={**os.environ, "TORCH_LOGS": "graph_breaks"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
+    shown = run_alone(out / "model.py", tmp_path)
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert "Graph break" in shown.stderr and "item()" in shown.stderr, shown.stderr[-2000:]
 
@@ -256,14 +261,7 @@ def test_the_data_pipeline_gives_way_to_literal_inputs_of_the_same_shape_and_dty
     assert re.search(r"torch\.(ones|zeros)\(.*dtype=torch\.int64\)", reduced), reduced
     for gone in ("Tokenizer", "documents", "batches", "random"):
         assert gone not in reduced, reduced
-    shown = subprocess.run(
-        [sys.executable, str(out / "tagger.py")],
-        env={**os.environ, "TORCH_LOGS": "graph_breaks"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
+    shown = run_alone(out / "tagger.py", tmp_path)
     assert shown.returncode == 0 and "Graph break" in shown.stderr, shown.stderr[-2000:]
 
 

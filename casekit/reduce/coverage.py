@@ -71,9 +71,14 @@ def without_unrun(
             continue
         pruned = copy.deepcopy(tree)
         pruned.body = _prune(pruned.body, ran[name]) or [ast.Pass()]
-        for node in ast.walk(pruned):  # a made-up `pass` takes its parent's place in the original's lines
-            if isinstance(node, ast.Pass) and not hasattr(node, "lineno"):
-                node.lineno = node.end_lineno = 0
-                node.col_offset = node.end_col_offset = 0
+        place_made_up_passes(pruned)
         out[name] = pruned
     return out
+
+
+def place_made_up_passes(tree: ast.Module) -> None:
+    """A `pass` a pass made up (for a body it emptied) takes its parent's place in the original's lines."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Pass) and not hasattr(node, "lineno"):
+            node.lineno = node.end_lineno = 0
+            node.col_offset = node.end_col_offset = 0

@@ -17,6 +17,8 @@ import ast
 import copy
 from collections.abc import Mapping
 
+from casekit.reduce.coverage import place_made_up_passes
+
 BODIES = ("body", "orelse", "finalbody")
 
 
@@ -145,8 +147,8 @@ def _prune(
             inner = getattr(statement, field, None)
             if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
                 if _prune(inner, reads, inner_scope, isinstance(statement, ast.ClassDef), drop_calls, compiled_calls):
-                    if not inner:
-                        inner.append(ast.Pass()) if field == "body" else None
+                    if not inner and field == "body":
+                        inner.append(ast.Pass())
                     changed = True
         kept.append(statement)
     body[:] = kept
@@ -170,9 +172,6 @@ def without_unread(
         pass
     if not pruned.body:
         pruned.body = [ast.Pass()]
-    for node in ast.walk(pruned):  # a made-up `pass` takes its parent's place in the original's lines
-        if isinstance(node, ast.Pass) and not hasattr(node, "lineno"):
-            node.lineno = node.end_lineno = 0
-            node.col_offset = node.end_col_offset = 0
+    place_made_up_passes(pruned)
     out[script] = pruned
     return out
