@@ -4,7 +4,8 @@ each candidate.
 `python -m casekit.reduce.explorer FD` reads its start (the original files and
 the trees to start from) on the socket FD, then runs, over each file: whole
 included files out; config literals written in place (`constants.py`); whole
-statements out, halves first (`statements.py`); single-use variables written
+statements out, halves first (`statements.py`), each round followed by one try
+without what nothing reads any more (`unread.py`); single-use variables written
 in place (`variables.py`); pysource-minimize's `minimize_ast` (expressions,
 arguments, the rest) until a round changes nothing; variables once more. Each
 pass asks about one candidate and waits for the answer, deciding what to try
@@ -37,6 +38,7 @@ from casekit.reduce.candidate import render_candidate
 from casekit.reduce.constants import inline_literals
 from casekit.reduce.lines import OriginalIndex, RenderError
 from casekit.reduce.statements import reduce_statements
+from casekit.reduce.unread import without_unread
 from casekit.reduce.variables import inline_variables
 from casekit.reduce.wire import ChannelClosed, receive, send
 
@@ -140,6 +142,8 @@ class Explorer:
         self.order: list[str] = list(start["order"])
         self.removable: list[str] = list(start["removable"])
         self.rounds = int(start.get("rounds", 2))
+        self.script: str = start.get("script", self.order[0] if self.order else "")
+        self.compiled_calls = frozenset(tuple(c) for c in start.get("compiled_calls", ()))
         self.shapes = {name: skeleton(tree) for name, tree in self.current.items() if tree is not None}
         self.unbound = {name: unbound_names(ast.unparse(tree)) for name, tree in self.current.items() if tree}
         self.unset = {name: unset_attributes(tree) for name, tree in self.current.items() if tree}
@@ -161,6 +165,7 @@ class Explorer:
                 tree = self.current.get(name)
                 if tree is not None:
                     reduce_statements(tree, self.checker(name), copy_tree, rounds=1)
+            self.drop_unread()
             self.remove_files()
             if self.dumps() == before:
                 break
@@ -184,6 +189,19 @@ class Explorer:
                 break
         self.write_in_variables()  # what the library's rounds left as `x = ...` read once
         self.remove_files()
+
+    def drop_unread(self) -> None:
+        """The script without what nothing reads any more (`unread.py`), bold variant first: once a
+        round has taken the loop around the compiled call, what fed it is unread."""
+        if self.script not in self.current or self.current[self.script] is None:
+            return
+        for drop_calls in (True, False):
+            trees = without_unread(self.current, self.script, drop_calls, self.compiled_calls)
+            tree = trees[self.script]
+            current = self.current[self.script]
+            if tree is not None and current is not None and ast.dump(tree) != ast.dump(current):
+                if self.ask_trees({self.script: tree}):
+                    return
 
     def remove_files(self) -> None:
         """Each included file out whole (its importers may no longer need it)."""

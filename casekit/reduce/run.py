@@ -292,6 +292,8 @@ def _reduce(
                 "order": order,
                 "removable": [n for n in inputs.reduced if n != name],
                 "rounds": 2,
+                "script": name,
+                "compiled_calls": [(c.line, c.col) for c in calls if c.file == name],
             }
             SpeculativeSearch(
                 start,
