@@ -29,6 +29,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
 import difflib  # noqa: E402
 import errno  # noqa: E402
+import itertools  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import re  # noqa: E402
@@ -889,7 +890,7 @@ def call_site(root):
         (
             f
             for f in _outer_frames(sys._getframe(1))
-            if f.f_code.co_filename not in (probe_file,) and not f.f_code.co_filename.startswith(torch_folder)
+            if f.f_code.co_filename != probe_file and not f.f_code.co_filename.startswith(torch_folder)
         ),
         None,
     )
@@ -901,13 +902,10 @@ def call_site(root):
     site = {"file": path[len(root) :].replace(os.sep, "/"), "line": frame.f_lineno}
     positions = getattr(frame.f_code, "co_positions", None)
     if positions is not None and frame.f_lasti >= 0:
-        try:
-            for index, position in enumerate(positions()):
-                if index == frame.f_lasti // 2:
-                    site["line"], site["end_line"], site["col"], site["end_col"] = position
-                    break
-        except (TypeError, ValueError):
-            pass
+        # one position per 2-byte code unit; f_lasti is the CALL's byte offset
+        position = next(itertools.islice(positions(), frame.f_lasti // 2, None), None)
+        if position is not None and all(isinstance(p, int) for p in position):
+            site["line"], site["end_line"], site["col"], site["end_col"] = position
     return site
 
 

@@ -10,7 +10,8 @@ literals that make the same values (`torch.randn((4, 16))`, `torch.ones((1, 16),
 dtype=torch.int64)`, `3`); the oracle judges it like any other (values can
 matter: a mask made from the ids, a data-dependent branch), and a second
 variant with other values is tried when the first is refused. Once kept, what
-only made the inputs is dead code the statement pass removes wholesale.
+only made the inputs is dead code: the explorer's statement rounds take the loop
+around the call, and its unread-bindings try (`unread.py`) what fed it.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ the break to keep (its eager run traces the lines it runs in the user's files);
 check the source normalized by `ast.unparse` still keeps it; try one candidate
 without every statement the original never ran; write the compiled call's
 arguments as literals of what the original passed (`arguments.py`: the data
-pipeline becomes dead code, and one candidate leaves out every binding nothing
-reads, `unread.py`); shrink loop counts (every
+pipeline becomes dead code, which the explorer's statement rounds and their
+unread-bindings try, `unread.py`, take out); shrink loop counts (every
 later candidate runs faster); reduce the code, coarse to fine (the explorer's
 passes: whole included files, config literals, whole statements, single-use
 variables, then pysource-minimize's expressions, bodies, imports, arguments),
@@ -47,7 +47,6 @@ from casekit.reduce.result import CaptureOptions, ReduceResult, ReduceStopped
 from casekit.reduce.speculate import SpeculativeSearch
 from casekit.reduce.statements import importers_first
 from casekit.reduce.target import warm_target
-from casekit.reduce.unread import without_unread
 from casekit.runners.interface import ProbeScheduling, ProgressFn, Runner
 from casekit.runners.sandbox import Sandbox
 from casekit.runners.warm import WarmProbe
@@ -277,9 +276,7 @@ def _reduce(
                 state.keep(unrun)
         if request.shrink_inputs and calls and not should_stop():
             state.phase("inputs of the compiled call written as literals")
-            if _make_up_inputs(state, calls, inputs.indexes, judge, should_stop) and not should_stop():
-                state.phase("what only made the inputs (bindings nothing reads)")
-                _drop_unread(state, name, calls, inputs.indexes, judge)
+            _make_up_inputs(state, calls, inputs.indexes, judge, should_stop)
         if request.shrink_inputs and not should_stop():
             state.phase("loop counts")
             shrink_inputs(state.best, inputs.indexes, judge, jobs, LOOPS, state.keep, should_stop)
@@ -407,13 +404,12 @@ def _make_up_inputs(
     indexes: Mapping[str, OriginalIndex],
     judge: Callable[[Sequence[Candidate]], list[bool]],
     should_stop: Callable[[], bool],
-) -> bool:
+) -> None:
     """Each recorded call site in turn: its arguments as literals, both variants side by side (the
-    first kept wins), from the best so far; True when one was kept."""
-    made_up = False
+    first kept wins), from the best so far."""
     for call in calls:
         if should_stop():
-            return made_up
+            return
         tried: list[Candidate] = []
         for variant in (0, 1):
             for trees in with_made_up_inputs(state.best.trees, [call], variant):
@@ -426,33 +422,7 @@ def _make_up_inputs(
         for candidate, kept in zip(tried, judge(tried), strict=True):
             if kept:
                 state.keep(candidate)
-                made_up = True
                 break
-    return made_up
-
-
-def _drop_unread(
-    state: _State,
-    script: str,
-    calls: Sequence[RecordedCall],
-    indexes: Mapping[str, OriginalIndex],
-    judge: Callable[[Sequence[Candidate]], list[bool]],
-) -> None:
-    """The script without the bindings nothing reads, side by side: beside the compiled call unread
-    values dropped with their calls, and (if that is refused) every unread call kept as a statement."""
-    where = frozenset((c.line, c.col) for c in calls if c.file == script)
-    tried: list[Candidate] = []
-    for drop_calls in (True, False):
-        try:
-            candidate = render_candidate(without_unread(state.best.trees, script, drop_calls, where), indexes)
-        except (RenderError, SyntaxError, ValueError):
-            continue
-        if candidate.code_lines() < state.best.code_lines() and candidate.key not in {t.key for t in tried}:
-            tried.append(candidate)
-    for candidate, kept in zip(tried, judge(tried) if tried else [], strict=True):
-        if kept:
-            state.keep(candidate)
-            return
 
 
 class _Staging:
