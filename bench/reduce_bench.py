@@ -19,8 +19,9 @@ For each, this run measures:
   both run there, the kept break found in the original by casekit's pairing,
   the result judged by the reduction's oracle).
 
---budget caps each reduction (default 300 s, the issue's bound; the best so
-far is kept). --only NAME runs one repro. --json FILE keeps the figures.
+--budget caps each reduction, its confirming run included (default 300 s, the
+issue's bound; the best so far is kept). --only NAME runs one repro. --json FILE
+keeps the figures.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def bench_one(repro: Repro, args: argparse.Namespace, out_root: Path) -> dict[st
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--budget", type=float, default=300.0, help="seconds per reduction (best so far kept)")
+    parser.add_argument("--budget", type=float, default=300.0, help="seconds per reduction, confirming run included (best so far kept)")
     parser.add_argument("--jobs", type=int, default=None, help="candidates at once [default: the cores]")
     parser.add_argument("--second-python", help="an interpreter with another torch release (pairing check)")
     parser.add_argument("--only", action="append", help="run only this repro (repeatable)")

@@ -1218,6 +1218,7 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
         if lines_run is not None:
             sys.settrace(None)
             data["lines_run"] = lines_run.report()
+            data["callers"] = lines_run.report_callers()
         try:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -1295,9 +1296,12 @@ class LineTrace:
         self.prefix = os.path.realpath(root) + os.sep
         self.seen = {}  # co_filename -> set of lines
         self.other = set()  # co_filenames outside the folder
+        self.callers = {}  # (co_filename, co_firstlineno) -> {(co_filename, line)}: the nearest caller here
+
+    MAX_CALLERS = 4  # per function: its callers complete a break's call path, which names one
 
     def start(self):
-        seen, other, prefix = self.seen, self.other, self.prefix
+        seen, other, prefix, callers = self.seen, self.other, self.prefix, self.callers
 
         def local(frame, event, arg):
             if event == "line":
@@ -1315,6 +1319,14 @@ class LineTrace:
                     return None
                 lines = seen[name] = set()
             lines.add(frame.f_lineno)
+            # the nearest frame of these files up the stack called it (through nn.Module's __call__)
+            mine = callers.setdefault((name, frame.f_code.co_firstlineno), set())
+            if len(mine) < self.MAX_CALLERS:
+                outer = frame.f_back
+                while outer is not None and outer.f_code.co_filename not in seen:
+                    outer = outer.f_back
+                if outer is not None:
+                    mine.add((outer.f_code.co_filename, outer.f_lineno))
             return local
 
         sys.settrace(on_call)
@@ -1325,6 +1337,18 @@ class LineTrace:
             relative = os.path.realpath(name)[len(self.prefix) :].replace(os.sep, "/")
             out[relative] = sorted(lines)
         return out
+
+    def report_callers(self):
+        """[callee file, callee's first line, caller file, caller line], by relative path."""
+
+        def relative(name):
+            return os.path.realpath(name)[len(self.prefix) :].replace(os.sep, "/")
+
+        return [
+            [relative(name), first, relative(outer), line]
+            for (name, first), places in self.callers.items()
+            for outer, line in sorted(places)
+        ]
 
 
 def describe_exception(error, script):

@@ -92,3 +92,22 @@ def test_an_included_file_never_imported_is_left_out(tmp_path: Path) -> None:
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+def test_each_function_s_nearest_caller_in_the_folder_is_recorded_through_library_frames(tmp_path: Path) -> None:
+    (tmp_path / "helper.py").write_text("class Leaf:\n    def __deepcopy__(self, memo):\n        return Leaf()\n")
+    source = "import copy\nimport helper\n\n\ndef outer(leaf):\n    return copy.deepcopy(leaf)\n\n\nouter(helper.Leaf())\n"
+    script = _write(tmp_path / "script.py", source)
+    lines = LineTrace(str(tmp_path))
+    sys.path.insert(0, str(tmp_path))
+    lines.start()
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    finally:
+        sys.settrace(None)
+        sys.path.remove(str(tmp_path))
+    edges = {tuple(edge) for edge in lines.report_callers()}
+    # copy.py's frames are skipped: __deepcopy__'s caller is outer's line 6
+    assert ("helper.py", 2, "script.py", 6) in edges
+    assert ("script.py", 5, "script.py", 9) in edges
+    assert not any(edge[2] not in {"script.py", "helper.py"} for edge in edges)

@@ -43,7 +43,10 @@ def reduce(
         float, typer.Option("--timeout", help="Seconds each run of the original may take (candidates: derived).")
     ] = 300.0,
     max_time: Annotated[
-        float | None, typer.Option("--max-time", help="Stop after this many seconds, keeping the best so far.")
+        float | None,
+        typer.Option(
+            "--max-time", help="Finish within this many seconds (the confirming run included), keeping the best so far."
+        ),
     ] = None,
     allow_new: Annotated[
         bool, typer.Option("--allow-new", help="Keep candidates that show a break the original did not.")

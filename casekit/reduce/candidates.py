@@ -59,6 +59,22 @@ def lines_run(batch: ProbeBatchResult, job_id: str) -> dict[str, set[int]]:
     }
 
 
+def callers_seen(batch: ProbeBatchResult, job_id: str) -> dict[tuple[str, int], set[tuple[str, int]]]:
+    """Who called each function of the job's files in the eager run: (file, the function's first line)
+    -> {(file, line)}, the nearest caller in those files (when the run traced its lines)."""
+    raw = batch.results.get(job_id) or {}
+    runs = raw.get("runs") if isinstance(raw, dict) else None
+    eager = runs.get("eager") if isinstance(runs, dict) else None
+    edges = eager.get("callers") if isinstance(eager, dict) else None
+    out: dict[tuple[str, int], set[tuple[str, int]]] = {}
+    for edge in edges if isinstance(edges, list) else []:
+        if isinstance(edge, list) and len(edge) == 4:
+            name, first, outer, line = edge
+            if isinstance(name, str) and isinstance(outer, str) and isinstance(first, int) and isinstance(line, int):
+                out.setdefault((name, first), set()).add((outer, line))
+    return out
+
+
 def library_modules(batch: ProbeBatchResult, job_id: str) -> list[str]:
     """The installed modules a run reported importing (every mode's), for the probe to preload."""
     raw = batch.results.get(job_id) or {}

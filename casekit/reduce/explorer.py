@@ -185,7 +185,9 @@ class Explorer:
                     continue
                 if not equal_ast(reduced, tree):
                     changed = True
-            if not changed:
+            if changed:
+                self.drop_unread()  # a class whose last use the library's edits took
+            else:
                 break
         self.write_in_variables()  # what the library's rounds left as `x = ...` read once
         self.remove_files()

@@ -101,6 +101,10 @@ class Oracle:
     user_files: frozenset[str]
     options: OracleOptions = OracleOptions()
 
+    def kept_path(self) -> list[tuple[str, int]]:
+        """The kept break's calls through the user's files (file, line), outermost first."""
+        return _user_path(self.chosen, self.user_files)
+
     def judge(self, candidate: ScriptObservation) -> Judgement:
         """Keep or refuse a candidate's run, already placed in the original's lines."""
         if candidate.status is not ScriptStatus.OK:

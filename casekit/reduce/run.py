@@ -35,9 +35,10 @@ from casekit.fsutil import write_atomic
 from casekit.includes import collect_includes, file_bytes, missing_includes
 from casekit.model import IncludedFile, ScriptObservation, ScriptSource, ScriptStatus, Site, SiteClass
 from casekit.observe.batch import observe_batch
+from casekit.reduce.after_break import completed_path, without_what_follows
 from casekit.reduce.arguments import RecordedCall, recorded_calls, with_made_up_inputs
 from casekit.reduce.candidate import Candidate, render_candidate
-from casekit.reduce.candidates import CandidateJob, CandidateProbe, Layout, library_modules, lines_run
+from casekit.reduce.candidates import CandidateJob, CandidateProbe, Layout, callers_seen, library_modules, lines_run
 from casekit.reduce.choice import BreakChoice, ReduceRefused, choose_break
 from casekit.reduce.coverage import without_unrun
 from casekit.reduce.inputs import shrink_inputs
@@ -47,6 +48,7 @@ from casekit.reduce.result import CaptureOptions, ReduceResult, ReduceStopped
 from casekit.reduce.speculate import SpeculativeSearch
 from casekit.reduce.statements import importers_first
 from casekit.reduce.target import warm_target
+from casekit.reduce.unread import without_unread
 from casekit.runners.interface import ProbeScheduling, ProgressFn, Runner
 from casekit.runners.sandbox import Sandbox
 from casekit.runners.warm import WarmProbe
@@ -68,7 +70,7 @@ class ReduceRequest:
     options: OracleOptions = OracleOptions()
     jobs: int | None = None  # candidates at once [default: the cores this process may use]
     timeout: float = 300.0  # the original's runs; candidates get a bound derived from what it took
-    max_seconds: float | None = None  # stop (keeping the best so far) after this long
+    max_seconds: float | None = None  # the whole reduction, confirming run included; the best so far kept
     backend: str = "eager"
     shrink_inputs: bool = True
     capture: CaptureOptions | None = None  # file the result as a case
@@ -225,9 +227,13 @@ def _reduce(
     job = first.jobs_for([original])[0]
     job.report_modules, job.eager_must_pass, job.trace_lines, job.call_sites = True, False, True, True
     batch = probe.run_probe([job], progress)
+    # A fresh probe's start and one run of the original: what the confirming run at the end will cost
+    # at most, kept out of the time limit so that the limit bounds the whole reduction.
+    confirming_reserve = time.monotonic() - started
     shutil.rmtree(job.script.parent, ignore_errors=True)
     torch_version = str(batch.environment.get("torch") or "?")
     ran = lines_run(batch, job.id)
+    callers = callers_seen(batch, job.id)
     calls = recorded_calls(batch.results.get(job.id) or {})
     observed = observe_batch(batch, job, inputs.script)
     _refuse_original(observed, request.timeout)
@@ -250,7 +256,7 @@ def _reduce(
     output.save(dict(inputs.reduced))
     before = original.code_lines()
     state = _State(normalized, before, output, progress, started)
-    deadline = started + request.max_seconds if request.max_seconds else None
+    deadline = started + max(request.max_seconds - confirming_reserve, 0.0) if request.max_seconds else None
     stopped: str | None = None
     signum = 0
 
@@ -277,6 +283,10 @@ def _reduce(
         if request.shrink_inputs and calls and not should_stop():
             state.phase("inputs of the compiled call written as literals")
             _make_up_inputs(state, calls, inputs.indexes, judge, should_stop)
+        if not should_stop():
+            state.phase("what follows the break in each frame of its call path")
+            path = completed_path(state.best.trees, oracle.kept_path(), callers)
+            _cut_what_follows(state, path, calls, name, inputs.indexes, judge)
         if request.shrink_inputs and not should_stop():
             state.phase("loop counts")
             shrink_inputs(state.best, inputs.indexes, judge, jobs, LOOPS, state.keep, should_stop)
@@ -423,6 +433,47 @@ def _make_up_inputs(
             if kept:
                 state.keep(candidate)
                 break
+
+
+def _cut_what_follows(
+    state: _State,
+    path: Sequence[tuple[str, int]],
+    calls: Sequence[RecordedCall],
+    script: str,
+    indexes: Mapping[str, OriginalIndex],
+    judge: Callable[[Sequence[Candidate]], list[bool]],
+) -> None:
+    """The variants of `after_break.py`, boldest first, two at a time (the first kept wins): the cut in
+    every frame of the path or only after the compiled call, the loops around that call once or not,
+    and what is then unread out with or without its calls."""
+    drivers = [(call.file, call.line) for call in calls]
+    compiled_calls = frozenset((call.line, call.col) for call in calls if call.file == script)
+    variants: list[Candidate] = []
+    seen = {state.best.key}
+    # (the break's frames too, or only the driver's; the loops around the compiled call run once; the
+    # unread bindings go with their calls, or leave them as statements)
+    for frames, unroll, drop_calls in (
+        (path, True, True),
+        (path, False, True),
+        (path, False, False),
+        ((), False, False),
+    ):
+        trees = without_unread(
+            without_what_follows(state.best.trees, frames, drivers, unroll), script, drop_calls, compiled_calls
+        )
+        try:
+            candidate = render_candidate(trees, indexes)
+        except (RenderError, SyntaxError, ValueError):
+            continue
+        if candidate.key not in seen and candidate.code_lines() < state.best.code_lines():
+            seen.add(candidate.key)
+            variants.append(candidate)
+    for start in range(0, len(variants), 2):
+        pair = variants[start : start + 2]
+        for candidate, kept in zip(pair, judge(pair), strict=True):
+            if kept:
+                state.keep(candidate)
+                return
 
 
 class _Staging:
