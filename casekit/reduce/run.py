@@ -256,7 +256,9 @@ def _reduce(
     output.save(dict(inputs.reduced))
     before = original.code_lines()
     state = _State(normalized, before, output, progress, started)
-    deadline = started + max(request.max_seconds - confirming_reserve, 0.0) if request.max_seconds else None
+    # the batch running at the deadline finishes (about one run of the original), then the confirming run
+    reserve = confirming_reserve + slowest
+    deadline = started + max(request.max_seconds - reserve, 0.0) if request.max_seconds else None
     stopped: str | None = None
     signum = 0
 
