@@ -156,7 +156,9 @@ def bench_one(repro: Repro, args: argparse.Namespace, out_root: Path) -> dict[st
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--budget", type=float, default=300.0, help="seconds per reduction, confirming run included (best so far kept)")
+    parser.add_argument(
+        "--budget", type=float, default=300.0, help="seconds per reduction, confirming run included (best so far kept)"
+    )
     parser.add_argument("--jobs", type=int, default=None, help="candidates at once [default: the cores]")
     parser.add_argument("--second-python", help="an interpreter with another torch release (pairing check)")
     parser.add_argument("--only", action="append", help="run only this repro (repeatable)")

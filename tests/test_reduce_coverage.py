@@ -45,6 +45,10 @@ else:
 
 def trace(tmp_path: Path, source: str, name: str = "script.py") -> dict[str, set[int]]:
     """The probe's LineTrace over a real run of `source` (in this process, as the probe's child does)."""
+    return {key: set(value) for key, value in traced(tmp_path, source, name).report().items()}
+
+
+def traced(tmp_path: Path, source: str, name: str = "script.py") -> LineTrace:
     script = tmp_path / name
     script.write_text(source)
     lines = LineTrace(str(tmp_path))
@@ -55,7 +59,7 @@ def trace(tmp_path: Path, source: str, name: str = "script.py") -> dict[str, set
     finally:
         sys.settrace(None)
         sys.path.remove(str(tmp_path))
-    return {key: set(value) for key, value in lines.report().items()}
+    return lines
 
 
 def test_the_lines_run_are_traced_in_the_folder_only(tmp_path: Path) -> None:
@@ -96,16 +100,10 @@ def _write(path: Path, text: str) -> Path:
 
 def test_each_function_s_nearest_caller_in_the_folder_is_recorded_through_library_frames(tmp_path: Path) -> None:
     (tmp_path / "helper.py").write_text("class Leaf:\n    def __deepcopy__(self, memo):\n        return Leaf()\n")
-    source = "import copy\nimport helper\n\n\ndef outer(leaf):\n    return copy.deepcopy(leaf)\n\n\nouter(helper.Leaf())\n"
-    script = _write(tmp_path / "script.py", source)
-    lines = LineTrace(str(tmp_path))
-    sys.path.insert(0, str(tmp_path))
-    lines.start()
-    try:
-        runpy.run_path(str(script), run_name="__main__")
-    finally:
-        sys.settrace(None)
-        sys.path.remove(str(tmp_path))
+    source = (
+        "import copy\nimport helper\n\n\ndef outer(leaf):\n    return copy.deepcopy(leaf)\n\n\nouter(helper.Leaf())\n"
+    )
+    lines = traced(tmp_path, source)
     edges = {tuple(edge) for edge in lines.report_callers()}
     # copy.py's frames are skipped: __deepcopy__'s caller is outer's line 6
     assert ("helper.py", 2, "script.py", 6) in edges
