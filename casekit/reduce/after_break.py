@@ -43,9 +43,7 @@ def _innermost_scope(tree: ast.Module, line: int) -> ast.AST:
         inner = next((c for c in _statements_of(node) if _spans(c, line)), None)
         if inner is None:
             return scope
-        if isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef):
-            scope = inner
-        elif isinstance(inner, ast.ClassDef):
+        if isinstance(inner, SCOPES):
             scope = inner
         node = inner
 
