@@ -34,6 +34,7 @@ from casekit.runners.interface import (
     ProgressFn,
     Runner,
     RunnerFactory,
+    ScriptEntry,
     allow_options,
 )
 from casekit.scrub import Replacement, Scrubber, interpreter_prefix, machine_folders
@@ -399,7 +400,8 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
         f"observing {len(jobs)} script(s) on {shown}: eager baseline, compiled run"
         + (", fullgraph=True run" if request.fullgraph else "")
     )
-    batch = runner.run_probe(jobs, progress)
+    with runner.open_session(ScriptEntry.CAPTURE) as session:
+        batch = session.run_probe(jobs, progress)
     sources = {ScriptRole.PRE: pre, ScriptRole.POST: post}
     observations: dict[ScriptRole, ScriptObservation] = {}
     for job, which in zip(jobs, scripts, strict=True):

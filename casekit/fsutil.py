@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import stat
@@ -135,6 +136,11 @@ def read_regular_file(
         if not follow_symlinks and os.path.islink(path):
             raise UnreadableFile("is a symbolic link (casekit reads only regular files)") from None
         raise UnreadableFile(f"cannot be read: {failure.strerror or failure}") from None
+    return _read_open(fd, limit, single_link)
+
+
+def _read_open(fd: int, limit: int, single_link: bool = False) -> tuple[bytes, os.stat_result]:
+    """Read the file open as `fd` (closed here) as `read_regular_file` does."""
     try:
         status = os.fstat(fd)
         if stat.S_ISDIR(status.st_mode):
@@ -178,3 +184,189 @@ def tail_text(path: Path, limit: int = 8000, start: int = 0) -> str:
             return handle.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+# ------------------------------------------------------------------ folders a run could have touched
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class FreshTree:
+    """A folder casekit makes now, and what it writes below it (a probe request: scripts, included files,
+    a commit's tree, the request). Nothing is made over something that exists (mkdir, O_EXCL) and nothing
+    is walked through a link (every step by directory fd with O_NOFOLLOW): what lies there is what casekit
+    wrote, whoever could write near it."""
+
+    def __init__(self, path: Path, mode: int = 0o755) -> None:
+        os.mkdir(path, mode)  # FileExistsError: refused, never reused
+        os.chmod(path, mode)  # not narrowed by the umask: the sandbox user reads it
+        self.path = path
+        self.fd = os.open(path, _DIR_FLAGS)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> FreshTree:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _folder_fd(self, parts: tuple[str, ...], make: bool) -> int:
+        """An fd of the folder `parts` below the tree (made, 0755, when `make`); the caller closes it."""
+        fd = os.dup(self.fd)
+        try:
+            for part in parts:
+                _check_part(part)
+                made = False
+                if make:
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                        made = True
+                    except FileExistsError:
+                        pass  # a folder this tree made for an earlier file: opened below without following
+                inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+                if made:
+                    os.fchmod(fd, 0o755)  # not narrowed by the umask: the sandbox user reads it
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def folder(self, relative: str) -> None:
+        """Make the folder `relative` ('a/b') below the tree."""
+        os.close(self._folder_fd(_parts(relative), make=True))
+
+    def write(self, relative: str, data: bytes, mode: int = 0o644) -> None:
+        """Write a new file at `relative`; FileExistsError if anything is there."""
+        *folders, name = _parts(relative)
+        parent = self._folder_fd(tuple(folders), make=True)
+        try:
+            _check_part(name)
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=parent)
+            try:
+                os.fchmod(fd, mode)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+        finally:
+            os.close(parent)
+
+    def copy_file(self, source: Path, relative: str, limit: int) -> None:
+        """Copy a regular file (never through a link, at most `limit` bytes) to `relative`."""
+        data, status = read_regular_file(source, limit)
+        self.write(relative, data, 0o755 if status.st_mode & stat.S_IXUSR else 0o644)
+
+    def copy_tree(self, source: Path, relative: str, limit: int, skip: frozenset[str] = frozenset()) -> int:
+        """Copy the folder `source` to `relative`: regular files and folders, links as links (never
+        followed), nothing else (FIFOs, sockets, devices are left out); names in `skip` are left out at
+        every level. At most `limit` bytes in all, else UnreadableFile. Returns the bytes copied."""
+        self.folder(relative)
+        total = 0
+        stack = [(source, relative)]
+        while stack:
+            folder, target = stack.pop()
+            with os.scandir(folder) as entries:
+                for entry in sorted(entries, key=lambda e: e.name):
+                    if entry.name in skip:
+                        continue
+                    inside = f"{target}/{entry.name}"
+                    if entry.is_symlink():
+                        self.link(os.readlink(entry.path), inside)
+                    elif entry.is_dir(follow_symlinks=False):
+                        self.folder(inside)
+                        stack.append((Path(entry.path), inside))
+                    elif entry.is_file(follow_symlinks=False):
+                        total += entry.stat(follow_symlinks=False).st_size
+                        if total > limit:
+                            raise UnreadableFile(f"is over the {limit} byte limit")
+                        self.copy_file(Path(entry.path), inside, limit)
+        return total
+
+    def link(self, pointing_to: str, relative: str) -> None:
+        """A symbolic link at `relative` (copied as a link: what it names is not read here)."""
+        *folders, name = _parts(relative)
+        parent = self._folder_fd(tuple(folders), make=True)
+        try:
+            _check_part(name)
+            os.symlink(pointing_to, name, dir_fd=parent)
+        finally:
+            os.close(parent)
+
+
+def _parts(relative: str) -> tuple[str, ...]:
+    return tuple(part for part in relative.split("/") if part)
+
+
+def _check_part(part: str) -> None:
+    if part in ("", ".", "..") or "/" in part or "\x00" in part:
+        raise ValueError(f"not a plain name: {part!r}")
+
+
+class SafeFolder:
+    """A folder a run could have written (the probe's results), read without following anything: it and
+    each folder below are opened with O_NOFOLLOW from a parent casekit trusts, and files are read as
+    `read_regular_bytes` reads them (regular, bounded, never blocking)."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd = fd
+        self.path = path
+
+    @classmethod
+    def open(cls, trusted_parent: Path, *names: str) -> SafeFolder:
+        """`trusted_parent/names…`, each of `names` opened without following a link; FileNotFoundError
+        when missing, UnreadableFile when something there is not a folder."""
+        fd = os.open(trusted_parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        path = trusted_parent
+        try:
+            for name in names:
+                _check_part(name)
+                try:
+                    inner = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    raise
+                except OSError as failure:
+                    raise UnreadableFile(f"{path / name} is not a folder ({failure.strerror})") from None
+                os.close(fd)
+                fd, path = inner, path / name
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(fd, path)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> SafeFolder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def has(self, name: str) -> bool:
+        """Whether `name` is there as a regular file (a link, a FIFO or a folder is not)."""
+        try:
+            return stat.S_ISREG(os.stat(name, dir_fd=self.fd, follow_symlinks=False).st_mode)
+        except OSError:
+            return False
+
+    def read(self, name: str, limit: int) -> bytes:
+        """The bytes of the regular file `name`; FileNotFoundError, or UnreadableFile with the reason."""
+        _check_part(name)
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
+        except FileNotFoundError:
+            raise
+        except OSError as failure:
+            if failure.errno == errno.ELOOP:
+                raise UnreadableFile("is a symbolic link (casekit reads only regular files)") from None
+            raise UnreadableFile(f"cannot be read: {failure.strerror or failure}") from None
+        return _read_open(fd, limit)[0]

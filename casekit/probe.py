@@ -1183,7 +1183,9 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
     os.setsid()  # own process group: a timeout kills whatever the script forked
     if isolation:
         enter_isolation(isolation, run_dir, uid)
+    confinement = confine_run() if isolation and isolation.get("confine", True) else "none"
     observation = Observation(mode)
+    observation.data["confinement"] = confinement
     result_path = os.path.join(run_dir, RUN_RESULT)
     eager_outputs_path = os.path.join(run_dir, EAGER_OUTPUTS)
     out_fd = os.open(os.path.join(run_dir, RUN_STDOUT), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -1196,13 +1198,14 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
     written: list[bool] = []
     run_pid = os.getpid()  # the script's own process: a child it forks never writes the run's result
 
-    def finish(status, exit_code=None):
+    def finish(status, exit_code=None, ended=None):
         if written or os.getpid() != run_pid:
             return
         written.append(True)
         data = observation.data
         data["status"] = status
         data["exit_code"] = exit_code
+        data["ended"] = ended or {"by": "end"}  # how the script stopped: ran to its end, or where it exited
         data["wall_s"] = time.time() - data["started"]
         times = os.times()  # a forked child starts from zero: this run's own CPU (under load, wall grows, not this)
         data["cpu_s"] = times.user + times.system + times.children_user + times.children_system
@@ -1235,7 +1238,8 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
     real_exit = os._exit
 
     def observed_exit(code=0):
-        finish("exited" if code else "ok", code)
+        frame = sys._getframe(1)
+        finish("exited" if code else "ok", code, {"by": "os._exit", "at": user_place(frame, script_folder)})
         real_exit(code)
 
     baseline_modules = {name.split(".")[0] for name in sys.modules} - _PRELOADED_TOP
@@ -1262,9 +1266,10 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
         block_network()
     os._exit = observed_exit
     script = job_script_path(job, os.path.dirname(run_dir))
+    script_folder = os.path.realpath(run_dir) + os.sep  # the job's files: where a user's exit is placed
     sys.argv = [script] + list(job.get("argv", []))
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    os.chdir(job.get("workdir") or run_dir)
+    os.chdir(run_dir)  # a folder job (a commit's tree) runs from its root, as the user's command did
     seed_everything(torch, job.get("seed", 0))
     lines_run = None
     if job.get("call_sites"):  # a reducer's: which call made each compiled call (to give it made-up inputs)
@@ -1272,17 +1277,36 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
     if mode == "eager" and job.get("trace_lines"):  # a reducer's coverage: never under Dynamo, which owns frames
         lines_run = LineTrace(os.path.dirname(os.path.abspath(script)))
         lines_run.start()
-    status, code = "ok", 0
+    status, code, ended = "ok", 0, None
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         status = "ok" if code == 0 else "exited"
+        frames = traceback.walk_tb(stop.__traceback__)
+        ended = {"by": "sys.exit", "at": user_place([frame for frame, _ in frames], script_folder)}
     except BaseException as error:
         status, code = "raised", 1
         observation.data["exception"] = describe_exception(error, script)
-    finish(status, code)
+    finish(status, code, ended)
     real_exit(0)
+
+
+def user_place(frames, folder):
+    """[file, line] of the innermost frame in the user's folder (`frames`: a frame, walked outwards, or a list
+    of frames outermost first); None when no frame is there."""
+    if not isinstance(frames, list):
+        chain = []  # type: list
+        frame = frames
+        while frame is not None:
+            chain.insert(0, frame)
+            frame = frame.f_back
+        frames = chain
+    for frame in reversed(frames):
+        path = os.path.realpath(frame.f_code.co_filename)
+        if path.startswith(folder):
+            return [frame.f_code.co_filename, frame.f_lineno]
+    return None
 
 
 class LineTrace:
@@ -1430,25 +1454,22 @@ def run_one(torch, job, mode, runs_dir, timeout, isolation):
 
 
 def prepare_run_dir(job, runs_dir):
-    """A fresh, private copy of the job's folder (its script, and any files laid out beside it)."""
+    """A fresh, private copy of the job's folder (its script, and any files laid out beside it; a
+    commit's whole tree): nothing one run leaves there reaches the next."""
     run_dir = os.path.join(runs_dir, job["id"])
     remove_tree(run_dir)
-    if job.get("job_dir"):
-        shutil.copytree(job["job_dir"], run_dir, symlinks=True)
-        for folder, _dirs, files in os.walk(run_dir):  # inputs are read-only; the folder takes new files
+    shutil.copytree(job["job_dir"], run_dir, symlinks=True)
+    if not job.get("tree"):  # a case's inputs are read-only; the folder takes new files (a tree stays a checkout)
+        for folder, _dirs, files in os.walk(run_dir):
             for name in files:
                 if not os.path.islink(os.path.join(folder, name)):  # a link's target is not ours to change
                     os.chmod(os.path.join(folder, name), 0o444)
-    else:  # an in-place job (bisect across commits) runs the script where it lies
-        os.makedirs(run_dir)
     return run_dir
 
 
 def job_script_path(job, runs_dir):
-    """The run's own copy of the script; an in-place job's script where it lies."""
-    if not job.get("job_dir"):
-        return job["script"]
-    return os.path.join(runs_dir, job["id"], os.path.basename(job["script"]))
+    """The run's own copy of the script (at its place in the job's folder)."""
+    return os.path.join(runs_dir, job["id"], os.path.relpath(job["script"], job["job_dir"]))
 
 
 def read_run_result(path):
@@ -1757,6 +1778,100 @@ def enter_isolation(isolation, run_dir, uid):
         isolate_run(isolation, run_dir)
 
 
+# ------------------------------------------------------------- run confinement
+
+# What a run may not do once its view is made, whatever capabilities its own user namespace gives it:
+# make namespaces (a new user namespace hands back every capability: mount a tmpfs of any size, which
+# no memory limit counts), mount, reach the kernel's keyrings, BPF, perf or module loading. Numbers per
+# architecture: (audit arch, {name: number}, clone, clone3).
+CONFINED_SYSCALLS = {
+    "x86_64": (
+        0xC000003E,
+        {"mount": 165, "umount2": 166, "unshare": 272, "setns": 308, "pivot_root": 155, "chroot": 161,
+         "keyctl": 250, "add_key": 248, "request_key": 249, "bpf": 321, "userfaultfd": 323,
+         "perf_event_open": 298, "open_by_handle_at": 304, "name_to_handle_at": 303, "kexec_load": 246,
+         "kexec_file_load": 320, "init_module": 175, "finit_module": 313, "delete_module": 176,
+         "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+         "mount_setattr": 442, "acct": 163, "swapon": 167, "swapoff": 168, "syslog": 103},
+        56,
+        435,
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {"mount": 40, "umount2": 39, "unshare": 97, "setns": 268, "pivot_root": 41, "chroot": 51,
+         "keyctl": 219, "add_key": 217, "request_key": 218, "bpf": 280, "userfaultfd": 282,
+         "perf_event_open": 241, "open_by_handle_at": 265, "name_to_handle_at": 264, "kexec_load": 104,
+         "kexec_file_load": 294, "init_module": 105, "finit_module": 273, "delete_module": 106,
+         "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+         "mount_setattr": 442, "acct": 89, "swapon": 224, "swapoff": 225, "syslog": 116},
+        220,
+        435,
+    ),
+}  # fmt: skip
+NAMESPACE_FLAGS = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+X32_SYSCALL_BIT = 0x40000000
+BPF_LD_W_ABS, BPF_JEQ, BPF_JGE, BPF_JSET, BPF_RET = 0x20, 0x15, 0x35, 0x45, 0x06
+SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, PR_CAPBSET_DROP = 38, 22, 2, 24
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+CAPABILITY_VERSION_3 = 0x20080522
+
+
+def seccomp_program(machine):
+    """The classic-BPF filter for `machine` as (code, jt, jf, k) tuples; None for an architecture not known here.
+
+    Another architecture's calling convention (i386 through int 0x80, x32) is refused whole: its numbers
+    differ, so a list of this one's numbers would not hold there. clone3 passes its flags in memory, which
+    a filter cannot read: it answers ENOSYS, and libc falls back to clone, whose flags it checks."""
+    known = CONFINED_SYSCALLS.get(machine)
+    if known is None:
+        return None
+    arch, numbers, clone, clone3 = known
+    deny = (BPF_RET, 0, 0, SECCOMP_RET_ERRNO | errno.EPERM)
+    program = [(BPF_LD_W_ABS, 0, 0, 4), (BPF_JEQ, 1, 0, arch), deny, (BPF_LD_W_ABS, 0, 0, 0)]
+    if machine == "x86_64":
+        program += [(BPF_JGE, 0, 1, X32_SYSCALL_BIT), deny]
+    for number in sorted(set(numbers.values())):
+        program += [(BPF_JEQ, 0, 1, number), deny]
+    program += [(BPF_JEQ, 0, 1, clone3), (BPF_RET, 0, 0, SECCOMP_RET_ERRNO | errno.ENOSYS)]
+    # clone: its first argument's low 32 bits (seccomp_data.args[0] at offset 16) must hold no namespace flag
+    program += [(BPF_JEQ, 0, 3, clone), (BPF_LD_W_ABS, 0, 0, 16), (BPF_JSET, 0, 1, NAMESPACE_FLAGS), deny]
+    program.append((BPF_RET, 0, 0, SECCOMP_RET_ALLOW))
+    return program
+
+
+def confine_run():
+    """The run's last step before the script: no capabilities (bounding and ambient sets too), no new
+    privileges, and the seccomp filter above. Returns what holds, for the run's record; a host that
+    refuses a step is said there, never fatal (the view and the limits still hold)."""
+    import ctypes
+    import struct
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    held = []
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
+            break  # past the last capability this kernel knows
+    header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
+    empty = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: twice 32 bits each, all zero
+    held.append("no capabilities" if libc.capset(header, empty) == 0 else "capabilities kept (capset refused)")
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return ", ".join(held + ["no seccomp (no_new_privs refused)"])
+    program = seccomp_program(platform.machine())
+    if program is None:
+        return ", ".join(held + [f"no seccomp (no syscall table for {platform.machine()})"])
+    code = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *step) for step in program))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = SockFprog(len(program), ctypes.addressof(code))
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        return ", ".join(held + [f"no seccomp ({os.strerror(ctypes.get_errno())})"])
+    return ", ".join(held + ["seccomp: no namespaces, mounts, keyrings, bpf"])
+
+
 # ------------------------------------------------------- run isolation by uid (containers)
 
 SHARED_FOLDERS = ("/tmp", "/dev/shm", "/dev/mqueue")  # what every run of a container may write
@@ -2057,13 +2172,15 @@ def _serve_request(torch, env, env_record, path, eager_ahead):
         write_json_atomic(os.path.join(out_dir, "done.json"), {"schema": PROBE_SCHEMA, "error": refused})
         return
     settings = dict(env, dynamo_settings=dynamo_settings(torch, asked))
+    parallel = _serve_parallel(request)
+    record = dict(env_record, environment=settings, import_s=0.0, warm=True)
     write_json_atomic(
-        os.path.join(out_dir, "env.json"), dict(env_record, environment=settings, import_s=0.0, warm=True)
+        os.path.join(out_dir, "env.json"), dict(record, parallel_runs=parallel, eager_runs_ahead=len(eager_ahead))
     )
     if request.get("schema") == REQUEST_SCHEMA:
         preload(request.get("preload"))
-        parallel = _serve_parallel(request)
         run_batch(torch, request["jobs"], out_dir, runs_dir, request.get("isolation"), parallel, eager_ahead)
+    remove_tree(runs_dir)  # the next request's runs start from nothing this one left
     done = {"schema": PROBE_SCHEMA, "wall_s": time.time() - begun}
     if request.get("schema") != REQUEST_SCHEMA:
         done["error"] = "unsupported request schema {!r}".format(request.get("schema"))

@@ -22,7 +22,7 @@ from typing import Any
 # Where a path token starts: the start of the text or a delimiter.
 _TOKEN_START = r"(?:^|(?<=[\s\"'`(\[{<#=:,;]))"
 # The temporary folders casekit makes itself (mkdtemp(prefix=temp_prefix(kind))): only these are batch folders.
-TEMP_FOLDER_KINDS = ("batch", "replay", "warm", "bisect", "query", "docker", "build", "reduce")
+TEMP_FOLDER_KINDS = ("batch", "replay", "warm", "session", "stage", "bisect", "query", "docker", "build", "reduce")
 # A leftover one, whole or cut on the left (`mp/casekit-batch-...`); never a folder that merely starts with
 # "casekit-" (a user's `~/envs/casekit-nightly`), and never the text before a path (`python:` stays).
 _BATCH_DIR = re.compile(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from casekit.bisect.commits import InPlaceProbeJob, split_probe_command
+from casekit.bisect.commits import split_probe_command
 from casekit.bisect.engine import BisectEndUnknown, CacheSettings, observation_from_record, observation_record
 from casekit.bisect.predicates import CommitPredicate, Direction, Predicate, parse_location
 from casekit.bisect.releases import ReleaseBisect, ReleaseSeams, bisect_releases, version_target_key
@@ -34,6 +34,7 @@ from casekit.model import (
     Site,
     SiteKind,
 )
+from casekit.runners.interface import ProbeJob
 
 from .bisect_fakes import HISTORY, PRE, VERSIONS, FakeReplay, item_break, make_case, no_runner, observed
 
@@ -308,8 +309,12 @@ def test_parse_location() -> None:
             parse_location(bad)
 
 
-def test_in_place_job_runs_the_worktree_script(tmp_path: Path) -> None:
-    script = tmp_path / "model.py"
-    job = InPlaceProbeJob(id="commit", script=script, workdir=str(tmp_path), argv=("--n", "1"))
-    request = job.to_request("/batch/scripts/commit/model.py")
-    assert request["script"] == str(script) and request["workdir"] == str(tmp_path) and request["argv"] == ["--n", "1"]
+def test_a_tree_job_names_its_script_inside_the_tree(tmp_path: Path) -> None:
+    from casekit.runners.batch import RequestPlaces, request_document
+
+    (tmp_path / "src").mkdir()
+    script = tmp_path / "src" / "model.py"
+    job = ProbeJob(id="commit", script=script, tree=tmp_path, argv=("--n", "1"))
+    request = request_document([job], RequestPlaces.one_folder("/batch"))["jobs"][0]
+    assert request["script"] == "/batch/jobs/commit/src/model.py" and request["job_dir"] == "/batch/jobs/commit"
+    assert request["tree"] is True and request["argv"] == ["--n", "1"]

@@ -1,4 +1,4 @@
-"""One warm probe for a whole commit bisection: the real probe in --serve mode, real torch, a real git history."""
+"""One warm session for a whole commit bisection: the real probe in --serve mode, real torch, a real git history."""
 
 from __future__ import annotations
 
@@ -8,16 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from casekit.bisect.commits import CommitBisect, InPlaceProbeJob, bisect_commits
+from casekit.bisect.commits import CommitBisect, bisect_commits
 from casekit.bisect.engine import CacheSettings
 from casekit.bisect.predicates import CommitPredicate
-from casekit.runners.interface import ProbeJob
-from casekit.runners.warm import WarmProbe
+from casekit.runners.interface import ProbeJob, ScriptEntry
+from casekit.runners.sandbox import Sandbox
+from casekit.runners.warm import WarmSession
 from tests.gitrepo import git
 
 BREAKS = "import torch\n\n\ndef f(x):\n    y = x.sin()\n    print('hi')\n    return y + 1\n\n\nprint(torch.compile(f, backend='eager')(torch.ones(2)))\n"
 MARKS = "import torch\n\ntorch._casekit_mark = 1\nprint('marked')\n"
-READS = "import os, torch\n\nprint('mark seen' if hasattr(torch, '_casekit_mark') else 'clean', os.getcwd())\n"
+READS = (
+    "import os, torch\n\nassert open('data.txt').read()\n"
+    "print('mark seen' if hasattr(torch, '_casekit_mark') else 'clean', os.getcwd())\n"
+)
 
 
 def job(path: Path, name: str, **extra: object) -> ProbeJob:
@@ -27,30 +31,29 @@ def job(path: Path, name: str, **extra: object) -> ProbeJob:
 @pytest.mark.slow
 def test_serve_mode_imports_once_and_isolates_every_run(tmp_path: Path) -> None:
     scripts = {}
-    for name, text in (("breaks", BREAKS), ("marks", MARKS), ("reads", READS)):
+    for name, text in (("breaks", BREAKS), ("marks", MARKS)):
         scripts[name] = tmp_path / f"{name}.py"
         scripts[name].write_text(text)
-    workdir = tmp_path / "work"
-    workdir.mkdir()
+    tree = tmp_path / "tree"  # a commit's tree: the job is the whole folder, the script inside it
+    (tree / "src").mkdir(parents=True)
+    (tree / "src" / "reads.py").write_text(READS)
+    (tree / "data.txt").write_text("beside the script\n")
     heard: list[str] = []
-    # in-place jobs run where they lie: their folder is bound when the probe starts (as commits binds its worktrees)
-    with WarmProbe(sys.executable, writable=[tmp_path]) as probe:
+    with WarmSession(sys.executable, ScriptEntry.BISECT_COMMITS, Sandbox.from_options()) as probe:
         first = probe.run_probe([job(scripts["breaks"], "breaks"), job(scripts["marks"], "marks")], heard.append)
         started = time.monotonic()
-        in_place = InPlaceProbeJob(
-            id="reads", script=scripts["reads"], backend="eager", timeout=60, workdir=str(workdir)
-        )
-        second = probe.run_probe([in_place], heard.append)
+        second = probe.run_probe([job(tree / "src" / "reads.py", "reads", tree=tree)], heard.append)
         second_s = time.monotonic() - started
         assert probe.imports == 1
-    assert not probe.state.exists(), "the probe's folder is removed on close"
+        root = probe.root
+    assert not root.exists(), "the session's folder is removed on close"
     assert sum("warm probe started" in line for line in heard) == 1
     runs = first.results["breaks"]["runs"]
     assert runs["compiled"]["status"] == "ok" and first.environment.get("torch")
     assert "marked" in first.results["marks"]["runs"]["eager"]["stdout_tail"]
     tail = second.results["reads"]["runs"]["eager"]["stdout_tail"]
-    # the worktrees' folder appears in the sandbox at a fixed place of its own (/casekit/work1/work)
-    assert tail.startswith("clean") and tail.split()[1].endswith("/work"), "a run never sees what an earlier run did"
+    # the run starts at the root of its own copy of the tree, as `cd tree && python src/reads.py` would
+    assert tail.startswith("clean") and tail.split()[1].endswith("/reads"), "a run never sees what an earlier run did"
     assert second_s < 5, f"a request after the first pays no import ({second_s:.1f} s)"
 
 
@@ -58,7 +61,7 @@ def test_serve_mode_imports_once_and_isolates_every_run(tmp_path: Path) -> None:
 def test_a_dead_warm_probe_is_restarted(tmp_path: Path) -> None:
     script = tmp_path / "ok.py"
     script.write_text("print('fine')\n")
-    with WarmProbe(sys.executable) as probe:
+    with WarmSession(sys.executable, ScriptEntry.BISECT_COMMITS, Sandbox.from_options()) as probe:
         probe.run_probe([job(script, "a")], lambda message: None)
         assert probe.process is not None
         probe.process.kill()
@@ -101,10 +104,11 @@ def test_warm_commit_bisection_gives_the_same_answer_with_one_import(tmp_path: P
         report = bisect_commits(config, progress=heard.append)
         answers[warm] = (report.first_bad, [(s.target, s.outcome) for s in report.steps])
         imports = sum("imported in" in line or "torch 2" in line and "imported" in line for line in heard)
+        started = sum("warm probe started" in line for line in heard)
         if warm:
-            assert sum("warm probe started" in line for line in heard) == 1 and imports == 1, heard
-        else:
-            assert not any("warm probe" in line for line in heard) and imports == len(report.steps), heard
+            assert started == 1 and imports == 1, heard
+        else:  # a session per commit
+            assert started == len(report.steps) and imports == len(report.steps), heard
     assert answers[True] == answers[False] and answers[True][0] == shas[5]
 
 

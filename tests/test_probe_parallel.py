@@ -100,13 +100,14 @@ def test_request_decides_before_the_cores() -> None:
 def test_request_carries_the_scheduling(tmp_path: Path) -> None:
     import json
 
-    from casekit.runners.batch import write_request
+    from casekit.runners.batch import RequestPlaces, request_document
 
     job = ProbeJob(id="a", script=tmp_path / "a.py")
-    request = json.loads(write_request(tmp_path, [job], str(tmp_path)).read_text())
+    places = RequestPlaces.one_folder(str(tmp_path))
+    request = json.loads(json.dumps(request_document([job], places)))
     assert request["targets_sharing"] == 1 and "parallel_runs" not in request and "serial_timings" not in request
     scheduling = ProbeScheduling(parallel_runs=3, targets_sharing=2, serial_timings=True)
-    request = json.loads(write_request(tmp_path, [job], str(tmp_path), scheduling=scheduling).read_text())
+    request = request_document([job], places, scheduling=scheduling)
     assert (request["parallel_runs"], request["targets_sharing"], request["serial_timings"]) == (3, 2, True)
     # a runner made outside replay runs one at a time (capture keeps serial reference timings)
     assert make_runner(TargetSpec(runner="python")).scheduling.parallel_runs == 1
@@ -328,9 +329,9 @@ def run_batch_kept(jobs: list[ProbeJob], parallel: int, monkeypatch: pytest.Monk
     runner = make_runner(TargetSpec(runner="python", options=(("env", "CASEKIT_TEST_TOKEN"),)))
     runner.scheduling = ProbeScheduling(parallel_runs=parallel)
     batch = runner.run_probe(jobs, lines.append)
-    kept = Path(next(line for line in lines if line.startswith("batch kept at ")).split()[3])
+    kept = Path(next(line for line in lines if line.startswith("session kept at ")).split()[3])
     try:
-        return batch, json.loads((kept / "out" / "env.json").read_text())
+        return batch, json.loads((kept / "out" / "1" / "env.json").read_text())
     finally:
         shutil.rmtree(kept, ignore_errors=True)
 

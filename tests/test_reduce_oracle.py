@@ -18,7 +18,9 @@ from casekit.reduce.candidates import CandidateProbe, Layout
 from casekit.reduce.choice import BreakChoice, ReduceRefused, choose_break
 from casekit.reduce.lines import OriginalIndex, Rendered, identity_map
 from casekit.reduce.oracle import Oracle, OracleOptions
-from casekit.runners.warm import WarmProbe
+from casekit.runners.interface import ScriptEntry
+from casekit.runners.sandbox import Sandbox
+from casekit.runners.warm import WarmSession
 
 ITEM = "Unsupported Tensor.item() call with capture_scalar_outputs=False"
 
@@ -144,7 +146,7 @@ def test_real_candidates_are_judged_by_casekit_pairing(tmp_path: Path) -> None:
     index = OriginalIndex(ORIGINAL_SCRIPT)
     layout = Layout("script.py", (), {"script.py": index})
     original = Candidate({"script.py": Rendered(ORIGINAL_SCRIPT, identity_map(index))})
-    with WarmProbe(sys.executable) as probe:
+    with WarmSession(sys.executable, ScriptEntry.REDUCE, Sandbox.from_options()) as probe:
         first = CandidateProbe(probe, layout, ORACLE, 120, lambda m: None, "eager")
         observed = first.observe([original])[0]
         assert observed.status is ScriptStatus.OK, observed.detail

@@ -14,7 +14,7 @@ from casekit.errors import RunnerError
 from casekit.model import SiteClass
 from casekit.replay.document import replay_document
 from casekit.replay.run import ReplayOptions, replay
-from casekit.runners.interface import TargetSpec
+from casekit.runners.interface import BatchSession, TargetSpec
 from casekit.runners.registry import make_runner
 
 from .conftest import ROOT, run_casekit
@@ -131,8 +131,8 @@ def test_interrupted_replay_leaves_every_bundle_untouched(starter_copy: Path, tm
         def run_probe(self, jobs, progress):
             raise KeyboardInterrupt
 
-        def host_interpreter(self):  # no warm probe: the interrupt comes from this runner's batch
-            return None
+        def open_session(self, entry, **options):  # a session per batch: the interrupt comes from this batch
+            return BatchSession(self, entry)
 
         def describe(self):
             return {"runner": "python"}
@@ -296,11 +296,11 @@ def test_a_broken_fix_is_verified_in_the_probe_that_ran_the_replay(starter_copy:
     imports = [m for m in said if "importing torch" in m]
     assert len(imports) == 1, said
     assert any("verifying rollback" in m for m in said) and any(".rollback done" in m for m in said)
-    # the control: the runner's own probe for each batch (no warm one) imports torch twice
-    from casekit.replay import run as replay_run
+    # the control: a session whose every batch is the runner's own (no warm probe) imports torch twice
+    from casekit.runners.python import PythonRunner
 
     said.clear()
-    monkeypatch.setattr(replay_run, "_warm_probe", lambda runner, options: None)
+    monkeypatch.setattr(PythonRunner, "open_session", lambda self, entry, **options: BatchSession(self, entry))
     again = replay([broken], [TargetSpec(runner="python")], options, None, make_runner, said.append)
     assert again.results[0].rollback.verified is True
     assert len([m for m in said if "importing torch" in m]) == 2

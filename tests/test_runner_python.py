@@ -1,4 +1,4 @@
-"""The python runner and the probe subprocess, with real interpreters and real torch.
+"""The python runner and its session (the probe as a local process), with real interpreters and real torch.
 
 One probe batch (one torch import) serves the graph-break and per-job timeout
 checks; the overall-timeout and Ctrl-C checks start probes of their own.
@@ -21,11 +21,12 @@ import pytest
 
 from casekit import settings
 from casekit.errors import EnvironmentFailed, RunnerError
-from casekit.runners import process
+from casekit.runners import process, warm
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, TargetSpec
-from casekit.runners.process import overall_timeout, run_probe_subprocess
+from casekit.runners.process import overall_timeout
 from casekit.runners.python import PythonRunner
 from casekit.runners.sandbox import Sandbox
+from casekit.runners.warm import WarmSession
 from tests.security.procs import marked_processes, wait_unmarked
 
 pytestmark = pytest.mark.slow
@@ -81,12 +82,18 @@ def wait_dead(pid: int, within: float = 10.0) -> bool:
 
 def probe_pid(lines: list[str]) -> int:
     started = next(line for line in lines if line.startswith("probe started"))
-    return int(started.split("(pid ", 1)[1].split(",", 1)[0])
+    return int(started.split("(pid ", 1)[1].split(")", 1)[0])
+
+
+def run_one_batch(python: str, jobs: list[ProbeJob], progress, sandbox: Sandbox | None = None) -> ProbeBatchResult:
+    """One batch in a session of its own, as a runner's run_probe runs it."""
+    with WarmSession(python, None, sandbox or Sandbox.from_options()) as session:
+        return session.run_probe(jobs, progress)
 
 
 @pytest.fixture
 def batch_dirs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """The batch folders run_probe_subprocess makes, to check they are cleaned up."""
+    """The folders a session makes (its own, the launcher's stage), to check they are cleaned up."""
     made: list[Path] = []
     real_mkdtemp = tempfile.mkdtemp
 
@@ -95,7 +102,7 @@ def batch_dirs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
         made.append(Path(path))
         return path
 
-    monkeypatch.setattr(process.tempfile, "mkdtemp", recording_mkdtemp)
+    monkeypatch.setattr(warm.tempfile, "mkdtemp", recording_mkdtemp)
     monkeypatch.delenv(settings.KEEP_BATCH_ENV, raising=False)
     return made
 
@@ -158,7 +165,7 @@ def test_missing_interpreter_is_one_clear_error() -> None:
     with pytest.raises(RunnerError, match=r"^python /nonexistent/bin/python: no such interpreter$"):
         runner.prepare(lambda _line: None)
     with pytest.raises(EnvironmentFailed, match="no such interpreter"):  # bisection steps around it
-        run_probe_subprocess("/nonexistent/bin/python", [], lambda _line: None)
+        run_one_batch("/nonexistent/bin/python", [], lambda _line: None)
 
 
 def test_interpreter_without_torch_is_one_clear_error(tmp_path: Path, batch_dirs: list[Path]) -> None:
@@ -172,7 +179,7 @@ def test_interpreter_without_torch_is_one_clear_error(tmp_path: Path, batch_dirs
         PythonRunner(TargetSpec("python", python=bare)).prepare(lambda _line: None)
     script = write(tmp_path / "item_break.py", ITEM_BREAK)
     with pytest.raises(EnvironmentFailed, match=pattern):
-        run_probe_subprocess(bare, [ProbeJob("item-break:pre", script)], lambda _line: None)
+        run_one_batch(bare, [ProbeJob("item-break:pre", script)], lambda _line: None)
     assert batch_dirs and not any(path.exists() for path in batch_dirs)
 
 
@@ -191,10 +198,13 @@ def test_overall_timeout_is_every_run_plus_the_import() -> None:
     assert overall_timeout(jobs) == 10 * 2 + 5 + process.IMPORT_MARGIN_S
 
 
-def test_overall_timeout_kills_the_probe_and_reports_unfinished_jobs(tmp_path: Path, batch_dirs: list[Path]) -> None:
+def test_overall_timeout_kills_the_probe_and_reports_unfinished_jobs(
+    tmp_path: Path, batch_dirs: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     script = write(tmp_path / "item_break.py", ITEM_BREAK)
     lines: list[str] = []
-    result = run_probe_subprocess(sys.executable, [ProbeJob("item-break:pre", script)], lines.append, timeout=1.0)
+    monkeypatch.setattr(warm, "overall_timeout", lambda jobs: 1.0)  # shorter than the import: the limit ends it
+    result = run_one_batch(sys.executable, [ProbeJob("item-break:pre", script)], lines.append)
     assert result.results == {}
     assert result.failed == {"item-break:pre": "the probe was stopped after its overall limit of 1 s"}
     assert "probe exceeded its overall limit of 1 s; stopping it" in lines
@@ -224,7 +234,7 @@ def test_ctrl_c_kills_the_probe_and_the_running_script(
     lines: list[str] = []
     sandbox = Sandbox.from_options((("env", "CASEKIT_TEST_TOKEN"),))  # the marker reaches the script
     with pytest.raises(KeyboardInterrupt):
-        run_probe_subprocess(sys.executable, [job], lines.append, sandbox=sandbox)
+        run_one_batch(sys.executable, [job], lines.append, sandbox=sandbox)
     # the script runs in a session of its own, apart from the probe: both must be gone
     assert wait_unmarked(token) == []
     assert wait_dead(probe_pid(lines))
@@ -246,9 +256,10 @@ def test_keep_batch_leaves_the_folder_for_inspection(
     monkeypatch.setenv(settings.KEEP_BATCH_ENV, "1")
     script = write(tmp_path / "item_break.py", ITEM_BREAK)
     lines: list[str] = []
-    run_probe_subprocess(sys.executable, [ProbeJob("item-break:pre", script)], lines.append, timeout=0.5)
-    assert batch_dirs and (batch_dirs[0] / "request.json").exists()
-    assert f"batch kept at {batch_dirs[0]} ({settings.KEEP_BATCH_ENV}=1)" in lines
+    run_one_batch(sys.executable, [ProbeJob("item-break:pre", script, modes=("eager",))], lines.append)
+    assert batch_dirs and (batch_dirs[0] / "in" / "requests" / "1" / "request.json").exists()
+    assert (batch_dirs[0] / "out" / "1" / "item-break:pre.result.json").exists()
+    assert f"session kept at {batch_dirs[0]} ({settings.KEEP_BATCH_ENV}=1)" in lines
     shutil.rmtree(batch_dirs[0])
 
 

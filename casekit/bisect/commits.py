@@ -1,7 +1,10 @@
 """Bisect the commits of the user's own git repository, probing each commit in a temporary worktree.
 
-Probe mode: the user's script is observed by the probe at each commit, run in
-place; exit-code mode: any command, judged by `git bisect run`'s contract.
+Probe mode: the user's script is observed by the probe at each commit: the
+commit's tree is the job, and each run (eager, compiled) starts in a fresh copy of
+it in the sandbox, from its root, so nothing a run leaves reaches the next run or
+the next commit; exit-code mode: any command, judged by `git bisect run`'s contract
+(the user's own command, run as they would run it).
 
 The user's working tree, index, HEAD and branches are never touched: every
 probe gets a fresh detached worktree (`git worktree add --detach`) that is
@@ -47,8 +50,7 @@ from casekit.errors import BisectError, CasekitError, EnvironmentFailed, GitErro
 from casekit.model import ScriptSource
 from casekit.observe.batch import observe_batch
 from casekit.runners import registry
-from casekit.runners.interface import ProbeJob, ProgressFn, Runner, RunnerFactory
-from casekit.runners.warm import WarmProbe
+from casekit.runners.interface import ProbeJob, ProbeSession, ProgressFn, Runner, RunnerFactory, ScriptEntry
 from casekit.scrub import temp_prefix
 
 SKIP_EXIT_CODE = 125  # git bisect run's "cannot test this commit"
@@ -116,10 +118,10 @@ def _forget_worktree(repo: git.Repo, worktree: Path) -> None:
 
 
 @contextmanager
-def temporary_worktree(repo_path: Path, sha: str, under: Path | None = None) -> Iterator[Path]:
-    """A detached checkout of `sha` in a fresh temporary folder (inside `under` if given), removed on exit whatever happens."""
+def temporary_worktree(repo_path: Path, sha: str) -> Iterator[Path]:
+    """A detached checkout of `sha` in a fresh temporary folder, removed on exit whatever happens."""
     repo = _open_repo(Path(repo_path))
-    parent = Path(tempfile.mkdtemp(prefix=temp_prefix("bisect"), dir=under))
+    parent = Path(tempfile.mkdtemp(prefix=temp_prefix("bisect")))
     worktree = parent / sha[:12]
     try:
         _git(repo, "worktree", "add", "--detach", str(worktree), sha)
@@ -192,24 +194,6 @@ def run_command_outcome(
 # ------------------------------------------------------------------ a bisection over commits
 
 
-@dataclass
-class InPlaceProbeJob(ProbeJob):
-    """A probe job that runs the script where it lies (in the worktree), not a copy in the batch folder.
-
-    The user's script imports its neighbours (`from model import Net`) and
-    reads files relative to the repository: it must run from the checkout,
-    with the command's working directory, as the user's command would.
-    Host interpreters only (the python runner), where that path is visible.
-    """
-
-    workdir: str | None = None
-
-    def to_request(self, script_path: str) -> dict[str, object]:
-        request = super().to_request(str(self.script))
-        request["workdir"] = self.workdir
-        return request
-
-
 def split_probe_command(command: Sequence[str]) -> tuple[str | None, str, list[str]]:
     """`python train.py --steps 2` -> (interpreter or None, 'train.py', ['--steps', '2']).
 
@@ -253,8 +237,7 @@ class _ProbeSetup:
     argv: list[str] = field(default_factory=list)
     interpreter: str = ""
     runner: Runner | None = None
-    warm: WarmProbe | None = None  # started at the first commit probed, closed when the bisection ends
-    worktrees: Path | None = None  # with a warm probe: the one folder every commit's worktree is made in (bound once)
+    session: ProbeSession | None = None  # opened at the first commit probed, closed when the bisection ends
 
 
 def _probe_setup(config: CommitBisect) -> _ProbeSetup:
@@ -283,17 +266,19 @@ def _subject_name(config: CommitBisect, setup: _ProbeSetup) -> str:
 def _probe_commit(
     config: CommitBisect, setup: _ProbeSetup, worktree: Path, make_runner: RunnerFactory, progress: ProgressFn
 ) -> Fresh:
-    """Observe the user's script in place at one commit, with one runner for all commits."""
+    """Observe the user's script at one commit: the commit's tree is the job (each run starts in a fresh
+    copy of it, from its root, as the user's command ran), in one session of one runner for all commits
+    (warm: one torch import), or a session per commit (--no-warm)."""
     script = worktree / setup.script
     if not script.is_file():
         return Fresh(unknown_record(f"no {setup.script} at this commit"))
-    job = InPlaceProbeJob(
+    job = ProbeJob(
         id="commit",
         script=script,
         backend=config.backend,
         timeout=config.timeout,
         argv=tuple(setup.argv),
-        workdir=str(worktree),
+        tree=worktree,
     )
     source = script.read_text(encoding="utf-8", errors="replace")
     if setup.runner is None:  # the interpreter is checked (and torch's version read) once
@@ -305,14 +290,12 @@ def _probe_commit(
         setup.runner = runner
     try:
         if config.warm:
-            if setup.warm is None:  # the runner's sandbox; the worktrees' folder bound once, for every commit
-                sandbox = getattr(setup.runner, "sandbox", None)
-                writable = [setup.worktrees] if setup.worktrees else []
-                python = getattr(setup.runner, "python", setup.interpreter)  # resolved: "python" names no file
-                setup.warm = WarmProbe(python, sandbox=sandbox, writable=writable)
-            batch = setup.warm.run_probe([job], progress)
+            if setup.session is None:
+                setup.session = setup.runner.open_session(ScriptEntry.BISECT_COMMITS)
+            batch = setup.session.run_probe([job], progress)
         else:
-            batch = setup.runner.run_probe([job], progress)
+            with setup.runner.open_session(ScriptEntry.BISECT_COMMITS) as session:
+                batch = session.run_probe([job], progress)
     except CasekitError as error:
         return Fresh(unknown_record(f"the probe could not run: {error}"), cacheable=False)
     observation = observe_batch(batch, job, ScriptSource(script.name, sha256_text(source), source))
@@ -325,7 +308,7 @@ def _commit_subject(
     labels: dict[str, str] = {}
 
     def run_fresh(sha: str) -> Fresh:
-        with temporary_worktree(config.repo, sha, setup.worktrees) as worktree:
+        with temporary_worktree(config.repo, sha) as worktree:
             if not config.judge.exit_code:
                 return _probe_commit(config, setup, worktree, make_runner, progress)
             env = {**os.environ, COMMIT_ENV_VAR: sha}
@@ -368,8 +351,6 @@ def bisect_commits(
         raise BisectError("no command given to run at each commit (put it after --)")
     candidates = list_first_parent_commits(config.repo, config.good, config.bad)
     setup = _probe_setup(config)
-    if config.warm and not config.judge.exit_code:
-        setup.worktrees = Path(tempfile.mkdtemp(prefix=temp_prefix("bisect")))
     subject = _commit_subject(config, make_runner or registry_runner(), progress, setup)
     evaluate = Evaluator(subject, config.cache, progress)
     what = config.judge.describe()
@@ -378,10 +359,8 @@ def bisect_commits(
     try:
         result = search_range(candidates, evaluate)
     finally:
-        if setup.warm is not None:
-            setup.warm.close()
-        if setup.worktrees is not None:
-            shutil.rmtree(setup.worktrees, ignore_errors=True)
+        if setup.session is not None:
+            setup.session.close()
     probed = registry.interpreter_target(setup.interpreter)
     runner = "exit-code" if config.judge.exit_code else registry.label(probed)
     header = ReportHeader("commits", " ".join(config.command), what, runner, config.judge.hint())

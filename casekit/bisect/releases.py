@@ -41,7 +41,7 @@ from casekit.replay.run import ReplayOptions, TargetRun, run_target
 from casekit.runners import registry
 from casekit.runners.channels import Channel, is_date, nightly_date, parse_date
 from casekit.runners.dynamo import variant_suffix
-from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec
+from casekit.runners.interface import ProgressFn, RunnerFactory, ScriptEntry, TargetSpec
 
 RunTarget = Callable[[TargetSpec, list[Case], ReplayOptions, RunnerFactory, ProgressFn], TargetRun]
 ListVersions = Callable[..., list[str]]
@@ -266,7 +266,13 @@ def release_subject(case: Case, config: ReleaseBisect, seams: ReleaseSeams) -> S
     """How one release is run fresh, and how its cached record is read back into an outcome."""
     make_runner = seams.make_runner or registry_runner()
     replay_one = seams.run_target or run_target
-    options = ReplayOptions(backend=config.backend, timeout=config.timeout, record=False, verify_rollback=False)
+    options = ReplayOptions(
+        backend=config.backend,
+        timeout=config.timeout,
+        record=False,
+        verify_rollback=False,
+        entry=ScriptEntry.BISECT_RELEASES,
+    )
 
     def run_fresh(version: str) -> Fresh:
         why = config.missing_target(version)

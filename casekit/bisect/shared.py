@@ -33,7 +33,7 @@ from casekit.errors import BisectError
 from casekit.model import Case
 from casekit.replay.run import ReplayOptions, TargetRun, case_pins
 from casekit.runners import registry
-from casekit.runners.interface import TargetSpec
+from casekit.runners.interface import ScriptEntry, TargetSpec
 
 
 def _shared_spec(config: ReleaseBisect, cases: list[Case]) -> tuple[ReleaseBisect, list[str]]:
@@ -70,7 +70,12 @@ def bisect_releases_many(
     make_runner = seams.make_runner or registry_runner()
     replay_one = seams.run_target or release_bisection.run_target  # looked up late, as releases does
     options = ReplayOptions(
-        backend=config.backend, timeout=config.timeout, record=False, verify_rollback=False, pin_packages=False
+        backend=config.backend,
+        timeout=config.timeout,
+        record=False,
+        verify_rollback=False,
+        pin_packages=False,
+        entry=ScriptEntry.BISECT_RELEASES,
     )
     stats = SharedStats()
     pending: dict[tuple[str, str], Fresh] = {}

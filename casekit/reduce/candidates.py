@@ -1,6 +1,6 @@
 """Running candidates: a batch of them in the warm probe, each observed, placed and judged by the oracle.
 
-One torch import for the whole reduction (`runners.warm.WarmProbe`: the same
+One torch import for the whole reduction (the runner's warm session: the same
 sandbox as replay's runs, a fork per run), `jobs` runs side by side in one
 request. A candidate's eager run must pass before it is compiled (a probe job
 flag: a candidate that fails eagerly is refused anyway). After the original's
@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from casekit.model import IncludedFile, ScriptObservation, ScriptSource
 from casekit.observe.batch import observe_batch
 from casekit.reduce.candidate import Candidate
 from casekit.reduce.lines import OriginalIndex
 from casekit.reduce.oracle import Judgement, Oracle, Placement
-from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn
-from casekit.runners.warm import WarmProbe
+from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProbeSession, ProgressFn
+from casekit.scrub import temp_prefix
 
 
 @dataclass
@@ -122,11 +124,10 @@ class CandidateProbe:
     """Judges candidates: laid out as probe jobs, run in the warm probe, observed, placed, judged."""
 
     def __init__(
-        self, probe: WarmProbe, layout: Layout, oracle: Oracle, timeout: float, progress: ProgressFn, backend: str
+        self, probe: ProbeSession, layout: Layout, oracle: Oracle, timeout: float, progress: ProgressFn, backend: str
     ) -> None:
         self.probe, self.layout, self.oracle = probe, layout, oracle
         self.timeout, self.progress, self.backend = timeout, progress, backend
-        self.stage = probe.state / "candidates"  # the warm probe's own folder: removed with it
         self.cache: dict[str, Judgement] = {}
         self.stats = CandidateStats()
         self._counter = 0
@@ -136,8 +137,8 @@ class CandidateProbe:
         for candidate in candidates:
             self._counter += 1
             job_id = f"c{self._counter}"
-            folder = self.stage / job_id
-            folder.mkdir(parents=True)
+            # the candidate's own folder, removed once its batch ran (the session copies it into its request)
+            folder = Path(tempfile.mkdtemp(prefix=temp_prefix("reduce")))
             script = candidate.files[self.layout.script]
             assert script is not None
             path = folder / self.layout.script

@@ -47,11 +47,9 @@ from casekit.reduce.oracle import Judgement, Oracle, OracleOptions
 from casekit.reduce.result import CaptureOptions, ReduceResult, ReduceStopped
 from casekit.reduce.speculate import SpeculativeSearch
 from casekit.reduce.statements import importers_first
-from casekit.reduce.target import warm_target
+from casekit.reduce.target import open_warm_session
 from casekit.reduce.unread import without_unread
-from casekit.runners.interface import ProbeScheduling, ProgressFn, Runner
-from casekit.runners.sandbox import Sandbox
-from casekit.runners.warm import WarmProbe
+from casekit.runners.interface import ProbeScheduling, ProbeSession, ProgressFn, Runner, ScriptEntry
 from casekit.scrub import temp_prefix
 from casekit.timeouts import check_timeout, reduce_run_timeout
 
@@ -198,13 +196,11 @@ def reduce_script(request: ReduceRequest, runner: Runner, progress: ProgressFn) 
     _check_out(request)
     jobs = max(1, request.jobs or default_jobs())
     runner.prepare(progress)
-    target = warm_target(runner)
-    env = dict(target.env or {})
+    env: dict[str, str] = {}
     if jobs > 1 and "OMP_NUM_THREADS" not in os.environ:  # runs side by side: one thread each, not two per core
         env["OMP_NUM_THREADS"] = str(max(1, default_jobs() // jobs))
     started = time.monotonic()
-    sandbox = Sandbox.from_options(target.sandbox_options)
-    with WarmProbe(target.python, env or None, sandbox, scheduling=ProbeScheduling(parallel_runs=jobs)) as probe:
+    with open_warm_session(runner, ProbeScheduling(parallel_runs=jobs), env) as probe:
         return _reduce(request, inputs, canonical_site, probe, runner, jobs, started, progress)
 
 
@@ -212,7 +208,7 @@ def _reduce(
     request: ReduceRequest,
     inputs: _Inputs,
     canonical_site: tuple[str, int] | None,
-    probe: WarmProbe,
+    probe: ProbeSession,
     runner: Runner,
     jobs: int,
     started: float,
@@ -370,9 +366,8 @@ def check_on_release(result: ReduceResult, runner: Runner, progress: ProgressFn)
     if result.best is None or result.original_files is None or result.layout is None:
         raise CasekitError("check_on_release needs a finished reduction")
     runner.prepare(progress)
-    target = warm_target(runner)
     layout = result.layout
-    with WarmProbe(target.python, target.env, Sandbox.from_options(target.sandbox_options)) as probe:
+    with open_warm_session(runner) as probe:
         lay_out = CandidateProbe(probe, layout, _no_oracle(), max(result.timeout, 60.0), progress, result.backend)
         original, reduced = lay_out.observe([result.original_files, result.best])
     if original.status is not ScriptStatus.OK:
@@ -399,7 +394,8 @@ def _confirm(
     try:
         staging = _Staging(folder)
         job = staging.job(best, layout, timeout, backend)
-        batch = runner.run_probe([job], progress)
+        with runner.open_session(ScriptEntry.REDUCE_CONFIRM) as session:
+            batch = session.run_probe([job], progress)
         script = best.files[layout.script]
         assert script is not None
         source = ScriptSource(layout.script, sha256_text(script.text), script.text)

@@ -1,21 +1,26 @@
-"""The interpreter, environment and sandbox a prepared runner runs its probe with: what the warm probe needs.
+"""The warm session a reduction runs its candidates in: the runner's, when it keeps a probe warm on this host.
 
-The runner says it (`Runner.host_interpreter`): a runner whose probe runs
-elsewhere (a container) cannot lend an interpreter to a warm probe here.
+A runner whose probe runs elsewhere (a container) gives a session per batch: a reduction of a few hundred
+candidates would start as many containers, so it is refused with the way out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from casekit.errors import CasekitError
-from casekit.runners.interface import HostInterpreter, Runner
+from casekit.runners.interface import ProbeScheduling, ProbeSession, Runner, ScriptEntry
 
 
-def warm_target(runner: Runner) -> HostInterpreter:
-    """The prepared runner's interpreter, the environment it gives the probe and its sandbox."""
-    found = runner.host_interpreter()
-    if found is None:
+def open_warm_session(
+    runner: Runner, scheduling: ProbeScheduling | None = None, env: Mapping[str, str] | None = None
+) -> ProbeSession:
+    """The prepared runner's warm session for a reduction's candidates; CasekitError (one line) if it has none."""
+    session = runner.open_session(ScriptEntry.REDUCE, scheduling=scheduling, env=env)
+    if not session.warm:
+        session.close()
         raise CasekitError(
             f"reduce runs its candidates in a warm probe on this host: {runner.display_of(runner.spec)} cannot; "
             "give --python PATH or --torch VERSION"
         )
-    return found
+    return session

@@ -1,10 +1,9 @@
 """Replay: rerun the archive on one or more targets and classify every break.
 
-One probe process per target runs every script of every case (torch imported
-once per target), and then the rollback verification of the fixes that broke:
-where the runner lends an interpreter on this host (python, venv), the probe
-stays warm for it; a container runner starts a second one. Targets run side by
-side where cores allow. A case's history
+One session of the target's runner per target runs every script of every case,
+then the rollback verification of the fixes that broke: on this host (python,
+venv) one warm probe, torch imported once, serves both; a container runner
+starts a second container. Targets run side by side where cores allow. A case's history
 is appended only once its target has finished, atomically, so an interrupted
 replay leaves each bundle untouched or complete.
 """
@@ -45,16 +44,14 @@ from casekit.runners.dynamo import pin_name
 from casekit.runners.interface import (
     ProbeBatchResult,
     ProbeJob,
-    ProbeRunner,
     ProbeScheduling,
+    ProbeSession,
     ProgressFn,
-    Runner,
     RunnerFactory,
+    ScriptEntry,
     TargetSpec,
 )
 from casekit.runners.process import REPLAY_PREFIX
-from casekit.runners.sandbox import Sandbox
-from casekit.runners.warm import WarmProbe
 from casekit.timeouts import replay_run_timeout
 from casekit.versions import package_pin
 
@@ -71,6 +68,7 @@ class ReplayOptions:
     verify_rollback: bool = True
     jobs: int | None = None  # runs at once inside each target; None = its share of the target's cores
     serial_timings: bool = False  # runs one at a time, so timings are not measured under parallel load
+    entry: ScriptEntry = ScriptEntry.REPLAY  # the way of running scripts this replay is (a bisection's probe)
 
     def __post_init__(self) -> None:
         if self.timeout is not None:
@@ -196,19 +194,8 @@ def _package_warnings(
     return sorted(set(warnings))
 
 
-def _warm_probe(runner: Runner, options: ReplayOptions) -> WarmProbe | None:
-    """One probe for the target's batch and then its rollback verification (one torch import for both),
-    where the runner lends an interpreter on this host; None: the runner's own probe, once per batch."""
-    if not options.verify_rollback:
-        return None
-    host = runner.host_interpreter()
-    if host is None:
-        return None
-    return WarmProbe(host.python, host.env, Sandbox.from_options(host.sandbox_options), scheduling=runner.scheduling)
-
-
 def _verify_rollbacks(
-    probe: ProbeRunner,
+    probe: ProbeSession,
     dynamo: tuple[tuple[str, str], ...],
     cases: dict[str, Case],
     results: list[CaseResult],
@@ -292,7 +279,7 @@ def run_target(
     run = TargetRun(spec=spec, label=label, warnings=list(pin_warnings), display=shown if shown != label else None)
     say: ProgressFn = lambda message: progress(f"[{shown}] {message}")  # noqa: E731
     folder = Path(tempfile.mkdtemp(prefix=f"{REPLAY_PREFIX}{os.getpid()}-"))  # the pid: swept if we are killed
-    warm: WarmProbe | None = None
+    session: ProbeSession | None = None
     try:
         paths = _write_scripts(cases, folder)
         jobs = [replace(job, dynamo_config=spec.dynamo) for job in _jobs(cases, paths, options, ("eager", "compiled"))]
@@ -301,11 +288,10 @@ def run_target(
         observations: dict[tuple[str, ScriptRole], ScriptObservation] = {}
         try:
             runner.prepare(say)
-            warm = _warm_probe(runner, options)
+            # one session for the batch and its rollback check: on this host, one warm probe for both
+            session = runner.open_session(options.entry)
             say(f"running {len(jobs)} script(s) of {len(cases)} case(s)")
-            batch = (warm or runner).run_probe(jobs, say)
-            if warm is not None:
-                batch.import_s = warm.import_s
+            batch = session.run_probe(jobs, say)
         except CasekitError as error:
             run.error = str(error)
             batch = ProbeBatchResult(environment={}, results={}, failed={job.id: str(error) for job in jobs})
@@ -323,14 +309,14 @@ def run_target(
         for case in cases:
             observed = {which: obs for (case_id, which), obs in observations.items() if case_id == case.id}
             run.results.append(classify_case(case, label, observed))
-        if options.verify_rollback and run.error is None:
+        if options.verify_rollback and run.error is None and session is not None:
             try:
-                _verify_rollbacks(warm or runner, spec.dynamo, by_id, run.results, paths, options, say)
+                _verify_rollbacks(session, spec.dynamo, by_id, run.results, paths, options, say)
             except CasekitError as error:
                 run.warnings.append(f"rollback verification could not run: {error}")
     finally:
-        if warm is not None:
-            warm.close()
+        if session is not None:
+            session.close()
         if not settings.keep_batch():
             shutil.rmtree(folder, ignore_errors=True)
     run.seconds = time.monotonic() - started

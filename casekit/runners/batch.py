@@ -1,21 +1,25 @@
-"""Laying out a probe batch on disk and reading it back: shared by every runner.
+"""Laying out a probe request on disk and reading its results back: shared by every runner.
 
-The batch folder holds the probe itself, the scripts, the request and the
-results. A runner only has to make that folder visible to the target (it is
-the host path for python/venv runners, a bind mount for docker) and start
-`python probe.py request.json` there.
+A request is a folder casekit makes fresh (`FreshTree`: never over something that
+exists, never through a link): each job's inputs under jobs/<id>/ and request.json.
+A container's batch holds the probe, the request, out/ and runs/ in one folder
+(`lay_out_batch`); a warm probe's session keeps its requests apart from the folder
+the probe writes its results in (runners.warm). Results are read back from a folder
+a run could have touched (`results_folder`, `read_batch`): without following a link,
+bounded, schema-checked; a bad one is that script's failure, never the batch's.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from casekit.fsutil import UnreadableFile, read_regular_bytes
+from casekit.errors import RunnerError
+from casekit.fsutil import FreshTree, SafeFolder, UnreadableFile
 from casekit.runners.interface import PROBE_PATH, ProbeBatchResult, ProbeJob, ProbeScheduling
 
 REQUEST_SCHEMA = "casekit.probe-request/1"
@@ -27,13 +31,15 @@ MAX_ENV_BYTES = 16 * 1024 * 1024
 @dataclass(frozen=True)
 class RunIsolation:
     """How the probe isolates each run (the bwrap sandbox): the batch read-only but for the run's own copy
-    of its job, jobs/ and out/ hidden, a private /tmp and /dev/shm of `tmp_size` bytes, a PID namespace
-    (`pid_namespace` is off only in the tests that show what it stops)."""
+    of its job, jobs/ and out/ hidden, a private /tmp and /dev/shm of `tmp_size` bytes, a PID namespace, no
+    capabilities and a seccomp filter (`pid_namespace` and `confine` are off only in the tests that show
+    what they stop)."""
 
     tmp_size: int
     pid_namespace: bool = True
     keep_in_tmp: tuple[str, ...] = ()  # folders the target shows below /tmp: carried into each run's fresh /tmp
     hold: str = ""  # an empty folder outside /tmp where the probe holds them meanwhile
+    confine: bool = True  # no capabilities and the seccomp filter in each run (off only in the tests' controls)
 
 
 @dataclass(frozen=True)
@@ -50,31 +56,32 @@ class UidIsolation:
     drop: bool = True
 
 
-def in_target(path: str, moved: Mapping[str, str]) -> str:
-    """A host path as the target sees it: `moved` maps host folders to their place in the target."""
-    for host, target in moved.items():
-        if path == host or path.startswith(host.rstrip("/") + "/"):
-            return target + path[len(host) :]
-    return path
-
-
 class ResultUnreadable(Exception):
     """A result file the probe (or a script that tampered with it) left unreadable."""
 
 
-def job_folder(batch_dir: Path, job: ProbeJob) -> Path:
-    """The folder holding one job's inputs: its script and whatever is laid out beside it."""
-    return batch_dir / "jobs" / job.id
+@dataclass(frozen=True)
+class RequestPlaces:
+    """Where the target sees one request's parts: its folder (the jobs below it), the folder the probe
+    writes its results in, the folder each run's copy of its job goes in; and for the namespace kind of
+    isolation, the root a run sees read-only and what it must not see at all (other jobs, the results)."""
+
+    folder: str
+    out_dir: str
+    runs_dir: str
+    batch_root: str
+    hidden: tuple[str, ...]
+    read_only: tuple[str, ...] = ()  # mounts of their own below batch_root (the runs' tmpfs): its bind misses them
+
+    @classmethod
+    def one_folder(cls, root: str) -> RequestPlaces:
+        """A batch that holds it all in one folder (a container's): jobs/, out/ and runs/ below `root`."""
+        return cls(root, f"{root}/out", f"{root}/runs", root, (f"{root}/jobs", f"{root}/out"), (f"{root}/runs",))
 
 
-def lay_out_job(batch_dir: Path, job: ProbeJob) -> Path:
-    """Copy the job's inputs into its own folder; returns the script's path there."""
-    folder = job_folder(batch_dir, job)
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / job.script.name
-    shutil.copy2(job.script, target)
-    lay_out_included_files(folder, job)
-    return target
+MAX_SCRIPT_BYTES = 16 << 20  # one script copied into a request (a bundle's are far smaller)
+MAX_TREE_BYTES = 512 << 20  # a commit's tree copied into a request: each run copies it again, on a 2g tmpfs
+TREE_SKIPPED = frozenset({".git"})  # a worktree's .git names the user's repository: not the run's
 
 
 def lay_out_batch(
@@ -83,47 +90,80 @@ def lay_out_batch(
     root_in_target: str,
     isolation: RunIsolation | UidIsolation | None = None,
     scheduling: ProbeScheduling | None = None,
-    moved: Mapping[str, str] | None = None,
 ) -> Path:
-    """Copy the probe and each job's inputs into batch_dir; write the request. Returns the request path.
-
-    With `isolation` the probe isolates each run: a private view in the bwrap sandbox (RunIsolation),
-    a uid of its own in a container (UidIsolation).
-    `moved`: host folders the target sees elsewhere (in-place jobs' worktrees), for their paths.
-    """
-    batch_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(PROBE_PATH, batch_dir / "probe.py")
-    for job in jobs:
-        lay_out_job(batch_dir, job)
-    (batch_dir / "out").mkdir(exist_ok=True)
-    return write_request(batch_dir, jobs, root_in_target, isolation, scheduling, moved)
+    """A batch in one fresh folder (made here; refused if it exists): the probe, each job's inputs, out/,
+    runs/ and the request. Returns the request's path."""
+    with FreshTree(batch_dir) as tree:
+        copy_probe(tree)
+        tree.folder("out")
+        tree.folder("runs")
+        lay_out_request(tree, jobs, RequestPlaces.one_folder(root_in_target), isolation, scheduling)
+    return batch_dir / "request.json"
 
 
-def write_request(
-    batch_dir: Path,
+def copy_probe(tree: FreshTree) -> None:
+    """The probe, as probe.py of `tree` (read-only to the target: a request never carries it)."""
+    tree.copy_file(PROBE_PATH, "probe.py", MAX_SCRIPT_BYTES)
+
+
+def lay_out_request(
+    tree: FreshTree,
     jobs: list[ProbeJob],
-    root_in_target: str,
+    places: RequestPlaces,
     isolation: RunIsolation | UidIsolation | None = None,
     scheduling: ProbeScheduling | None = None,
-    moved: Mapping[str, str] | None = None,
-) -> Path:
-    """The probe's request for `jobs` (all of them, or the ones left after a probe crash).
+    extra: Mapping[str, object] | None = None,
+) -> None:
+    """Each job's inputs under jobs/<id>/ of `tree`, and the request (request.json) naming them where the
+    target sees them. The number of runs at once is decided inside the target (it alone sees its cores and
+    cgroup CPU quota) unless `scheduling` fixes it; `extra`: more request keys (a warm probe's preload)."""
+    for job in jobs:
+        lay_out_job(tree, job)
+    document = request_document(jobs, places, isolation, scheduling)
+    tree.write("request.json", json.dumps({**document, **(extra or {})}, indent=1).encode())
 
-    The number of runs at once is decided inside the target (it alone sees its
-    cores and cgroup CPU quota) unless `scheduling` fixes it.
-    """
+
+def lay_out_job(tree: FreshTree, job: ProbeJob) -> None:
+    """One job's folder, jobs/<id>/: its script and included files, or a whole tree (a commit's)."""
+    from casekit.includes import IncludeError, check_layout, file_bytes
+
+    folder = f"jobs/{job.id}"
+    try:
+        if job.tree is not None:
+            tree.copy_tree(job.tree, folder, MAX_TREE_BYTES, TREE_SKIPPED)
+            return
+        tree.copy_file(job.script, f"{folder}/{job.script.name}", MAX_SCRIPT_BYTES)
+    except UnreadableFile as why:
+        raise RunnerError(f"{job.tree or job.script} {why}") from None
+    check_layout([included.path for included in job.includes])
+    for included in job.includes:
+        try:
+            tree.write(f"{folder}/{included.path}", file_bytes(included))
+        except FileExistsError:
+            raise IncludeError(f"included file {included.path} would replace a file beside the script") from None
+
+
+def script_in_job(job: ProbeJob) -> str:
+    """The script's path inside its job folder: its name, or its place in the job's tree."""
+    return job.script.relative_to(job.tree).as_posix() if job.tree is not None else job.script.name
+
+
+def request_document(
+    jobs: list[ProbeJob],
+    places: RequestPlaces,
+    isolation: RunIsolation | UidIsolation | None = None,
+    scheduling: ProbeScheduling | None = None,
+) -> dict[str, Any]:
+    """The probe's request (casekit.probe-request/1) for `jobs`, laid out at `places` in the target."""
     request_jobs = []
     for job in jobs:
-        folder = f"{root_in_target}/jobs/{job.id}"
-        job_request = job.to_request(f"{folder}/{job.script.name}")
-        if job_request["script"] == f"{folder}/{job.script.name}":
-            job_request["job_dir"] = folder
-        else:  # in-place jobs (bisect) run where they lie, which the target may see elsewhere
-            for key in ("script", "workdir"):
-                if isinstance(job_request.get(key), str):
-                    job_request[key] = in_target(str(job_request[key]), moved or {})
+        folder = f"{places.folder}/jobs/{job.id}"
+        job_request = job.to_request(f"{folder}/{script_in_job(job)}")
+        job_request["job_dir"] = folder
+        if job.tree is not None:
+            job_request["tree"] = True
         request_jobs.append(job_request)
-    request: dict[str, Any] = {"schema": REQUEST_SCHEMA, "out_dir": f"{root_in_target}/out", "jobs": request_jobs}
+    request: dict[str, Any] = {"schema": REQUEST_SCHEMA, "out_dir": places.out_dir, "jobs": request_jobs}
     scheduling = scheduling or ProbeScheduling()
     request["targets_sharing"] = scheduling.targets_sharing
     if scheduling.parallel_runs is not None:
@@ -131,8 +171,7 @@ def write_request(
     if scheduling.serial_timings:
         request["serial_timings"] = True
     if isolation is not None:
-        request["runs_dir"] = f"{root_in_target}/runs"
-        (batch_dir / "runs").mkdir(exist_ok=True)
+        request["runs_dir"] = places.runs_dir
     if isinstance(isolation, UidIsolation):
         request["isolation"] = {
             "kind": "uid",
@@ -143,36 +182,28 @@ def write_request(
     elif isolation is not None:
         request["isolation"] = {
             "kind": "namespace",
-            "batch_root": root_in_target,
-            "hide": [f"{root_in_target}/jobs", f"{root_in_target}/out"],
-            "readonly": [f"{root_in_target}/runs"],  # a tmpfs of its own: the batch's read-only view misses it
+            "batch_root": places.batch_root,
+            "hide": list(places.hidden),
+            "readonly": list(places.read_only),
             "tmp_size": isolation.tmp_size,
             "keep_in_tmp": list(isolation.keep_in_tmp),
             "hold": isolation.hold,
             "pid_namespace": isolation.pid_namespace,
+            "confine": isolation.confine,
         }
-    request_path = batch_dir / "request.json"
-    request_path.write_text(json.dumps(request, indent=1))
-    return request_path
+    return request
 
 
-def lay_out_included_files(script_dir: Path, job: ProbeJob) -> None:
-    """A job's included files beside its script, with their relative paths (imports and reads work)."""
-    from casekit.includes import lay_out
-
-    lay_out(script_dir, job.includes)
-
-
-def read_json_file(path: Path, limit: int) -> Any:
-    """A JSON file that must be a regular file of at most `limit` bytes; ResultUnreadable otherwise."""
+def read_json_file(folder: SafeFolder, name: str, limit: int) -> Any:
+    """A JSON file of `folder` that must be a regular file of at most `limit` bytes; ResultUnreadable otherwise."""
     try:
-        raw = read_regular_bytes(path, limit)  # FileNotFoundError passes through: "no result" is not tampering
+        raw = folder.read(name, limit)  # FileNotFoundError passes through: "no result" is not tampering
     except UnreadableFile as why:
-        raise ResultUnreadable(f"{path.name} {why}") from None
+        raise ResultUnreadable(f"{name} {why}") from None
     try:
         return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
-        raise ResultUnreadable(f"{path.name} is not valid JSON ({error})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise ResultUnreadable(f"{name} is not valid JSON ({type(error).__name__}: {str(error)[:200]})") from None
 
 
 def check_result(raw: Any, job: ProbeJob) -> dict[str, Any]:
@@ -189,10 +220,12 @@ def check_result(raw: Any, job: ProbeJob) -> dict[str, Any]:
     return raw
 
 
-def read_env_record(batch_dir: Path) -> dict[str, Any] | None:
-    """env.json (None when missing); an unreadable one reads as a failed import with the reason."""
+def read_env_record(out: SafeFolder | None) -> dict[str, Any] | None:
+    """out/env.json (None when missing); an unreadable one reads as a failed import with the reason."""
+    if out is None:
+        return None
     try:
-        record = read_json_file(batch_dir / "out" / "env.json", MAX_ENV_BYTES)
+        record = read_json_file(out, "env.json", MAX_ENV_BYTES)
     except FileNotFoundError:
         return None
     except ResultUnreadable as error:
@@ -202,10 +235,10 @@ def read_env_record(batch_dir: Path) -> dict[str, Any] | None:
     return record
 
 
-def read_lost_record(path: Path, job: ProbeJob) -> str | None:
+def read_lost_record(out: SafeFolder, job: ProbeJob) -> str | None:
     """Why the probe's worker for `job` ended without a result, or None (no record, or not a usable one)."""
     try:
-        record = read_json_file(path, MAX_ENV_BYTES)
+        record = read_json_file(out, f"{job.id}.lost.json", MAX_ENV_BYTES)
     except (FileNotFoundError, ResultUnreadable):
         return None
     if not isinstance(record, dict) or record.get("job") != job.id or not isinstance(record.get("why"), str):
@@ -213,25 +246,38 @@ def read_lost_record(path: Path, job: ProbeJob) -> str | None:
     return record["why"][:200]
 
 
-def read_batch(batch_dir: Path, jobs: list[ProbeJob], probe_log: str = "") -> ProbeBatchResult:
-    """Collect what the probe wrote; a job without a usable result says why."""
-    out = batch_dir / "out"
-    env_record = read_env_record(batch_dir) or {}
+@contextmanager
+def results_folder(parent: Path, *names: str) -> Iterator[SafeFolder | None]:
+    """The folder the probe wrote its results in, opened without following a link (None: not there, or
+    not a folder: every job then says it has no result)."""
+    try:
+        folder = SafeFolder.open(parent, *names)
+    except (FileNotFoundError, UnreadableFile):
+        yield None
+        return
+    with folder:
+        yield folder
+
+
+def read_batch(out: SafeFolder | None, jobs: list[ProbeJob], probe_log: str = "") -> ProbeBatchResult:
+    """Collect what the probe wrote in `out` (see `results_folder`); a job without a usable result says why."""
+    env_record = read_env_record(out) or {}
     environment: Any = env_record.get("environment") if env_record.get("ok") else None
     last_line = (probe_log.strip().splitlines() or ["no output"])[-1]
     results: dict[str, dict[str, object]] = {}
     failed: dict[str, str] = {}
     for job in jobs:
-        path = out / f"{job.id}.result.json"
         try:
-            results[job.id] = check_result(read_json_file(path, MAX_RESULT_BYTES), job)
+            if out is None:
+                raise FileNotFoundError
+            results[job.id] = check_result(read_json_file(out, f"{job.id}.result.json", MAX_RESULT_BYTES), job)
             continue
         except FileNotFoundError:
             pass
         except ResultUnreadable as error:
             failed[job.id] = f"its result was tampered with or is unusable: {error}"
             continue
-        lost = read_lost_record(out / f"{job.id}.lost.json", job)
+        lost = read_lost_record(out, job) if out is not None else None
         if lost:
             failed[job.id] = (
                 f"the probe died while running this script (its worker: {lost}); the scripts beside it ran on"
@@ -244,7 +290,7 @@ def read_batch(batch_dir: Path, jobs: list[ProbeJob], probe_log: str = "") -> Pr
             failed[job.id] = "the probe stopped before this script: " + last_line
     wall: Any = None
     try:
-        done = read_json_file(out / "done.json", MAX_ENV_BYTES)
+        done = read_json_file(out, "done.json", MAX_ENV_BYTES) if out is not None else None
         wall = done.get("wall_s") if isinstance(done, dict) else None
     except (FileNotFoundError, ResultUnreadable):
         pass

@@ -17,7 +17,7 @@ import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from casekit.errors import RunnerError
 from casekit.model import IncludedFile
@@ -68,6 +68,9 @@ class ProbeJob:
     argv: tuple[str, ...] = ()
     includes: tuple[IncludedFile, ...] = ()  # laid out beside the script (relative paths)
     dynamo_config: tuple[tuple[str, str], ...] = ()  # the target's --dynamo settings, set before each run
+    # a whole folder laid out as the job's (a commit's tree: the script is inside it, and each run starts in
+    # a fresh copy of it, from its root, as the user's command did); None: the script alone, with `includes`
+    tree: Path | None = None
 
     def to_request(self, script_path: str) -> dict[str, object]:
         request: dict[str, object] = {
@@ -116,19 +119,61 @@ def host_key(host: str) -> str:
     return f"{scheme}{sep}{where}{at}{after}" if sep else host.rpartition("@")[2]
 
 
-class ProbeRunner(Protocol):
-    """What runs a batch of probe jobs: a runner (one probe process per batch) or a warm probe."""
+class ScriptEntry(enum.Enum):
+    """Every way casekit runs someone else's scripts. Each opens its runner's session naming its entry
+    (`Runner.open_session`); the attack battery (tests/security/test_entry_points.py) runs every attack
+    through every entry, and a test fails when an entry has no driver there: a new way to run scripts
+    adds a member here and joins the battery before it lands."""
 
-    def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult: ...
+    CAPTURE = "capture"  # casekit capture: the pre- and post-fix scripts, eager, compiled, fullgraph=True
+    REPLAY = "replay"  # casekit replay: the archive's batch, then its rollback check in the same probe
+    BISECT_RELEASES = "bisect"  # casekit bisect: the case replayed on each release probed
+    BISECT_COMMITS = "bisect-commits"  # casekit bisect-commits: the user's script in each commit's tree
+    REDUCE = "reduce"  # casekit reduce: the candidates, one warm probe; and the check on a second release
+    REDUCE_CONFIRM = "reduce-confirm"  # casekit reduce: the result confirmed in a fresh probe
 
 
-@dataclass(frozen=True)
-class HostInterpreter:
-    """What a warm probe on this host needs from a prepared runner (`Runner.host_interpreter`)."""
+class ProbeSession(abc.ABC):
+    """Where a caller's batches run: opened from a prepared runner (`Runner.open_session`), closed when
+    the caller is done. `warm`: one probe (one torch import) serves every batch; else each batch pays its
+    own. A session owns its probe and its sandbox: nothing outside runners/ assembles either."""
 
-    python: str
-    env: Mapping[str, str] | None  # None: the probe's usual environment
-    sandbox_options: tuple[tuple[str, str], ...] = ()  # the spec's --allow relaxations, for the sandbox
+    warm: ClassVar[bool] = False
+
+    def __init__(self, entry: ScriptEntry | None) -> None:
+        self.entry = entry
+        self.imports = 0  # how many times torch was imported (1 for a whole healthy warm session)
+        self.import_s: float | None = None
+        # installed modules a warm probe imports once, before forking runs (a reducer's candidates all import
+        # the same library); a session without a warm probe has nothing to import them into
+        self.preload: list[str] = []
+
+    @abc.abstractmethod
+    def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
+        """Run one batch; what came back (a job without a result says why in `failed`)."""
+
+    def close(self) -> None:  # noqa: B027 - a session that keeps nothing running has nothing to end
+        """End whatever the session keeps running and remove its folders."""
+
+    def __enter__(self) -> ProbeSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class BatchSession(ProbeSession):
+    """A session whose every batch is its runner's own (`Runner.run_probe`: a container per batch)."""
+
+    def __init__(self, runner: Runner, entry: ScriptEntry | None) -> None:
+        super().__init__(entry)
+        self.runner = runner
+
+    def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
+        batch = self.runner.run_probe(jobs, progress)
+        self.imports += 1
+        self.import_s = batch.import_s
+        return batch
 
 
 class Runner(abc.ABC):
@@ -162,13 +207,21 @@ class Runner(abc.ABC):
 
     @abc.abstractmethod
     def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
-        """Run the probe once (one torch import) over all jobs; raise RunnerError if it cannot start."""
+        """Run the probe once (one torch import) over all jobs; raise RunnerError if it cannot start.
+        Callers outside runners/ go through a session (`open_session`)."""
 
-    def host_interpreter(self) -> HostInterpreter | None:
-        """After prepare(): the interpreter on this host that runs the probe, its environment and its
-        sandbox's options, for a caller that keeps one warm probe (reduce); None for a runner whose probe runs
-        elsewhere (a container)."""
-        return None
+    def open_session(
+        self,
+        entry: ScriptEntry,
+        *,
+        scheduling: ProbeScheduling | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ProbeSession:
+        """After prepare(): the session `entry`'s batches run in. `scheduling`: runs at once in one batch
+        (default: the runner's); `env`: variables the probe gets beside the sandbox's own (a warm session's).
+        This default gives each batch its own probe (`run_probe`); a runner whose probe runs on this host
+        keeps one warm (runners.warm)."""
+        return BatchSession(self, entry)
 
     def describe(self) -> dict[str, object]:
         """Runner facts for the environment record (image id, venv path...)."""

@@ -6,38 +6,43 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 
 from casekit.errors import RunnerError
 from casekit.runners.interface import (
-    HostInterpreter,
     ProbeBatchResult,
     ProbeJob,
+    ProbeScheduling,
+    ProbeSession,
     ProgressFn,
     Runner,
+    ScriptEntry,
     TargetSpec,
     VersionSource,
     variant_flags,
 )
-from casekit.runners.process import EnvironmentUnusable, check_interpreter, run_probe_subprocess, torch_missing
+from casekit.runners.process import EnvironmentUnusable, check_interpreter, torch_missing
 from casekit.runners.sandbox import BWRAP_ALLOW_EXAMPLES, KNOWN_OPTIONS, Sandbox, runtime_of
+from casekit.runners.warm import WarmSession
 from casekit.scrub import Scrubber, machine_folders
 from casekit.versions import matches_request
 
 
-def query_versions(python: str) -> tuple[str, str]:
+def query_versions(python: str, allowed: tuple[str, ...] = ()) -> tuple[str, str]:
     """(torch version, python version) of an interpreter, read from its files: nothing of it runs but
     `python -I -S` (no site hook, no .pth code), so a hostile package in it cannot run outside the
-    sandbox. Whether torch really imports, the probe tells, inside. EnvironmentUnusable in one line."""
+    sandbox. Whether torch really imports, the probe tells, inside. `allowed`: the folders --allow read
+    shows beside the environment (a .pth line may name them). EnvironmentUnusable in one line."""
     check_interpreter(python)
     try:
-        runtime = runtime_of(python)
+        runtime = runtime_of(python, allowed)
     except RunnerError as error:
         raise EnvironmentUnusable(str(error)) from None
     version = installed_version("torch", runtime.import_path)
     if version is None:
-        raise EnvironmentUnusable(torch_missing(python, "ModuleNotFoundError: No module named 'torch'"))
+        refused = f" (the sandbox does not show {'; '.join(runtime.refused)})" if runtime.refused else ""
+        raise EnvironmentUnusable(torch_missing(python, "ModuleNotFoundError: No module named 'torch'" + refused))
     return version, runtime.python_version
 
 
@@ -162,7 +167,7 @@ class PythonRunner(Runner):
         if self.torch_version is not None:
             return
         progress(f"checking torch in {self.python} …")
-        torch_version, python_version = query_versions(self.python)
+        torch_version, python_version = query_versions(self.python, self.sandbox.reads)
         self.sandbox.check(self.python)
         if self.spec.torch and not matches_request(torch_version, self.spec.torch):
             raise EnvironmentUnusable(
@@ -175,11 +180,20 @@ class PythonRunner(Runner):
             progress(note)
 
     def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
+        """One batch in a session of its own (one torch import)."""
         self.prepare(progress)
-        return run_probe_subprocess(self.python, jobs, progress, sandbox=self.sandbox, scheduling=self.scheduling)
+        with WarmSession(self.python, None, self.sandbox, scheduling=self.scheduling) as session:
+            return session.run_probe(jobs, progress)
 
-    def host_interpreter(self) -> HostInterpreter:
-        return HostInterpreter(self.python, None, self.spec.options)
+    def open_session(
+        self,
+        entry: ScriptEntry,
+        *,
+        scheduling: ProbeScheduling | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ProbeSession:
+        """One warm probe in this interpreter, in the runner's sandbox, for every batch of `entry`."""
+        return WarmSession(self.python, entry, self.sandbox, env, scheduling or self.scheduling)
 
     def describe(self) -> dict[str, object]:
         return {

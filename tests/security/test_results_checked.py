@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from casekit.runners import batch as batch_module
-from casekit.runners.batch import PROBE_SCHEMA, lay_out_batch, read_batch
+from casekit.runners.batch import PROBE_SCHEMA, lay_out_batch, read_batch, results_folder
 from casekit.runners.interface import PROBE_PATH, ProbeJob
 
 
@@ -51,7 +51,8 @@ def test_a_damaged_result_fails_only_its_job(tmp_path: Path, damage: str, monkey
         victim.write_text(json.dumps({**good_result("victim.pre"), "pad": "x" * 5000}))
     else:
         victim.mkdir()
-    result = read_batch(batch_dir, jobs)
+    with results_folder(batch_dir, "out") as folder:
+        result = read_batch(folder, jobs)
     assert set(result.results) == {"fine.pre"}
     assert result.failed["victim.pre"].startswith("its result was tampered with or is unusable")
     assert result.environment == {"torch": "2.13.0"}
@@ -64,7 +65,8 @@ def test_a_damaged_environment_record_is_one_line_not_a_traceback(tmp_path: Path
     batch_dir = tmp_path / "batch"
     lay_out_batch(batch_dir, jobs, str(batch_dir))
     (batch_dir / "out" / "env.json").write_text("{not json")
-    result = read_batch(batch_dir, jobs)
+    with results_folder(batch_dir, "out") as folder:
+        result = read_batch(folder, jobs)
     assert result.failed["a.pre"].startswith("torch could not be imported: the probe's environment record is unusable")
 
 

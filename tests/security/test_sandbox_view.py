@@ -206,12 +206,13 @@ def test_kill_all_and_stop_all_reach_only_the_script_itself(parallel: int) -> No
     assert not any("restarting it" in line for line in lines)
 
 
-def test_control_without_the_runs_pid_namespace_kill_all_takes_the_probe_down(monkeypatch) -> None:
+def test_control_without_the_runs_pid_namespace_kill_all_takes_the_runs_beside_it_down(monkeypatch) -> None:
+    # the probe is PID 1 of the sandbox, which kill(-1) never reaches; its workers and the run beside are
     without_run_pid_namespace(monkeypatch)
-    lines: list[str] = []
-    batch = run_jobs([job("killer", "kill_all.py"), job("victim", "victim.py")], lines=lines)
-    assert "killer.pre" in batch.failed and "the probe died" in batch.failed["killer.pre"]
-    assert any("restarting it for the 1 script(s) after it" in line for line in lines)
+    jobs = [job("victim", "victim.py", "20"), job("killer", "kill_all.py"), job("victim2", "victim.py")]
+    batch = run_jobs(jobs, parallel=2)
+    victim = batch.results.get("victim.pre", {}).get("runs", {}).get("eager", {})
+    assert "victim.pre" in batch.failed or victim.get("status") != "ok", (batch.failed, victim)
 
 
 def test_a_stopped_process_is_killed_at_its_runs_own_timeout() -> None:

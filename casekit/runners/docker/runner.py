@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from casekit import settings
 from casekit.errors import DockerUnavailable, RunnerError
-from casekit.runners.batch import UidIsolation, lay_out_batch, read_batch
+from casekit.runners.batch import UidIsolation, lay_out_batch, read_batch, results_folder
 from casekit.runners.docker import images
 from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec, host_key
 from casekit.runners.process import overall_timeout
@@ -159,16 +159,16 @@ class DockerRunner(Runner):
         assert self.image is not None
         # ignore_cleanup_errors: out/ may hold folders root made in the container, which a host user cannot empty.
         with tempfile.TemporaryDirectory(prefix=temp_prefix("docker"), ignore_cleanup_errors=True) as folder:
-            batch_dir = Path(folder)
+            batch_dir = Path(folder) / "batch"  # made fresh: runs/ in it is where the runs' tmpfs is mounted
             lay_out_batch(batch_dir, jobs, ROOT_IN_CONTAINER, self.run_isolation(), self.scheduling)
-            (batch_dir / "runs").mkdir(exist_ok=True)  # where the runs' tmpfs is mounted
             _close_to_runs(batch_dir)
             timeout = self._wall_timeout(jobs)
             progress(f"docker: sandbox: {self._sandbox_summary()}")
             # one blocking wait for the whole container: a phase, so a terminal shows its elapsed time
             progress(f"docker: {len(jobs)} script(s) in {self._image_name()}: importing torch, then running them …")
             log = self._run_container(batch_dir, timeout, progress)
-            return read_batch(batch_dir, jobs, log)
+            with results_folder(batch_dir, "out") as out:
+                return read_batch(out, jobs, log)
 
     def run_isolation(self) -> UidIsolation | None:
         """What the probe does for each run: a uid of its own (None, the probe's uid, only in the tests'

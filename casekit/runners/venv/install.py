@@ -23,11 +23,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from casekit import settings
-from casekit.errors import EnvironmentFailed
+from casekit.errors import EnvironmentFailed, RunnerError
 from casekit.fsutil import exclusive_lock, tail_text, write_atomic
 from casekit.runners.interface import ProgressFn, TargetSpec
 from casekit.runners.process import EnvironmentUnusable
-from casekit.runners.python import query_versions
+from casekit.runners.python import installed_version, query_versions
+from casekit.runners.sandbox import runtime_of
 from casekit.runners.venv.cache import (
     ENV_SCHEMA,
     MARKER,
@@ -81,14 +82,14 @@ def _uv_version() -> str:
         return "uv"
 
 
-def _pip_version(python: Path, env: dict[str, str]) -> str:
+def _pip_version(python: Path) -> str:
+    """'pip 24.0': read from the new env's files. Nothing of the env runs on the host with its site hook: a
+    pinned wheel's .pth import line would run here, as casekit's user (root in CI), with its environment."""
     try:
-        done = subprocess.run(
-            [str(python), "-m", "pip", "--version"], capture_output=True, text=True, env=env, timeout=60
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return "pip"
-    return " ".join(done.stdout.split()[:2]) or "pip"
+        version = installed_version("pip", runtime_of(str(python)).import_path)
+    except RunnerError:
+        version = None
+    return f"pip {version}" if version else "pip"
 
 
 def _uv_tls_flags() -> list[str]:
@@ -248,7 +249,7 @@ def python_version_of(python: str | None) -> str:
         return python.removeprefix("python")  # "3.11" or "python3.11"
     try:
         done = subprocess.run(
-            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            [python, "-I", "-S", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],  # no site, no .pth
             capture_output=True,
             text=True,
             timeout=60,
@@ -353,7 +354,7 @@ def _build(
         command = [str(python), "-m", "pip", "install", "--progress-bar", "off", "--only-binary=:all:", "--compile"]
         command += _pip_index_flags(request)
         _run_logged([*command, *packages], log_path, env, root, progress, "pip install")
-        installer_version = _pip_version(python, env)
+        installer_version = _pip_version(python)
     progress("checking that torch imports …")
     try:
         torch_version, python_version = query_versions(str(python))

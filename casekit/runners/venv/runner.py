@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from casekit.errors import EnvironmentFailed
 from casekit.runners.channels import Channel, choose_source
-from casekit.runners.interface import HostInterpreter, ProbeBatchResult, ProbeJob, ProgressFn, Runner, TargetSpec
-from casekit.runners.process import EnvironmentUnusable, run_probe_subprocess
+from casekit.runners.interface import (
+    ProbeBatchResult,
+    ProbeJob,
+    ProbeScheduling,
+    ProbeSession,
+    ProgressFn,
+    Runner,
+    ScriptEntry,
+    TargetSpec,
+)
+from casekit.runners.process import EnvironmentUnusable
 from casekit.runners.sandbox import BWRAP_ALLOW_EXAMPLES, KNOWN_OPTIONS, Sandbox
+from casekit.runners.warm import WarmSession
 from casekit.runners.venv.cache import CachedEnv, EnvRequest, mark_broken, why_not_ready
 from casekit.runners.venv.install import ISOLATING_ENV, choose_installer, ensure_env, python_version_of
 from casekit.runners.venv.resolve import MIRROR_HINT, IndexSeams, resolve_request
@@ -72,26 +83,27 @@ class VenvRunner(Runner):
         return resolve_request(self.spec, self.root, self.installer, progress, self.index_seams)
 
     def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
+        """One batch in a session of its own (one torch import)."""
         self.prepare(progress)
-        assert self.env is not None
-        try:
-            sandbox = Sandbox.from_options(self.spec.options)
-            return run_probe_subprocess(
-                str(self.env.python_executable),
-                jobs,
-                progress,
-                env=ISOLATING_ENV,
-                sandbox=sandbox,
-                scheduling=self.scheduling,
-            )
-        except EnvironmentUnusable as error:
-            mark_broken(self.env.path, f"marked broken after a failed run: {error}")
-            raise EnvironmentUnusable(f"{error} (env {self.env.key} is rebuilt on next use)") from None
+        with self._session(None, self.scheduling, None) as session:
+            return session.run_probe(jobs, progress)
 
-    def host_interpreter(self) -> HostInterpreter | None:
+    def open_session(
+        self,
+        entry: ScriptEntry,
+        *,
+        scheduling: ProbeScheduling | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ProbeSession:
+        """One warm probe in the managed env, in the runner's sandbox, for every batch of `entry`."""
+        return self._session(entry, scheduling or self.scheduling, env)
+
+    def _session(
+        self, entry: ScriptEntry | None, scheduling: ProbeScheduling | None, env: Mapping[str, str] | None
+    ) -> ProbeSession:
         if self.env is None:
-            return None
-        return HostInterpreter(str(self.env.python_executable), ISOLATING_ENV, self.spec.options)
+            raise EnvironmentFailed("internal: a venv session before prepare()")
+        return _VenvSession(self.env, entry, Sandbox.from_options(self.spec.options), {**ISOLATING_ENV, **(env or {})}, scheduling)
 
     def describe(self) -> dict[str, object]:
         facts = super().describe()
@@ -107,3 +119,26 @@ class VenvRunner(Runner):
                 channel=self.spec.channel.value,
             )
         return facts
+
+
+class _VenvSession(WarmSession):
+    """A warm session in a managed env: an env whose torch does not import is marked broken (rebuilt on
+    next use)."""
+
+    def __init__(
+        self,
+        env: CachedEnv,
+        entry: ScriptEntry | None,
+        sandbox: Sandbox,
+        variables: Mapping[str, str],
+        scheduling: ProbeScheduling | None,
+    ) -> None:
+        super().__init__(str(env.python_executable), entry, sandbox, variables, scheduling)
+        self.cached = env
+
+    def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
+        try:
+            return super().run_probe(jobs, progress)
+        except EnvironmentUnusable as error:
+            mark_broken(self.cached.path, f"marked broken after a failed run: {error}")
+            raise EnvironmentUnusable(f"{error} (env {self.cached.key} is rebuilt on next use)") from None
