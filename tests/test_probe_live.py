@@ -26,6 +26,11 @@ HOSTILE = {
     "network": ("eager_failed", "network access is disabled"),
     "compile_crash": ("compile_error", "Failed to trace builtin operator"),
     "mismatch": ("mismatch", "compiled output differs from eager"),
+    "exit_only_compiled": (
+        "compile_error",
+        "stopped early with sys.exit(0) at exit_only_compiled.py:17, where the eager run ran to its end",
+    ),
+    "exits_at_its_end": ("ok", None),
 }
 TOKEN = uuid.uuid4().hex
 

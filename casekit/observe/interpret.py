@@ -432,6 +432,24 @@ def _run_failure(run: dict[str, Any]) -> str | None:
     return f"crashed ({status}, exit code {run.get('exit_code')})"
 
 
+def _stopped_early(eager: dict[str, Any] | None, compiled: dict[str, Any], namer: PathNamer) -> str | None:
+    """Why the compiled run did not finish the script as the eager run did (it stopped at an exit the eager
+    run never reached: `sys.exit(0)` only under compile reads as "ok" otherwise), or None."""
+    ran, stopped = (eager or {}).get("ended"), compiled.get("ended")
+    if not isinstance(ran, dict) or not isinstance(stopped, dict) or stopped.get("by") in (None, "end"):
+        return None
+    if ran.get("by") == stopped.get("by") and ran.get("at") == stopped.get("at"):
+        return None  # both stopped at the same exit (`sys.exit(main())`): the script's own end
+    where = stopped.get("at")
+    place = f" at {namer.name(str(where[0]))}:{where[1]}" if isinstance(where, list) and len(where) == 2 else ""
+    how = f"{stopped.get('by')}({compiled.get('exit_code') or 0}){place}"
+    if ran.get("by") == "end":
+        return f"stopped early with {how}, where the eager run ran to its end"
+    other = ran.get("at")
+    at = f" at {namer.name(str(other[0]))}:{other[1]}" if isinstance(other, list) and len(other) == 2 else ""
+    return f"stopped with {how}, where the eager run stopped with {ran.get('by')}{at}"
+
+
 def script_imports(source: str) -> set[str]:
     """Top-level module names a script imports (its own imports, not torch's)."""
     try:
@@ -498,6 +516,7 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
     )
     eager_failure = _run_failure(eager) if eager else None
     compiled_failure = _run_failure(compiled) if compiled else "no compiled run"
+    compiled_failure = compiled_failure or _stopped_early(eager, compiled, namer)
     # the script uses what this release lacks: nothing about it can be observed (a stance's name is
     # checked only when compiling; anything else the compiled run lacks is the compiler's failure)
     failed_run = eager if eager_failure else compiled
@@ -523,7 +542,7 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
         status = compiled.get("status")
         if status == "timeout":
             observation.status = ScriptStatus.TIMEOUT
-        elif status in ("raised", "exited"):
+        elif status in ("raised", "exited", "ok"):  # "ok": it stopped early, at an exit eager never reached
             observation.status = ScriptStatus.COMPILE_ERROR
         else:
             observation.status = ScriptStatus.CRASHED
