@@ -134,3 +134,57 @@ def test_random_signals_during_replay_leave_nothing_behind(tmp_path: Path) -> No
             Archive(archive).load("captured")
         outcomes.append((command, sig.name, round(delay, 1), process.returncode))
     print(f"signal trials: {outcomes}")
+
+
+HANGING_TORCH = "import time\ntime.sleep(600)  # an import that never ends (a cold disk, a hung NFS mount)\n"
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_torch_imports_stops_casekit_at_once(tmp_path: Path, sig: signal.Signals) -> None:
+    """The probes are still importing torch when the signal comes: casekit stops now, not when an import ends
+    or its margin (minutes) runs out. Two targets side by side: the main thread that takes the signal waits
+    for the threads of both, so each must see the stop while it waits for its import."""
+    targets = []
+    for name in ("env-a", "env-b"):
+        env = tmp_path / name
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+        (site,) = (env / "lib").glob("python*/site-packages")
+        (site / "torch").mkdir()
+        (site / "torch" / "__init__.py").write_text(HANGING_TORCH)
+        (site / "torch-2.13.0.dist-info").mkdir()
+        (site / "torch-2.13.0.dist-info" / "METADATA").write_text(
+            "Metadata-Version: 2.1\nName: torch\nVersion: 2.13.0\n"
+        )
+        targets += ["--python", str(env / "bin" / "python")]
+    archive, tmpdir = tmp_path / "cases", tmp_path / "tmp"
+    archive.mkdir()
+    tmpdir.mkdir()
+    shutil.copy(ROOT / "cases" / "item-branch.toml", archive)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "casekit", "replay", "--archive", str(archive), *targets],
+        env={**os.environ, "TMPDIR": str(tmpdir), "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_from_a_terminal,
+    )
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:  # until both probes are started: each now waits for torch's import
+        seen.append(line)
+        if sum("warm probe started" in said for said in seen) == 2:
+            break
+    time.sleep(1.0)
+    started = time.monotonic()
+    process.send_signal(sig)
+    try:
+        _, rest = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        pytest.fail(f"casekit did not stop within 30 s of {sig.name} while torch imported: {''.join(seen)}")
+    took = time.monotonic() - started
+    assert process.returncode == 128 + sig, rest
+    assert f"casekit: stopped by {sig.name}" in rest and "Traceback" not in rest
+    assert took < 15, f"stopped {took:.1f} s after {sig.name}"
+    assert list(tmpdir.iterdir()) == []
