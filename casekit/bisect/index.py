@@ -111,21 +111,8 @@ def _config_text(path: Path) -> str:
     return read_regular_bytes(path, MAX_CONFIG_BYTES, follow_symlinks=True).decode("utf-8")
 
 
-def read_config(
-    environ: os._Environ[str] | dict[str, str] | None = None, *, index_url: str | None = None
-) -> IndexConfig:
-    """The index configuration pip would use, with uv's filling what pip leaves unset.
-
-    The CA bundle is casekit's own ($CASEKIT_CA_BUNDLE, as for docker builds), else pip's
-    `cert`, else SSL_CERT_FILE / REQUESTS_CA_BUNDLE; `index_url` (bisect --index-url)
-    replaces the default index only, as pip's --index-url does.
-
-    pip's settings win where both name a default index (casekit's venv runner
-    installs with uv when it can, which reads both the same way here); extra
-    indexes and find-links of both are all asked, as each installer would.
-    """
-    env = os.environ if environ is None else environ
-    sources: list[str] = []
+def _pip_settings(env: os._Environ[str] | dict[str, str], sources: list[str]) -> dict[str, str]:
+    """pip's index settings from its files then its variables; each file or variable read joins `sources`."""
     pip: dict[str, str] = {}
     for path in _pip_config_files(env):
         parser = configparser.RawConfigParser()
@@ -142,6 +129,25 @@ def read_config(
         if env.get(variable):
             pip[key] = env[variable]
             sources.append(variable)
+    return pip
+
+
+def read_config(
+    environ: os._Environ[str] | dict[str, str] | None = None, *, index_url: str | None = None
+) -> IndexConfig:
+    """The index configuration pip would use, with uv's filling what pip leaves unset.
+
+    The CA bundle is casekit's own ($CASEKIT_CA_BUNDLE, as for docker builds), else pip's
+    `cert`, else SSL_CERT_FILE / REQUESTS_CA_BUNDLE; `index_url` (bisect --index-url)
+    replaces the default index only, as pip's --index-url does.
+
+    pip's settings win where both name a default index (casekit's venv runner
+    installs with uv when it can, which reads both the same way here); extra
+    indexes and find-links of both are all asked, as each installer would.
+    """
+    env = os.environ if environ is None else environ
+    sources: list[str] = []
+    pip = _pip_settings(env, sources)
 
     uv: dict[str, Any] = {}  # uv.toml, as parsed
     for path in _uv_config_files(env):

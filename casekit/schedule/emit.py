@@ -279,6 +279,30 @@ def pod_target(spec: TargetSpec) -> str:
     return f"{K8S_TARGETS}/{_dns_name(registry.label(spec).replace(':', '-'), 40)}"
 
 
+def _job_document(spec: TargetSpec, shards: int, job: str, labels: str, command: str, setup: JobSetup) -> str:
+    """One target's Indexed Job: `shards` completions of `command` in the target's image."""
+    image = target_image(spec, setup.registry)
+    resources_block = ""
+    if spec.cuda:  # a CUDA target asks the device plugin for a GPU
+        resources_block = '          resources:\n            limits: {"nvidia.com/gpu": "1"}\n'
+    return fill(
+        "k8s-job.yaml",
+        label=yaml_comment(registry.label(spec)),
+        shards=str(shards),
+        last=str(shards - 1),
+        image=yaml_value(image),
+        image_note=yaml_comment(image),
+        job=job,
+        labels=labels,
+        retries=str(setup.retries),
+        command=yaml_value(command),
+        resources=resources_block,
+        archive=yaml_value(setup.archive),
+        results=yaml_value(setup.results),
+        claim=yaml_value(setup.claim),
+    )
+
+
 class KubernetesEmitter:
     """Indexed Jobs, one per target image, results on a shared volume, and a merge Job that waits for them."""
 
@@ -310,7 +334,6 @@ class KubernetesEmitter:
             if not shards:
                 continue
             job = _dns_name(f"{name}-{registry.label(spec).replace(':', '-')}")
-            image = target_image(spec, setup.registry)
             target = pod_target(spec)
             flags = ["--python", target, "--allow", "sandbox=none"]
             for item in allow:
@@ -321,27 +344,7 @@ class KubernetesEmitter:
                 f"ln -sfn {VENV_PYTHON} {target} && exec {casekit} replay --archive {K8S_ARCHIVE} "
                 f"{shlex.join(flags)} --shard-from-env --results-dir {K8S_RESULTS} --no-record --fail-on never"
             )
-            resources_block = ""
-            if spec.cuda:  # a CUDA target asks the device plugin for a GPU
-                resources_block = '          resources:\n            limits: {"nvidia.com/gpu": "1"}\n'
-            documents.append(
-                fill(
-                    "k8s-job.yaml",
-                    label=yaml_comment(registry.label(spec)),
-                    shards=str(shards),
-                    last=str(shards - 1),
-                    image=yaml_value(image),
-                    image_note=yaml_comment(image),
-                    job=job,
-                    labels=labels,
-                    retries=str(setup.retries),
-                    command=yaml_value(command),
-                    resources=resources_block,
-                    archive=yaml_value(setup.archive),
-                    results=yaml_value(setup.results),
-                    claim=yaml_value(setup.claim),
-                )
-            )
+            documents.append(_job_document(spec, shards, job, labels, command, setup))
             jobs.append(job)
             expected.append(registry.label(registry.interpreter_target(target)))  # what the pod records
         if not jobs:
