@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import stat
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from casekit.errors import CasekitError
 
@@ -167,6 +170,65 @@ def _read_open(fd: int, limit: int, single_link: bool = False) -> tuple[bytes, o
     if size > limit:
         raise UnreadableFile(f"is over the {limit} byte limit")
     return b"".join(chunks), status
+
+
+def gunzip_bounded(data: bytes, limit: int) -> bytes:
+    """The bytes gzip `data` holds (every member, as gzip reads them), refused as soon as they pass
+    `limit`: a 17 MB file can inflate to 4 GB, and only `limit` + 1 bytes of it are ever made.
+    UnreadableFile(reason) for too much, a truncated file, or something that is not gzip."""
+    chunks: list[bytes] = []
+    size = 0
+    rest = data
+    while rest:
+        inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)  # gzip's header and trailer
+        pending = rest
+        try:
+            while True:
+                chunk = inflater.decompress(pending, limit + 1 - size)  # never 0 here: that would mean "all"
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    raise UnreadableFile(f"decompresses to more than the {limit} byte limit")
+                pending = inflater.unconsumed_tail
+                if inflater.eof or not (pending or chunk):  # all in; asked again until zlib holds nothing back
+                    break
+        except zlib.error as error:
+            raise UnreadableFile(f"is not valid gzip data: {error}") from None
+        if not inflater.eof:
+            raise UnreadableFile("is a truncated gzip file")
+        rest = inflater.unused_data.lstrip(b"\0")  # gzip pads members with zeros on some tapes
+    return b"".join(chunks)
+
+
+def json_too_deep(data: Any, limit: int) -> tuple[Any, ...] | None:
+    """The path to the first value of parsed JSON nested deeper than `limit`, or None (a loop, not
+    recursion, so a value too deep to recurse over is still measured)."""
+    pending: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
+    while pending:
+        value, where = pending.pop()
+        if len(where) > limit:
+            return where
+        if isinstance(value, dict):
+            pending += [(child, (*where, key)) for key, child in value.items()]
+        elif isinstance(value, list):
+            pending += [(child, (*where, index)) for index, child in enumerate(value)]
+    return None
+
+
+class NestedTooDeep(ValueError):
+    """JSON nested deeper than its reader allows."""
+
+
+def loads_bounded(text: str | bytes, depth: int) -> Any:
+    """JSON with at most `depth` levels of nesting: NestedTooDeep past it, ValueError for what is not
+    JSON; never a RecursionError from a value nested 100,000 deep."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise NestedTooDeep(f"is nested deeper than {depth} levels") from None
+    if json_too_deep(data, depth) is not None:
+        raise NestedTooDeep(f"is nested deeper than {depth} levels")
+    return data
 
 
 def _lock_problem(lock: Path, error: OSError) -> str:

@@ -17,8 +17,6 @@ A draft holds a placeholder script that raises NotImplementedError, the tag
 from __future__ import annotations
 
 import datetime as dt
-import gzip
-import json
 import os
 import re
 from collections.abc import Iterable
@@ -30,6 +28,7 @@ from casekit.archive.store import Archive
 from casekit.bundle import check_case_id, sha256_text, slugify
 from casekit.classify import same_break
 from casekit.errors import CasekitError
+from casekit.fsutil import NestedTooDeep, UnreadableFile, gunzip_bounded, loads_bounded, read_regular_bytes
 from casekit.model import (
     DRAFT_TAG,
     Case,
@@ -53,6 +52,8 @@ RECORD_START = re.compile(r"^(Graph break\b|Unsupported break in user code|Recom
 TRACEBACK = "Traceback (most recent call last):"
 EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*): ?(?P<message>.*)$")
 HARNESS = ("<frozen runpy>", "/runpy.py")
+MAX_LOG_BYTES = 256 << 20  # a trace or log file, as read and as decompressed: runs write tens of MB
+MAX_RECORD_DEPTH = 32  # a trace record's JSON nests a few levels; 100,000 would overflow the parser
 GROUPS = ("line", "site", "function")
 
 
@@ -90,17 +91,19 @@ class TraceFacts:
     restart_reasons: list[str] = field(default_factory=list)  # "function: reason" from compilation_metrics
 
 
-def read_text(path: Path) -> str:
-    """A log file, gzipped or not (logs are often gzipped to attach them to issues)."""
+def read_text(path: Path, follow_symlinks: bool = True) -> str:
+    """A log or trace file, gzipped or not (logs are often gzipped to attach them to issues), read as
+    untrusted input: a regular file (never a FIFO or a device), through a link only when the user named
+    it, at most MAX_LOG_BYTES as read and as decompressed. One DraftImportError line for anything else."""
     try:
+        raw = read_regular_bytes(path, MAX_LOG_BYTES, follow_symlinks=follow_symlinks)
         if path.name.endswith(".gz"):
-            with gzip.open(path, "rt", encoding="utf-8", errors="replace") as handle:
-                return handle.read()
-        return path.read_text(encoding="utf-8", errors="replace")
+            raw = gunzip_bounded(raw, MAX_LOG_BYTES)
     except FileNotFoundError:
         raise DraftImportError(f"{path}: no such file") from None
-    except (OSError, EOFError) as error:
-        raise DraftImportError(f"{path}: cannot read: {error}") from None
+    except UnreadableFile as why:
+        raise DraftImportError(f"{path}: {why}") from None
+    return raw.decode("utf-8", errors="replace")
 
 
 def split_exception(message: str) -> tuple[str, str | None, str | None]:
@@ -192,7 +195,7 @@ def trace_envelopes(text: str) -> Iterable[tuple[dict[str, Any], str]]:
     """(metadata, payload) per structured-trace record."""
     metadata: dict[str, Any] | None = None
     payload: list[str] = []
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), start=1):
         if line.startswith("\t"):
             payload.append(line[1:])
             continue
@@ -202,13 +205,34 @@ def trace_envelopes(text: str) -> Iterable[tuple[dict[str, Any], str]]:
         start = line.find("] {")
         if start < 0:
             continue
-        try:
-            value = json.loads(line[start + 2 :])
-        except json.JSONDecodeError:
-            continue
+        value = _record(line[start + 2 :], f"line {number}")
         metadata = value if isinstance(value, dict) else None
     if metadata is not None:
         yield metadata, "\n".join(payload)
+
+
+def _record(text: str, where: str) -> Any:
+    """One record's JSON; None when it is not JSON (a line cut short); too deep is hostile: one line."""
+    try:
+        return loads_bounded(text, MAX_RECORD_DEPTH)
+    except NestedTooDeep as error:
+        raise DraftImportError(f"{where}: a trace record {error}") from None
+    except ValueError:
+        return None
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """A record's field that should hold an object; {} when a forged record holds anything else."""
+    return value if isinstance(value, dict) else {}
+
+
+def _key(value: Any) -> Any:
+    """A record's id as a dict key: a number or a text as it is, anything else by its JSON text."""
+    return value if value is None or isinstance(value, (int, float, str)) else repr(value)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _tensor_text(tensor: dict[str, Any]) -> str:
@@ -220,6 +244,41 @@ def _tensor_text(tensor: dict[str, Any]) -> str:
     return f"{SHORT_DTYPE.get(dtype, dtype)}{tensor.get('size', '?')} {device}"
 
 
+def _read_metrics(
+    metrics: dict[str, Any],
+    facts: TraceFacts,
+    frames: dict[str, tuple[str, str, int]],
+    inputs: dict[tuple[Any, Any], list[str]],
+) -> None:
+    """One compilation_metrics record: its frame, versions, compile time, graphs, restarts, inputs."""
+    function = normalize_function(str(metrics.get("co_name") or "?"))
+    first_line = metrics.get("co_firstlineno")
+    frames[str(metrics.get("compile_id"))] = (
+        function,
+        str(metrics.get("co_filename") or "?"),
+        first_line if isinstance(first_line, int) and not isinstance(first_line, bool) else 0,
+    )
+    facts.torch = facts.torch or _text(metrics.get("pytorch_version"))
+    if metrics.get("python_version") and not facts.python:
+        facts.python = (str(metrics["python_version"]).split() or ["?"])[0]
+    seconds = metrics.get("entire_frame_compile_time_s")
+    if isinstance(seconds, (int, float)):
+        facts.compile_s[function] = facts.compile_s.get(function, 0.0) + float(seconds)
+    if metrics.get("graph_op_count"):
+        facts.graphs[function] = facts.graphs.get(function, 0) + 1
+    restarts = metrics.get("restart_reasons")
+    for reason in restarts if isinstance(restarts, list) else []:
+        entry = f"{function}: {(str(reason).splitlines() or [''])[0][:120]}"
+        if entry not in facts.restart_reasons:
+            facts.restart_reasons.append(entry)
+    for key, seen in inputs.items():
+        if f"{key[0]}/{key[1]}" == str(metrics.get("compile_id")):
+            known = facts.inputs.setdefault(function, [])
+            for text_of_input in seen:
+                if text_of_input not in known:
+                    known.append(text_of_input)
+
+
 def events_from_trace(text: str, facts: TraceFacts) -> list[Event]:
     """Breaks (dynamo_graph_break_reason), recompiles (recompile_reasons), and facts from one trace file."""
     events: list[Event] = []
@@ -228,8 +287,8 @@ def events_from_trace(text: str, facts: TraceFacts) -> list[Event]:
     inputs: dict[tuple[Any, Any], list[str]] = {}
     pending_recompiles: list[tuple[str, str]] = []
     for metadata, payload in trace_envelopes(text):
-        frame_key = (metadata.get("frame_id"), metadata.get("frame_compile_id"))
-        artifact = (metadata.get("artifact") or {}).get("name") if isinstance(metadata.get("artifact"), dict) else None
+        frame_key = (_key(metadata.get("frame_id")), _key(metadata.get("frame_compile_id")))
+        artifact = _mapping(metadata.get("artifact")).get("name")
         if artifact == "dynamo_graph_break_reason" and payload:
             head, exc_type, exc_message = split_exception(payload)
             events.append(Event("break", "trace", raw_break=parse_graph_break(head, exc_type, exc_message)))
@@ -237,48 +296,20 @@ def events_from_trace(text: str, facts: TraceFacts) -> list[Event]:
         elif artifact == "recompile_reasons" and payload:
             pending_recompiles.append((f"{frame_key[0]}/{frame_key[1]}", payload))
         elif artifact == "torch_version" and payload:
-            try:
-                version = json.loads(payload)
-            except json.JSONDecodeError:
-                version = {}
-            facts.torch = facts.torch or version.get("pytorch_version")
-            facts.torch_git = facts.torch_git or version.get("commit")
+            version = _mapping(_record(payload, "the torch_version record"))
+            facts.torch = facts.torch or _text(version.get("pytorch_version"))
+            facts.torch_git = facts.torch_git or _text(version.get("commit"))
         elif "describe_tensor" in metadata:
-            tensor = metadata["describe_tensor"] or {}
-            tensors.setdefault(frame_key, {})[tensor.get("id")] = _tensor_text(tensor)
+            tensor = _mapping(metadata["describe_tensor"])
+            tensors.setdefault(frame_key, {})[_key(tensor.get("id"))] = _tensor_text(tensor)
         elif "describe_source" in metadata:
-            source = metadata["describe_source"] or {}
-            text_of = tensors.get(frame_key, {}).get(source.get("id"))
+            source = _mapping(metadata["describe_source"])
+            text_of = tensors.get(frame_key, {}).get(_key(source.get("id")))
             name = re.sub(r"^L\['(.+)'\]$", r"\1", str(source.get("source", "?")))
             if text_of:
                 inputs.setdefault(frame_key, []).append(f"{name}: {text_of}")
         elif "compilation_metrics" in metadata:
-            metrics = metadata["compilation_metrics"] or {}
-            function = normalize_function(str(metrics.get("co_name") or "?"))
-            frames[str(metrics.get("compile_id"))] = (
-                function,
-                str(metrics.get("co_filename") or "?"),
-                int(metrics.get("co_firstlineno") or 0),
-            )
-            facts.torch = facts.torch or metrics.get("pytorch_version")
-            if metrics.get("python_version") and not facts.python:
-                facts.python = str(metrics["python_version"]).split()[0]
-            seconds = metrics.get("entire_frame_compile_time_s")
-            if isinstance(seconds, (int, float)):
-                facts.compile_s[function] = facts.compile_s.get(function, 0.0) + float(seconds)
-            if metrics.get("graph_op_count"):
-                facts.graphs[function] = facts.graphs.get(function, 0) + 1
-            restarts = metrics.get("restart_reasons")
-            for reason in restarts if isinstance(restarts, list) else []:
-                entry = f"{function}: {str(reason).splitlines()[0][:120]}"
-                if entry not in facts.restart_reasons:
-                    facts.restart_reasons.append(entry)
-            for key, seen in inputs.items():
-                if f"{key[0]}/{key[1]}" == str(metrics.get("compile_id")):
-                    known = facts.inputs.setdefault(function, [])
-                    for text_of_input in seen:
-                        if text_of_input not in known:
-                            known.append(text_of_input)
+            _read_metrics(_mapping(metadata["compilation_metrics"]), facts, frames, inputs)
     for compile_id, payload in pending_recompiles:
         function, file, line = frames.get(compile_id, ("?", "?", 0))
         reasons = [
@@ -291,9 +322,11 @@ def events_from_trace(text: str, facts: TraceFacts) -> list[Event]:
 
 
 def trace_files(folder: Path) -> list[Path]:
-    if folder.is_file():
-        return [folder]
+    """The trace files of a TORCH_TRACE folder; the path itself when it is not a folder (the reader
+    then says what it is, a FIFO or a device included)."""
     if not folder.is_dir():
+        if os.path.lexists(folder):
+            return [folder]
         raise DraftImportError(f"{folder}: no such folder (expected a TORCH_TRACE directory)")
     files = sorted({p for pattern in TRACE_GLOB for p in folder.glob(pattern)})
     if not files:
@@ -584,7 +617,12 @@ def import_runs(
     warnings = []
     if trace is not None:
         for path in trace_files(trace):
-            events += events_from_trace(read_text(path), facts)
+            # a link the user named is followed; one inside the folder the run wrote is not
+            text = read_text(path, follow_symlinks=path == trace)
+            try:
+                events += events_from_trace(text, facts)
+            except DraftImportError as error:
+                raise DraftImportError(f"{path}: {error}") from None
         origins.append(f"TORCH_TRACE {Path(trace).name}")  # a name, not a path of this machine
         if facts.break_records == 0 and facts.restart_reasons:
             # Before 2.6 the trace has no break records, only reasons without a place.

@@ -13,7 +13,6 @@ files and, unless asked, pre-releases.
 from __future__ import annotations
 
 import configparser
-import json
 import os
 import re
 import ssl
@@ -39,9 +38,15 @@ from packaging.utils import (
 from packaging.version import Version
 
 from casekit.errors import CasekitError
+from casekit.fsutil import UnreadableFile, loads_bounded, read_regular_bytes
+from casekit.runners.index_fetch import fetch
 from casekit.settings import CA_BUNDLE_ENV
 
 PYPI_SIMPLE = "https://pypi.org/simple/"
+DEADLINE_S = 300.0  # a whole page, however slowly it drips
+MAX_PAGE_BYTES = 64 << 20  # PyPI's largest project pages are a few MB
+MAX_CONFIG_BYTES = 1 << 20  # pip.conf, uv.toml
+MAX_JSON_DEPTH = 16  # PEP 691 pages nest 4 levels
 _ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
 
 
@@ -100,6 +105,33 @@ def _uv_config_files(environ: os._Environ[str] | dict[str, str]) -> list[Path]:
     return files
 
 
+def _config_text(path: Path) -> str:
+    """A configuration file's text: a regular file (a FIFO named PIP_CONFIG_FILE would hang a read),
+    through a link as the user's own files may be, at most MAX_CONFIG_BYTES."""
+    return read_regular_bytes(path, MAX_CONFIG_BYTES, follow_symlinks=True).decode("utf-8")
+
+
+def _pip_settings(env: os._Environ[str] | dict[str, str], sources: list[str]) -> dict[str, str]:
+    """pip's index settings from its files then its variables; each file or variable read joins `sources`."""
+    pip: dict[str, str] = {}
+    for path in _pip_config_files(env):
+        parser = configparser.RawConfigParser()
+        try:
+            parser.read_string(_config_text(path), str(path))
+        except (configparser.Error, UnicodeDecodeError, OSError, UnreadableFile):
+            continue  # absent; or pip refuses such a file itself, and listing versions is not the place to say so
+        sources.append(str(path))
+        for section in ("global", "index", "install"):
+            if parser.has_section(section):
+                pip.update({key: value for key, value in parser.items(section)})
+    for key in ("index-url", "extra-index-url", "find-links", "cert", "proxy"):
+        variable = "PIP_" + key.upper().replace("-", "_")
+        if env.get(variable):
+            pip[key] = env[variable]
+            sources.append(variable)
+    return pip
+
+
 def read_config(
     environ: os._Environ[str] | dict[str, str] | None = None, *, index_url: str | None = None
 ) -> IndexConfig:
@@ -115,29 +147,13 @@ def read_config(
     """
     env = os.environ if environ is None else environ
     sources: list[str] = []
-    pip: dict[str, str] = {}
-    for path in _pip_config_files(env):
-        parser = configparser.RawConfigParser()
-        try:
-            if not parser.read(path, encoding="utf-8"):
-                continue
-        except (configparser.Error, UnicodeDecodeError, OSError):
-            continue  # pip refuses such a file itself; listing versions is not the place to say so
-        sources.append(str(path))
-        for section in ("global", "index", "install"):
-            if parser.has_section(section):
-                pip.update({key: value for key, value in parser.items(section)})
-    for key in ("index-url", "extra-index-url", "find-links", "cert", "proxy"):
-        variable = "PIP_" + key.upper().replace("-", "_")
-        if env.get(variable):
-            pip[key] = env[variable]
-            sources.append(variable)
+    pip = _pip_settings(env, sources)
 
     uv: dict[str, Any] = {}  # uv.toml, as parsed
     for path in _uv_config_files(env):
         try:
-            uv.update(tomllib.loads(path.read_text(encoding="utf-8")))
-        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+            uv.update(tomllib.loads(_config_text(path)))
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, UnreadableFile, RecursionError):
             continue
         sources.append(str(path))
     uv_default: str | None = None
@@ -202,42 +218,50 @@ class _Links(HTMLParser):
             self.files.append((name, "data-yanked" in values, values.get("data-requires-python")))
 
 
-def _opener(config: IndexConfig) -> urllib.request.OpenerDirector:
+def _read(url: str, config: IndexConfig, timeout: float, deadline: float) -> tuple[str, str]:
+    """(content type, text) of an index page, all of it within `deadline` seconds and MAX_PAGE_BYTES;
+    a file: URL to a folder reads its index.html."""
     context = ssl.create_default_context(cafile=config.cert) if config.cert else ssl.create_default_context()
-    handlers: list[urllib.request.BaseHandler] = [urllib.request.HTTPSHandler(context=context)]
-    if config.proxy:
-        handlers.append(urllib.request.ProxyHandler({"http": config.proxy, "https": config.proxy}))
-    return urllib.request.build_opener(*handlers)
+    answer = fetch(
+        url,
+        deadline_s=deadline,
+        limit=MAX_PAGE_BYTES,
+        timeout_s=timeout,
+        headers={"Accept": _ACCEPT},
+        context=context,
+        proxy=config.proxy,
+    )
+    try:
+        return answer.content_type, answer.body.decode(answer.charset or "utf-8", "replace")
+    except LookupError:  # a charset Python does not know
+        return answer.content_type, answer.body.decode("utf-8", "replace")
 
 
-def _read(url: str, config: IndexConfig, timeout: float) -> tuple[str, str]:
-    """(content type, text) of an index page; a file: URL to a folder reads its index.html."""
-    if url.startswith("file:"):
-        path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
-        if path.is_dir():
-            path = path / "index.html"
-        return "text/html", path.read_text(encoding="utf-8")
-    request = urllib.request.Request(url, headers={"Accept": _ACCEPT, "User-Agent": "casekit"})
-    with _opener(config).open(request, timeout=timeout) as response:
-        charset = response.headers.get_content_charset() or "utf-8"
-        return response.headers.get_content_type(), response.read().decode(charset, "replace")
-
-
-def _project_files(index: str, package: str, config: IndexConfig, timeout: float) -> list[tuple[str, bool, str | None]]:
+def _project_files(
+    index: str, package: str, config: IndexConfig, timeout: float, deadline: float
+) -> list[tuple[str, bool, str | None]]:
     url = index.rstrip("/") + "/" + canonicalize_name(package) + "/"
-    content_type, text = _read(url, config, timeout)
+    content_type, text = _read(url, config, timeout, deadline)
     if content_type == "application/vnd.pypi.simple.v1+json":
-        document = json.loads(text)
+        document = loads_bounded(text, MAX_JSON_DEPTH)
+        files = document.get("files") if isinstance(document, dict) else None
+        if not isinstance(files, list):
+            raise ValueError(f"{url}: a PEP 691 page without a list of files")
         return [
-            (str(entry.get("filename", "")), bool(entry.get("yanked")), entry.get("requires-python"))
-            for entry in document.get("files", [])
+            (str(entry.get("filename", "")), bool(entry.get("yanked")), _text(entry.get("requires-python")))
+            for entry in files
+            if isinstance(entry, dict)
         ]
     parser = _Links()
     parser.feed(text)
     return parser.files
 
 
-def _link_files(link: str, config: IndexConfig, timeout: float) -> list[tuple[str, bool, str | None]]:
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _link_files(link: str, config: IndexConfig, timeout: float, deadline: float) -> list[tuple[str, bool, str | None]]:
     """A find-links entry: a local folder (or file: URL to one), or an HTML page of links."""
     path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(link).path)) if link.startswith("file:") else None
     if path is None and "://" not in link:
@@ -246,7 +270,7 @@ def _link_files(link: str, config: IndexConfig, timeout: float) -> list[tuple[st
         if path.is_dir():
             return [(entry.name, False, None) for entry in path.iterdir()]
         raise OSError(f"{path} is not a folder")
-    _, text = _read(link, config, timeout)
+    _, text = _read(link, config, timeout, deadline)
     parser = _Links()
     parser.feed(text)
     return parser.files
@@ -290,19 +314,23 @@ def list_versions(
     index_url: str | None = None,
     timeout: float = 120,
     config: IndexConfig | None = None,
+    deadline: float = DEADLINE_S,
 ) -> list[str]:
     """Every installable version the configured indexes and find-links hold (unordered strings).
 
-    An index that cannot be read is skipped when another answered; when none
-    did, IndexUnreadable says which were asked and why each failed.
+    `timeout` bounds each wait, `deadline` each whole page. An index that cannot be read is skipped
+    when another answered; when none did, IndexUnreadable says which were asked and why each failed.
     """
     config = config or read_config(index_url=index_url)
     found: set[str] = set()
     failures: list[str] = []
     answered = 0
     for source, reader in [
-        *((index, lambda where=index: _project_files(where, package, config, timeout)) for index in config.indexes),
-        *((link, lambda where=link: _link_files(where, config, timeout)) for link in config.find_links),
+        *(
+            (index, lambda where=index: _project_files(where, package, config, timeout, deadline))
+            for index in config.indexes
+        ),
+        *((link, lambda where=link: _link_files(where, config, timeout, deadline)) for link in config.find_links),
     ]:
         try:
             files = reader()

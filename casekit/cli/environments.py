@@ -150,8 +150,8 @@ def envs_remove(keys: Annotated[list[str], typer.Argument(help="Environment keys
     from casekit.runners.venv import remove_env
 
     for key in keys:
-        remove_env(key, progress=progress)
-        typer.echo(f"removed {key}")
+        link = remove_env(key, progress=progress)
+        typer.echo(link or f"removed {key}")
 
 
 @envs_app.command(
@@ -182,6 +182,8 @@ def envs_prune(
     age = parse_age(older_than) if older_than is not None else None
     with progress_view() as view:
         result = prune_envs(older_than=age, keep=keep, everything=everything, dry_run=dry_run, progress=view)
+    for line in result.links:
+        typer.echo(line)
     if dry_run:
         for key in result.removed:
             typer.echo(f"would remove {key}")

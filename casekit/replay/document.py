@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from casekit.errors import CasekitError
-from casekit.fsutil import UnreadableFile, read_regular_bytes, write_atomic
+from casekit.fsutil import UnreadableFile, json_too_deep, read_regular_bytes, write_atomic
 from casekit.model import ScriptRole, ScriptStatus, Severity, Site, SiteClass, Verdict
 
 if TYPE_CHECKING:  # the writer reads replay's results; importing replay at run time would pull in the runners
@@ -369,17 +369,8 @@ def _short(text: str, limit: int = 160) -> str:
 
 
 def _too_deep(data: Any) -> tuple[Any, ...] | None:
-    """The path to the first value nested deeper than MAX_DEPTH, or None (a loop, not recursion)."""
-    pending: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
-    while pending:
-        value, where = pending.pop()
-        if len(where) > MAX_DEPTH:
-            return where
-        if isinstance(value, dict):
-            pending += [(child, (*where, key)) for key, child in value.items()]
-        elif isinstance(value, list):
-            pending += [(child, (*where, index)) for index, child in enumerate(value)]
-    return None
+    """The path to the first value nested deeper than MAX_DEPTH, or None."""
+    return json_too_deep(data, MAX_DEPTH)
 
 
 def _check_sites(data: dict[str, Any], origin: Path | str) -> None:

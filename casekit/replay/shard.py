@@ -31,7 +31,12 @@ from casekit.model import Severity
 from casekit.outcome import ExitCode, FailOn, exit_code
 from casekit.replay.document import Matrix, ReplayDocument, ResultEntry, TargetEntry, read_replay_document
 
-SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+# ASCII digits only: '٣' and '１' match \d (and int() reads them), '²' passes str.isdigit and int() refuses it.
+SHARD = re.compile(r"^\s*([0-9]+)\s*/\s*([0-9]+)\s*$")
+WHOLE_NUMBER = re.compile(r"-?[0-9]{1,30}")  # 30 digits: int() of thousands of digits refuses, or takes long
+# Kubernetes' limit on an Indexed Job's completions, above Slurm's default MaxArraySize and GitHub's
+# 256 per matrix: a plan is one list per shard, and 10**18 shards were allocated until memory ran out.
+MAX_SHARDS = 100_000
 # Per-target fields that differ between a sharded and an unsharded run of the same matrix.
 VOLATILE_TARGET_FIELDS = ("seconds", "import_s")
 DEFAULT_CASE_COST_S = 1.0  # a case that recorded no run times (captured before they were kept)
@@ -42,12 +47,24 @@ class ShardError(CasekitError):
     """A --shard value or a set of shard results that cannot be used."""
 
 
+def whole_number(text: str) -> int | None:
+    """The whole number `text` writes in ASCII digits (an optional '-', at most 30 digits); else None."""
+    return int(text) if WHOLE_NUMBER.fullmatch(text) else None
+
+
+def check_shard_count(n: int, what: str) -> None:
+    """ShardError naming `what` (the option or variable that gave it) for more than MAX_SHARDS shards."""
+    if n > MAX_SHARDS:
+        raise ShardError(f"{what} gives {n} shards; casekit cuts at most {MAX_SHARDS}")
+
+
 def parse_shard(text: str) -> tuple[int, int]:
     """'2/4' -> (2, 4): shard K of N, 1-based."""
     match = SHARD.match(text or "")
-    if not match:
+    k, n = (whole_number(match.group(1)), whole_number(match.group(2))) if match else (None, None)
+    if k is None or n is None:
         raise ShardError(f"--shard takes K/N (e.g. 2/4: the second of four slices), not {text!r}")
-    k, n = int(match.group(1)), int(match.group(2))
+    check_shard_count(n, f"--shard {text.strip()}")
     if n < 1:
         raise ShardError(f"--shard {text}: N must be at least 1")
     if not 1 <= k <= n:
@@ -70,6 +87,7 @@ def shard_plan(
     """
     if n < 1:
         raise ShardError("the number of shards must be at least 1")
+    check_shard_count(n, "the plan")
     cases = sorted(set(case_ids))
     targets = sorted(set(labels))
     plan: list[set[tuple[str, str]]] = [set() for _ in range(n)]

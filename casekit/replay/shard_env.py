@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from casekit.replay.shard import ShardError
+from casekit.replay.shard import ShardError, check_shard_count, whole_number
 
 SHARD_COUNT = "CASEKIT_SHARD_COUNT"
 SHARD_INDEX = "CASEKIT_SHARD_INDEX"
@@ -55,16 +55,17 @@ def _number(environ: Mapping[str, str], name: str) -> int | None:
     """The whole number a variable holds; None when unset; ShardError when it holds anything else."""
     if name not in environ:
         return None
-    text = environ[name].strip()
-    if not text.lstrip("-").isdigit():
-        raise ShardError(f"--shard-from-env: {name}={environ[name]!r} is not a whole number")
-    return int(text)
+    number = whole_number(environ[name].strip())
+    if number is None:  # ASCII digits only: '²' passes str.isdigit, then int() raises
+        raise ShardError(f"--shard-from-env: {name}={environ[name][:40]!r} is not a whole number")
+    return number
 
 
 def _shard(index: int, count: int, index_text: str, count_text: str, scheduler: str) -> EnvShard:
     """A 0-based index and a count, checked, as shard index+1 of count."""
     if count < 1:
         raise ShardError(f"--shard-from-env: {count_text} gives {count} shards; it must be at least 1")
+    check_shard_count(count, f"--shard-from-env: {count_text}")
     if not 0 <= index < count:
         raise ShardError(
             f"--shard-from-env: {index_text} is out of range for {count} shards ({count_text}): "

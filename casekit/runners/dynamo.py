@@ -7,7 +7,6 @@ torch._dynamo.config.nested_graph_breaks") before any script runs.
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -15,6 +14,11 @@ from typing import Any
 from casekit.errors import CasekitError
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+MAX_VALUE_CHARS = 200  # a flag, a number or a stance name; 20,000 minus signs overflowed the parser
+INTEGER = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F_]+|0[oO][0-7_]+|0[bB][01_]+|[0-9][0-9_]*)")
+FLOAT = re.compile(r"[+-]?(?:[0-9][0-9_]*\.?[0-9_]*|\.[0-9][0-9_]*)(?:[eE][+-]?[0-9]+)?")
+QUOTED = re.compile(r"'[^'\\\n]*'|\"[^\"\\\n]*\"")
+CONSTANTS = {"True": True, "False": False, "None": None}
 PIN = re.compile(r"^(?P<dist>[A-Za-z0-9][A-Za-z0-9._-]{0,99})==(?P<version>[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63})$")
 
 
@@ -23,14 +27,29 @@ class SettingError(CasekitError):
 
 
 def dynamo_value(text: str) -> Any:
-    """A setting's value from its text: True / False / None, a number, else the text itself (a stance name)."""
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    raise SettingError(f"--dynamo value {text!r}: give True, False, a number or a name")
+    """A setting's value from its text: True / False / None, a number, else the text itself (a stance name).
+
+    Read by a small grammar of its own (ASCII digits, one sign), never by Python's parser: a value is
+    at most MAX_VALUE_CHARS long, and a container ([...], (...), {...}) is refused."""
+    if len(text) > MAX_VALUE_CHARS:
+        raise SettingError(f"--dynamo value of {len(text)} characters: a setting takes at most {MAX_VALUE_CHARS}")
+    if text in CONSTANTS:
+        return CONSTANTS[text]
+    if INTEGER.fullmatch(text):
+        try:
+            return int(text, 0)
+        except ValueError:  # '1__0', '0x_'
+            return text
+    if FLOAT.fullmatch(text):
+        try:
+            return float(text)
+        except ValueError:
+            return text
+    if QUOTED.fullmatch(text):
+        return text[1:-1]
+    if text[:1] in "[({":
+        raise SettingError(f"--dynamo value {text[:40]!r}: give True, False, a number or a name")
+    return text
 
 
 def parse_dynamo(items: Iterable[str], flag: str = "--dynamo") -> tuple[tuple[str, str], ...]:
@@ -42,7 +61,7 @@ def parse_dynamo(items: Iterable[str], flag: str = "--dynamo") -> tuple[tuple[st
         if name.startswith("torch._dynamo.config."):
             name = name.removeprefix("torch._dynamo.config.")
         if not sep or not NAME.match(name) or not value:
-            raise SettingError(f"{flag} takes NAME=VALUE (a torch._dynamo.config name or 'stance'), not {item!r}")
+            raise SettingError(f"{flag} takes NAME=VALUE (a torch._dynamo.config name or 'stance'), not {item[:80]!r}")
         dynamo_value(value)
         settings[name] = value
     return tuple(settings.items())
@@ -54,7 +73,7 @@ def parse_pins(items: Iterable[str], flag: str = "--package") -> tuple[str, ...]
     for item in items:
         match = PIN.match(item.strip())
         if not match:
-            raise SettingError(f"{flag} takes NAME==VERSION (a library pin), not {item!r}")
+            raise SettingError(f"{flag} takes NAME==VERSION (a library pin), not {item[:80]!r}")
         if match["dist"].lower() == "torch":
             raise SettingError(f"{flag} {item}: choose torch with --torch, not {flag}")
         pins[match["dist"].lower()] = item.strip()

@@ -16,7 +16,6 @@ import os
 import ssl
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +31,10 @@ from casekit.runners.channels import (
     installable,
     pick_of_day,
 )
+from casekit.runners.index_fetch import Answer, AnswerTooLarge, fetch
 
-TIMEOUT_S = 30.0
+TIMEOUT_S = 30.0  # each wait for the index
+DEADLINE_S = 300.0  # a whole read: PyTorch's page is a few MB; a byte every few seconds is no index
 MAX_PAGE_BYTES = 64 << 20  # PyTorch's torch page is a few MB; more is not an index page
 HIDDEN_LOOKBACK_DAYS = 7  # how far `nightly:DATE` steps back below the horizon to find a build
 
@@ -84,10 +85,9 @@ def _ssl_context() -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(bundle) if bundle else None)
 
 
-def _open(url: str, method: str = "GET", timeout: float = TIMEOUT_S):  # type: ignore[no-untyped-def]
-    request = urllib.request.Request(url, method=method, headers={"User-Agent": "casekit"})
+def _fetch(url: str, method: str, timeout: float, deadline: float, limit: int = MAX_PAGE_BYTES) -> Answer:
     context = _ssl_context() if url.startswith("https:") else None
-    return urllib.request.urlopen(request, timeout=timeout, context=context)  # noqa: S310 - http(s)/file only
+    return fetch(url, deadline_s=deadline, limit=limit, timeout_s=timeout, method=method, context=context)
 
 
 def _local_folder(location: str) -> Path | None:
@@ -109,10 +109,11 @@ class Listing:
         return installable(self.builds, python_version)
 
 
-def read_listing(location: str, timeout: float = TIMEOUT_S) -> Listing:
+def read_listing(location: str, timeout: float = TIMEOUT_S, deadline: float = DEADLINE_S) -> Listing:
     """The torch builds at `location`: an index's ``/torch/`` page, or a folder of wheels.
 
-    IndexUnreachable when nothing answers there; EnvironmentFailed for an answer that is not a listing."""
+    IndexUnreachable when nothing answers there, or not all of it within `deadline` seconds;
+    EnvironmentFailed for an answer that is not a listing."""
     folder = _local_folder(location)
     if folder is not None:
         try:
@@ -123,28 +124,26 @@ def read_listing(location: str, timeout: float = TIMEOUT_S) -> Listing:
         return Listing(location, [b for b in builds if b is not None])
     page = location.rstrip("/") + "/torch/"
     try:
-        with _open(page, timeout=timeout) as answer:
-            body = answer.read(MAX_PAGE_BYTES + 1)
+        body = _fetch(page, "GET", timeout, deadline).body
     except urllib.error.HTTPError as error:
         if error.code == 404:
             return Listing(location, [])  # the index has no torch at all
         raise EnvironmentFailed(f"cannot read {page}: HTTP {error.code} {error.reason}") from None
+    except AnswerTooLarge:
+        raise EnvironmentFailed(f"{page} is larger than {MAX_PAGE_BYTES >> 20} MB: not an index page") from None
     except (urllib.error.URLError, OSError, ValueError) as error:
         reason = getattr(error, "reason", error)
         raise IndexUnreachable(f"cannot reach {page}: {reason}") from None
-    if len(body) > MAX_PAGE_BYTES:
-        raise EnvironmentFailed(f"{page} is larger than {MAX_PAGE_BYTES >> 20} MB: not an index page")
     return Listing(location, parse_page(body.decode("utf-8", "replace"), page))
 
 
-def exists(url: str, timeout: float = TIMEOUT_S) -> bool:
-    """Whether a file is at `url` (HEAD; a local path: stat)."""
+def exists(url: str, timeout: float = TIMEOUT_S, deadline: float = TIMEOUT_S) -> bool:
+    """Whether a file is at `url` (HEAD, answered within `deadline` seconds; a local path: stat)."""
     folder = _local_folder(url)
     if folder is not None:
         return folder.is_file()
     try:
-        with _open(url, method="HEAD", timeout=timeout) as answer:
-            return bool(200 <= answer.status < 300)
+        return 200 <= _fetch(url, "HEAD", timeout, deadline, limit=0).status < 300
     except (urllib.error.URLError, OSError, ValueError):
         return False
 

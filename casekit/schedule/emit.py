@@ -15,9 +15,11 @@ scheduler adds is only how it numbers its tasks and how it retries them:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
+import unicodedata
 from dataclasses import dataclass
 from importlib import resources
 from typing import Protocol
@@ -76,6 +78,108 @@ def fill(template: str, **values: str) -> str:
     return PLACEHOLDER.sub(lambda match: values[match.group(1)], text)
 
 
+# ------------------------------------------------------------------ values as data in each file's language
+#
+# Every user value reaches a job file through one of the quoting functions below, each for the
+# language of the place it lands in (bash, an #SBATCH line, YAML); none is ever pasted raw. A value
+# that no quoting can keep on its line (a control character) is refused with one line.
+
+# Categories no job file can hold as data: controls (newline, NEL), format characters (bidi
+# overrides that make a file read unlike it runs), YAML's line and paragraph separators, surrogates.
+UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+ACTIONS_EXPRESSION = "${{"  # GitHub evaluates it in `run:` and `env:` alike, quoted or not
+# The JobSetup fields and the option (or source) each comes from, for the one-line refusal;
+# tests/security/test_job_files.py checks every field is named here.
+SETUP_OPTIONS = {
+    "archive": "--archive",
+    "results": "--results-dir",
+    "casekit": "--casekit",
+    "environment": "the checkout's PYTHONPATH",
+    "name": "--job-name",
+    "fail_on": "--fail-on",
+    "file": "--out",
+    "sbatch": "--sbatch",
+    "registry": "--registry",
+    "claim": "--claim",
+    "retries": "retries",
+    "kubectl_image": "the kubectl image",
+    "runs_on": "runs-on",
+}
+_NOT_ASCII = re.compile("[^\x00-\x7e]")
+_SBATCH_PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+
+
+class JobValueError(CasekitError):
+    """A value that cannot go into a job file as data (a control character; `${{` in a workflow)."""
+
+
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 60 else value[:57] + "...")
+
+
+def user_values(choice: TargetChoice, case_ids: tuple[str, ...], setup: JobSetup) -> list[tuple[str, str]]:
+    """(option, value) for every user value a job file can hold: the replay flags and the setup's fields."""
+    flags = replay_flags(choice, case_ids)
+    values = list(zip(flags[::2], flags[1::2], strict=True))
+    for spec in dataclasses.fields(setup):
+        given = getattr(setup, spec.name)
+        items = given if isinstance(given, tuple) else (given,)
+        for item in items:
+            for text in item if isinstance(item, tuple) else (item,):  # environment: (name, value) pairs
+                values.append((SETUP_OPTIONS[spec.name], str(text)))
+    return values
+
+
+def check_values(values: list[tuple[str, str]], engine: str) -> None:
+    """JobValueError, in one line naming the option, for a value no quoting can keep as data."""
+    for option, value in values:
+        for char in value:
+            if unicodedata.category(char) in UNSAFE_CATEGORIES:
+                raise JobValueError(
+                    f"{option} {_shown(value)}: a control character (U+{ord(char):04X}) cannot go into a job "
+                    "file; give the value on one line, without control characters"
+                )
+        if engine == "gha" and ACTIONS_EXPRESSION in value:
+            raise JobValueError(
+                f"{option} {_shown(value)}: GitHub Actions would evaluate '{ACTIONS_EXPRESSION}' in the workflow "
+                "(secrets, contexts); casekit writes no expression from a value"
+            )
+
+
+def shell_word(value: str) -> str:
+    """`value` as one bash word that expands to itself."""
+    return shlex.quote(value)
+
+
+def sbatch_word(value: str) -> str:
+    """`value` as one argument of an #SBATCH line: sbatch reads those itself, not bash, and knows only
+    double quotes and backslashes (a bare '#' there starts a comment, a space ends the argument)."""
+    if _SBATCH_PLAIN.fullmatch(value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def yaml_value(value: object) -> str:
+    """A YAML scalar or flow collection of `value`: JSON (which YAML reads), so nothing is left to a plain
+    scalar's rules, in ASCII: YAML's own escapes for the rest (NEL and U+2028 would end a YAML line,
+    and JSON's surrogate pairs come back from YAML as two halves)."""
+    return _yaml_text(value)
+
+
+def _yaml_text(value: object) -> str:
+    return _NOT_ASCII.sub(_yaml_escape, json.dumps(value, ensure_ascii=False))
+
+
+def _yaml_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def yaml_comment(value: str) -> str:
+    """`value` for a YAML comment: as it reads, with anything that would end the line escaped."""
+    return _yaml_text(value)[1:-1]
+
+
 def replay_flags(choice: TargetChoice, case_ids: tuple[str, ...] = ()) -> list[str]:
     """The replay options that make a job cut the same matrix the plan did: the targets and the cases."""
     flags: list[str] = []
@@ -122,27 +226,30 @@ class SlurmEmitter:
     default_file = "casekit-replay.sbatch"
 
     def emit(self, plan: Schedule, choice: TargetChoice, case_ids: tuple[str, ...], setup: JobSetup) -> str:
+        check_values(user_values(choice, case_ids, setup), self.name)
         logs = f"{setup.results}/logs"
         environment = "\n".join(
-            f'export {name}={shlex.quote(value)}"${{{name}:+:${name}}}"'
+            f'export {name}={shell_word(value)}"${{{name}:+:${name}}}"'
             if name == "PYTHONPATH"
-            else f"export {name}={shlex.quote(value)}"
+            else f"export {name}={shell_word(value)}"
             for name, value in setup.environment
         )
         return fill(
             "slurm.sbatch",
             summary=_summary(plan),
-            file=setup.file or self.default_file,
-            name=setup.name,
-            logs=shlex.quote(logs),
-            sbatch="\n".join(f"#SBATCH {option}" for option in setup.sbatch),
+            file=shell_word(setup.file or self.default_file),
+            sbatch_name=sbatch_word(setup.name),
+            sbatch_output=sbatch_word(f"{logs}/%x-%A_%a.out"),
+            merge_name=shell_word(f"{setup.name}-merge"),
+            logs=shell_word(logs),
+            sbatch="\n".join(f"#SBATCH {sbatch_word(option)}" for option in setup.sbatch),
             shards=str(plan.count),
             environment=environment,
             casekit=shlex.join(setup.casekit),
-            archive=shlex.quote(setup.archive),
-            results=shlex.quote(setup.results),
+            archive=shell_word(setup.archive),
+            results=shell_word(setup.results),
             flags=shlex.join(replay_flags(choice, case_ids)),
-            fail_on=setup.fail_on,
+            fail_on=shell_word(setup.fail_on),
         )
 
 
@@ -172,9 +279,28 @@ def pod_target(spec: TargetSpec) -> str:
     return f"{K8S_TARGETS}/{_dns_name(registry.label(spec).replace(':', '-'), 40)}"
 
 
-def _yaml(value: object) -> str:
-    """A YAML scalar or flow collection (JSON is YAML): no quoting left to chance."""
-    return json.dumps(value)
+def _job_document(spec: TargetSpec, shards: int, job: str, labels: str, command: str, setup: JobSetup) -> str:
+    """One target's Indexed Job: `shards` completions of `command` in the target's image."""
+    image = target_image(spec, setup.registry)
+    resources_block = ""
+    if spec.cuda:  # a CUDA target asks the device plugin for a GPU
+        resources_block = '          resources:\n            limits: {"nvidia.com/gpu": "1"}\n'
+    return fill(
+        "k8s-job.yaml",
+        label=yaml_comment(registry.label(spec)),
+        shards=str(shards),
+        last=str(shards - 1),
+        image=yaml_value(image),
+        image_note=yaml_comment(image),
+        job=job,
+        labels=labels,
+        retries=str(setup.retries),
+        command=yaml_value(command),
+        resources=resources_block,
+        archive=yaml_value(setup.archive),
+        results=yaml_value(setup.results),
+        claim=yaml_value(setup.claim),
+    )
 
 
 class KubernetesEmitter:
@@ -184,7 +310,8 @@ class KubernetesEmitter:
     default_file = "casekit-replay.k8s.yaml"
 
     def emit(self, plan: Schedule, choice: TargetChoice, case_ids: tuple[str, ...], setup: JobSetup) -> str:
-        labels = _yaml({"app.kubernetes.io/name": "casekit", "casekit/plan": _dns_name(setup.name)})
+        check_values(user_values(choice, case_ids, setup), self.name)
+        labels = yaml_value({"app.kubernetes.io/name": "casekit", "casekit/plan": _dns_name(setup.name)})
         name = _dns_name(setup.name, 40)
         casekit = shlex.join(setup.casekit)
         allow = [item for item in choice.allow if not item.startswith("sandbox=")]
@@ -192,13 +319,13 @@ class KubernetesEmitter:
             fill(
                 "k8s-rbac.yaml",
                 summary=_summary(plan),
-                file=setup.file or self.default_file,
+                file=shell_word(setup.file or self.default_file),
                 name=name,
                 labels=labels,
-                claim=setup.claim,
-                results=setup.results,
-                archive=setup.archive,
-                registry_hint=f"{setup.registry or ''}casekit-replay:TAG",
+                claim=yaml_comment(setup.claim),
+                results=yaml_comment(setup.results),
+                archive=yaml_comment(setup.archive),
+                registry_hint=yaml_comment(f"{setup.registry or ''}casekit-replay:TAG"),
             )
         ]
         jobs, expected = [], []
@@ -217,26 +344,7 @@ class KubernetesEmitter:
                 f"ln -sfn {VENV_PYTHON} {target} && exec {casekit} replay --archive {K8S_ARCHIVE} "
                 f"{shlex.join(flags)} --shard-from-env --results-dir {K8S_RESULTS} --no-record --fail-on never"
             )
-            resources_block = ""
-            if spec.cuda:  # a CUDA target asks the device plugin for a GPU
-                resources_block = '          resources:\n            limits: {"nvidia.com/gpu": "1"}\n'
-            documents.append(
-                fill(
-                    "k8s-job.yaml",
-                    label=registry.label(spec),
-                    shards=str(shards),
-                    last=str(shards - 1),
-                    image=target_image(spec, setup.registry),
-                    job=job,
-                    labels=labels,
-                    retries=str(setup.retries),
-                    command=_yaml(command),
-                    resources=resources_block,
-                    archive=setup.archive,
-                    results=setup.results,
-                    claim=setup.claim,
-                )
-            )
+            documents.append(_job_document(spec, shards, job, labels, command, setup))
             jobs.append(job)
             expected.append(registry.label(registry.interpreter_target(target)))  # what the pod records
         if not jobs:
@@ -248,19 +356,19 @@ class KubernetesEmitter:
         merge = (
             f"exec {casekit} merge {K8S_RESULTS} "
             + " ".join(f"--expect-target {shlex.quote(label)}" for label in expected)
-            + f" --json {K8S_RESULTS}/merged.json --fail-on {setup.fail_on}"
+            + f" --json {K8S_RESULTS}/merged.json --fail-on {shell_word(setup.fail_on)}"
         )
         documents.append(
             fill(
                 "k8s-merge.yaml",
                 name=name,
                 labels=labels,
-                kubectl_image=setup.kubectl_image,
-                wait=_yaml(wait),
-                image=target_image(plan.specs[0], setup.registry),
-                command=_yaml(merge),
-                results=setup.results,
-                claim=setup.claim,
+                kubectl_image=yaml_value(setup.kubectl_image),
+                wait=yaml_value(wait),
+                image=yaml_value(target_image(plan.specs[0], setup.registry)),
+                command=yaml_value(merge),
+                results=yaml_value(setup.results),
+                claim=yaml_value(setup.claim),
             )
         )
         return "".join(documents)
@@ -273,14 +381,15 @@ class GitHubEmitter:
     default_file = "casekit-replay.yml"
 
     def emit(self, plan: Schedule, choice: TargetChoice, case_ids: tuple[str, ...], setup: JobSetup) -> str:
+        check_values(user_values(choice, case_ids, setup), self.name)
         return fill(
             "gha.yml",
             summary=_summary(plan),
-            archive=_yaml(setup.archive),
-            runs_on=setup.runs_on,
+            archive=yaml_value(setup.archive),
+            runs_on=yaml_value(setup.runs_on),
             indexes=", ".join(str(index) for index in range(plan.count)),
             flags=shlex.join(replay_flags(choice, case_ids)),
-            fail_on=setup.fail_on,
+            fail_on=shell_word(setup.fail_on),
         )
 
 

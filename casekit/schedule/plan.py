@@ -17,7 +17,7 @@ from typing import Any
 from casekit.archive.store import Archive
 from casekit.errors import BundleError, CasekitError
 from casekit.replay.plan import DRAFT_TAG, TargetChoice, recorded_costs
-from casekit.replay.shard import case_cost, shard_plan
+from casekit.replay.shard import case_cost, check_shard_count, shard_plan
 from casekit.runners import registry
 from casekit.runners.interface import TargetSpec
 
@@ -103,7 +103,7 @@ def choose_shard_count(
     if targets < 1 or cells < 1:
         return 1, "nothing to run"
     divisors = [d for d in range(1, targets + 1) if targets % d == 0]
-    wanted = max(1, math.ceil(total_s / shard_seconds))
+    wanted = max(1, math.ceil(min(total_s / shard_seconds, cells)))  # never more than the cells: no inf, no 10**300
     why = f"about {shard_seconds:g} s of recorded runs per shard"
     if wanted <= targets:
         wanted = min(d for d in divisors if d >= wanted)
@@ -149,6 +149,7 @@ def schedule(
             raise CasekitError(f"--shards must be at least 1, not {shards}")
         if shards > max_jobs:
             raise CasekitError(f"--shards {shards} is more jobs than --max-jobs {max_jobs} allows")
+        check_shard_count(shards, f"--shards {shards}")
         count, why = shards, "--shards"
     else:
         count, why = choose_shard_count(cells_cost, len(labels), len(ids) * len(labels), max_jobs, shard_seconds)

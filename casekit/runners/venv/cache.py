@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from casekit import settings
 from casekit.errors import CasekitError
-from casekit.fsutil import exclusive_lock, shared_lock
+from casekit.fsutil import UnreadableFile, exclusive_lock, read_regular_bytes, shared_lock, write_atomic
 from casekit.runners.interface import ProgressFn
 
 MARKER = "casekit-env.json"
@@ -30,6 +31,8 @@ BROKEN_NOTE = "casekit-env.broken"
 ENV_SCHEMA = "casekit.env/1"
 USED_SUFFIX = ".used"  # <key>.used beside the env: its mtime is the env's last use
 DOWNLOADS_LOCK = "downloads.lock"  # builds hold it shared, `envs prune` exclusive, around the download caches
+MAX_NOTE_BYTES = 1 << 20  # the completion marker and the broken note: a few hundred bytes
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 __all__ = [
     "BROKEN_NOTE",
@@ -138,38 +141,105 @@ class CachedEnv:
 
 
 def list_envs(root: Path | None = None) -> list[CachedEnv]:
-    """Every env folder in the cache, complete or not (build leftovers excluded), by key."""
+    """Every env folder in the cache, complete or not (build leftovers and links excluded), by key."""
     folder = envs_dir(root)
     if not folder.is_dir():
         return []
     found = []
     for path in sorted(folder.iterdir()):
-        if path.is_dir() and ".tmp-" not in path.name and ".old-" not in path.name:
+        if path.is_dir() and not path.is_symlink() and ".tmp-" not in path.name and ".old-" not in path.name:
             found.append(CachedEnv(path.name, path, read_marker(path)))
     return found
 
 
-def remove_env(key: str, root: Path | None = None, progress: ProgressFn | None = None) -> None:
-    """Delete one cached env (waits for a build of it to finish first)."""
+@contextlib.contextmanager
+def _cache_folder(base: Path, name: str | None = None) -> Iterator[int | None]:
+    """A descriptor of the cache's real folder (or of its child `name`), opened through no link below the
+    cache root: everything deleted is deleted through it, so nothing outside the cache's real path
+    can be. None when it does not exist; one CasekitError line when `name` is a link or not a folder."""
+    real = os.path.realpath(base)  # the cache root itself may be the user's link ($CASEKIT_CACHE)
+    try:
+        root_fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        root_fd = None
+    if root_fd is None or name is None:
+        try:
+            yield root_fd
+        finally:
+            if root_fd is not None:
+                os.close(root_fd)
+        return
+    try:
+        fd = _open_folder(name, root_fd, real)
+        try:
+            yield fd
+        finally:
+            if fd is not None:
+                os.close(fd)
+    finally:
+        os.close(root_fd)
+
+
+def _open_folder(name: str, parent_fd: int, parent: str) -> int | None:
+    try:
+        return os.open(name, _FOLDER_FLAGS, dir_fd=parent_fd)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        where = os.path.join(parent, name)
+        if os.path.islink(where):
+            raise CasekitError(
+                f"{where} is a symbolic link (to {os.readlink(where)}): casekit deletes nothing through a link; "
+                f"point CASEKIT_CACHE at the real cache, or remove the link"
+            ) from None
+        raise CasekitError(f"{where} is not a folder: remove it, or point CASEKIT_CACHE elsewhere") from None
+
+
+def _link_note(name: str, folder_fd: int) -> str:
+    """Remove a link found in the cache as a link, never what it points at; the line that says so."""
+    target = os.readlink(name, dir_fd=folder_fd)
+    os.unlink(name, dir_fd=folder_fd)
+    return f"envs/{name} was a symbolic link (to {target}): removed the link only, not what it points at"
+
+
+def _entry_mode(name: str, folder_fd: int) -> int | None:
+    try:
+        return os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return None
+
+
+def remove_env(key: str, root: Path | None = None, progress: ProgressFn | None = None) -> str | None:
+    """Delete one cached env (waits for a build of it to finish first); through no link, and only inside
+    the cache's real path. An entry that is a link is removed as a link: the line saying so is returned."""
     if not key or "/" in key or key.startswith(".") or key != Path(key).name:
         raise CasekitError(f"not an env key: {key!r}")
-    folder = envs_dir(root)
-    path = folder / key
-    if not path.is_dir():
-        raise CasekitError(f"no cached env {key} in {folder}")
+    base = root or settings.cache_root()
+    folder = envs_dir(base)
     say = progress or (lambda _line: None)
-    with exclusive_lock(
-        folder / f"{key}.lock", on_wait=lambda: say(f"waiting for another casekit process building {key} …")
-    ):
-        shutil.rmtree(path)
-    for suffix in (".build.log", USED_SUFFIX):
-        (folder / f"{key}{suffix}").unlink(missing_ok=True)
+    with _cache_folder(base, folder.name) as envs:
+        mode = None if envs is None else _entry_mode(key, envs)
+        if envs is None or mode is None or not (stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            raise CasekitError(f"no cached env {key} in {folder}")
+        if stat.S_ISLNK(mode):
+            return _link_note(key, envs)
+        with exclusive_lock(
+            folder / f"{key}.lock", on_wait=lambda: say(f"waiting for another casekit process building {key} …")
+        ):
+            try:
+                shutil.rmtree(key, dir_fd=envs)  # refuses a link swapped in meanwhile; never follows one inside
+            except OSError as error:
+                raise CasekitError(f"cannot remove {folder / key}: {error.strerror or error}") from None
+        for suffix in (".build.log", USED_SUFFIX):
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
+                os.unlink(f"{key}{suffix}", dir_fd=envs)  # a link here goes as a link
+    return None
 
 
 def read_marker(path: Path) -> dict[str, object] | None:
     try:
-        marker = json.loads((path / MARKER).read_text())
-    except (OSError, ValueError):
+        marker = json.loads(read_regular_bytes(path / MARKER, MAX_NOTE_BYTES))
+    except (OSError, ValueError, UnreadableFile):
         return None
     return marker if isinstance(marker, dict) and marker.get("schema") == ENV_SCHEMA else None
 
@@ -178,8 +248,12 @@ def why_not_ready(path: Path) -> str | None:
     """None when the env can be used as is; else why not (cheap: no torch import)."""
     if not path.is_dir():
         return "missing"
-    if (path / BROKEN_NOTE).exists():
-        return (path / BROKEN_NOTE).read_text().strip() or "marked broken"
+    if os.path.lexists(path / BROKEN_NOTE):
+        try:
+            note = read_regular_bytes(path / BROKEN_NOTE, MAX_NOTE_BYTES).decode("utf-8", "replace").strip()
+        except (OSError, UnreadableFile):
+            note = ""
+        return note or "marked broken"
     if read_marker(path) is None:
         return "no completion marker: a build did not finish"
     if not (path / "bin" / "python").exists():  # exists() follows the link to the base interpreter
@@ -189,7 +263,7 @@ def why_not_ready(path: Path) -> str | None:
 
 def mark_broken(path: Path, reason: str) -> None:
     """Make the next prepare() rebuild this env."""
-    (path / BROKEN_NOTE).write_text(reason + "\n")
+    write_atomic(path / BROKEN_NOTE, reason + "\n")
     (path / MARKER).unlink(missing_ok=True)
 
 
@@ -256,7 +330,7 @@ def last_used(env: CachedEnv) -> dt.datetime | None:
     """When an env was last used (or built, for one never used since); None when nothing says."""
     for candidate in (env.path.parent / f"{env.key}{USED_SUFFIX}", env.path / MARKER, env.path):
         try:
-            return dt.datetime.fromtimestamp(candidate.stat().st_mtime, dt.timezone.utc)
+            return dt.datetime.fromtimestamp(candidate.stat().st_mtime, dt.UTC)
         except OSError:
             continue
     return None
@@ -325,6 +399,7 @@ class PruneResult:
     removed: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     caches_cleared: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)  # one line per link found in envs/, removed as a link
     before: int = 0
     after: int = 0
 
@@ -359,11 +434,11 @@ def select_for_pruning(
         return list(envs)
     if older_than is None and keep is None:
         raise CasekitError("envs prune: say what to remove: --older-than AGE, --keep N or --all")
-    epoch = dt.datetime.fromtimestamp(0, dt.timezone.utc)
+    epoch = dt.datetime.fromtimestamp(0, dt.UTC)
     newest_first = sorted(envs, key=lambda env: last_used(env) or epoch, reverse=True)
     candidates = newest_first[keep:] if keep is not None else newest_first
     if older_than is not None:
-        cutoff = (now or dt.datetime.now(dt.timezone.utc)) - older_than
+        cutoff = (now or dt.datetime.now(dt.UTC)) - older_than
         candidates = [env for env in candidates if (last_used(env) or epoch) < cutoff]
     return candidates
 
@@ -384,38 +459,70 @@ def prune_envs(
     the cache root, each file once, before and after."""
     base = root or settings.cache_root()
     say = progress or (lambda _line: None)
-    chosen = select_for_pruning(list_envs(base), older_than=older_than, keep=keep, everything=everything)
-    result = PruneResult(before=disk_usage([base]).total)
-    result.kept = [env.key for env in list_envs(base) if env.key not in {c.key for c in chosen}]
-    if dry_run:
-        result.removed = [env.key for env in chosen]
-        result.after = result.before  # nothing was removed
-        return result
-    for env in chosen:
-        remove_env(env.key, base, say)
-        result.removed.append(env.key)
-    _remove_leftovers(envs_dir(base), say)
-    with downloads_lock(base, shared=False, on_wait=lambda: say("waiting for a build to finish with the download caches …")):
-        for cache in settings.download_caches(base):
-            if cache.is_dir() and not cache.is_symlink():
-                shutil.rmtree(cache, ignore_errors=True)
-                result.caches_cleared.append(str(cache))
+    with _cache_folder(base, envs_dir(base).name) as envs:  # refuses an envs/ that is a link, before anything
+        links = _links_in(envs)
+        chosen = select_for_pruning(list_envs(base), older_than=older_than, keep=keep, everything=everything)
+        result = PruneResult(before=disk_usage([base]).total)
+        result.kept = [env.key for env in list_envs(base) if env.key not in {c.key for c in chosen}]
+        if dry_run:
+            result.removed = [env.key for env in chosen]
+            result.links = [f"envs/{name} is a symbolic link: would remove the link only" for name in links]
+            result.after = result.before  # nothing was removed
+            return result
+        for env in chosen:
+            remove_env(env.key, base, say)
+            result.removed.append(env.key)
+        if envs is not None:
+            result.links = [_link_note(name, envs) for name in links]
+            _remove_leftovers(envs, envs_dir(base), say)
+    _clear_download_caches(base, result, say)
     result.after = disk_usage([base]).total
     return result
 
 
-def _remove_leftovers(folder: Path, say: ProgressFn) -> None:
+def _links_in(folder_fd: int | None) -> list[str]:
+    """The names in envs/ that are symbolic links (none of them an env casekit built)."""
+    if folder_fd is None:
+        return []
+    return sorted(entry.name for entry in os.scandir(folder_fd) if entry.is_symlink())
+
+
+def _clear_download_caches(base: Path, result: PruneResult, say: ProgressFn) -> None:
+    """uv's and pip's caches under the cache's real folder, through no link (a link there is left alone)."""
+    with (
+        downloads_lock(
+            base, shared=False, on_wait=lambda: say("waiting for a build to finish with the download caches …")
+        ),
+        _cache_folder(base) as root_fd,
+    ):
+        for cache in settings.download_caches(base):
+            mode = None if root_fd is None else _entry_mode(cache.name, root_fd)
+            if root_fd is None or mode is None or not stat.S_ISDIR(mode):
+                continue
+            with contextlib.suppress(OSError):  # what cannot go stays, as before; the sizes say what was freed
+                shutil.rmtree(cache.name, dir_fd=root_fd)
+            result.caches_cleared.append(str(cache))
+
+
+def _remove_leftovers(envs: int, folder: Path, say: ProgressFn) -> None:
     """What killed builds left (<key>.tmp-*, <key>.old-*) when no build holds their lock, and the logs
-    and use stamps of envs that are gone (never a lock file: a build may be waiting on it)."""
-    if not folder.is_dir():
-        return
-    present = {path.name for path in folder.iterdir() if path.is_dir() and ".tmp-" not in path.name}
-    for path in sorted(folder.iterdir()):
+    and use stamps of envs that are gone (never a lock file: a build may be waiting on it); through the
+    envs folder's descriptor, never following a link."""
+    entries = {entry.name: entry for entry in os.scandir(envs)}
+    present = {name for name, entry in entries.items() if entry.is_dir(follow_symlinks=False) and ".tmp-" not in name}
+    for name, entry in sorted(entries.items()):
         for mark in (".tmp-", ".old-"):
-            if mark in path.name and path.is_dir():
-                key = path.name.split(mark, 1)[0]
-                with exclusive_lock(folder / f"{key}.lock", on_wait=lambda: say(f"waiting for the build of {key} …")):
-                    shutil.rmtree(path, ignore_errors=True)
+            if mark in name and entry.is_dir(follow_symlinks=False):
+                key = name.split(mark, 1)[0]
+                with exclusive_lock(
+                    folder / f"{key}.lock", on_wait=functools.partial(say, f"waiting for the build of {key} …")
+                ):
+                    shutil.rmtree(name, dir_fd=envs, ignore_errors=True)
         for suffix in (".build.log", USED_SUFFIX):
-            if path.name.endswith(suffix) and path.is_file() and path.name.removesuffix(suffix) not in present:
-                path.unlink(missing_ok=True)
+            if (
+                name.endswith(suffix)
+                and entry.is_file(follow_symlinks=False)
+                and name.removesuffix(suffix) not in present
+            ):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=envs)
