@@ -25,7 +25,7 @@ import tomli_w
 from casekit.errors import BundleError, BundleWriteError, CaseIdError, ScriptNameError
 from casekit.fsutil import UnreadableFile, read_regular_bytes, write_atomic
 from casekit.includes import IncludeError, check_includes, check_script_name
-from casekit.model import Case, ScriptRole, to_plain
+from casekit.model import Case, RecordedEnvironment, ScriptRole, ScriptSource, to_plain
 
 SCHEMA_VERSION = 1
 CASE_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,79}")
@@ -36,8 +36,9 @@ MAX_STRING_CHARS = 2 * 1024 * 1024
 MAX_ITEMS = 100_000  # per list or table
 MAX_DEPTH = 32  # nesting of free-form tables (environment)
 MAX_INT = 2**63
-# The free-form environment table: known keys have exact types, the rest are plain TOML values.
-ENVIRONMENT_FIELDS: dict[str, Any] = {"packages": dict[str, str]}
+# The environment table: every key casekit writes or reads has its type (RecordedEnvironment); a key it
+# does not know (a newer casekit's record) is plain TOML data that no reader takes as anything but text.
+ENVIRONMENT_FIELDS: dict[str, Any] = typing.get_type_hints(RecordedEnvironment)
 FIELD_ORDER = [
     "schema_version",
     "id",
@@ -98,7 +99,19 @@ def case_to_toml(case: Case) -> str:
     plain["scripts"] = {role.value: plain.pop(role.value) for role in ScriptRole if role.value in plain}
     ordered = {key: plain[key] for key in FIELD_ORDER if key in plain and plain[key] not in ({}, [])}
     ordered.update({k: v for k, v in plain.items() if k not in ordered and v not in ({}, [])})
-    return tomli_w.dumps(ordered, multiline_strings=True)
+    # A multi-line string reads its line breaks back as "\n": one holding "\r" is written escaped, whole
+    # (a script's CRLF would otherwise be lost, and its hash with it).
+    return tomli_w.dumps(ordered, multiline_strings=not _holds_carriage_return(ordered))
+
+
+def _holds_carriage_return(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\r" in value
+    if isinstance(value, dict):
+        return any(_holds_carriage_return(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_holds_carriage_return(item) for item in value)
+    return False
 
 
 def content_hash(case: Case) -> str:
@@ -152,11 +165,15 @@ def parse_case(text: str, path: Path | str = "<bundle>") -> Case:
             path, "schema_version", f"unsupported version {version!r} (this casekit reads {SCHEMA_VERSION})"
         )
     scripts = data.pop("scripts", None)
-    if not isinstance(scripts, dict) or ScriptRole.PRE not in scripts:
+    if scripts is not None and not isinstance(scripts, dict):
+        raise BundleError(path, "scripts", f"expected a table, got {_describe(scripts)}")
+    if not scripts or ScriptRole.PRE not in scripts:
         raise BundleError(path, "scripts.pre", "missing: a bundle embeds at least the pre-fix script")
     unknown = set(scripts) - set(ScriptRole)
     if unknown:
         raise BundleError(path, f"scripts.{sorted(unknown)[0]}", "unknown script (expected 'pre' and 'post')")
+    for role, script in scripts.items():  # checked here so that an error names the field as the file spells it
+        from_plain(ScriptSource, script, path, f"scripts.{role}")
     data.update({role.value: scripts[role] for role in ScriptRole if role in scripts})
     case = from_plain(Case, data, path, "")
     check_id_field(case, path)
@@ -259,10 +276,7 @@ def from_plain(tp: Any, value: Any, path: Path | str, where: str) -> Any:
         check_plain(value, path, where, 0)
         return value
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        options = [a for a in args if a is not type(None)]
-        return from_plain(options[0], value, path, where)
+        return _from_union(args, value, path, where)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise BundleError(path, where or None, f"expected a table, got {_describe(value)}")
@@ -319,6 +333,27 @@ def from_plain(tp: Any, value: Any, path: Path | str, where: str) -> Any:
             raise BundleError(path, where, f"expected a string, got {_describe(value)}")
         return _check_string(value, path, where)
     raise BundleError(path, where, f"casekit cannot check a field of type {tp!r}")  # a model change without a loader
+
+
+def _from_union(options: tuple[Any, ...], value: Any, path: Path | str, where: str) -> Any:
+    """`value` as the option of its own kind; a union of several is of plain scalars (bool | int | float | str)."""
+    if value is None and type(None) in options:
+        return None
+    options = tuple(a for a in options if a is not type(None))
+    if len(options) == 1:
+        return from_plain(options[0], value, path, where)
+    if not all(option in _SCALARS for option in options):
+        raise BundleError(path, where, f"casekit cannot check a field of type {options!r}")  # a model change
+    for option in options:  # in the order written: `int | float` keeps 3 an integer
+        if isinstance(value, _SCALARS[option]) and not (option is not bool and isinstance(value, bool)):
+            return from_plain(option, value, path, where)
+    names = " or ".join(_SCALAR_NAMES[option] for option in options)
+    raise BundleError(path, where, f"expected {names}, got {_describe(value)}")
+
+
+# The TOML values each scalar field type takes (a number field takes an integer too), and how errors name it.
+_SCALARS: dict[Any, tuple[type, ...]] = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}
+_SCALAR_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 
 def _join(where: str, key: str) -> str:

@@ -761,25 +761,32 @@ def _release(torch: str | None) -> str | None:
 
 
 def axes_differences(before: Axes, after: Axes) -> list[Difference]:
-    """Where `after` differs from `before`. A side that did not record a setting (a bundle captured
-    before casekit recorded them) is taken at the other side's default; a library one side did not
-    import is not compared."""
+    """Where `after` differs from `before`. A setting `before` did not record (a bundle captured before
+    casekit recorded them) is taken at `after`'s default; a setting `after`'s release does not report is
+    no difference at all (see `unknown_settings`); a library one side did not import is not compared."""
     found = []
     if _release(before.torch) and _release(after.torch) and _release(before.torch) != _release(after.torch):
         found.append(Difference("torch", "torch", _release(before.torch), _release(after.torch)))
     for dist in sorted(set(before.libraries) & set(after.libraries)):
         if before.libraries[dist] != after.libraries[dist]:
             found.append(Difference(f"library {dist}", dist, before.libraries[dist], after.libraries[dist]))
-    for name in sorted(set(before.dynamo) | set(after.dynamo)):
-        value_a, default_a = before.dynamo.get(name, after.dynamo.get(name, (None, None)))
-        value_b, default_b = after.dynamo.get(name, before.dynamo.get(name, (None, None)))
-        if name not in before.dynamo:
-            value_a = default_b
-        if name not in after.dynamo:
-            value_b = default_a
+    for name in sorted(after.dynamo):  # only a name the release knows can have changed what it did
+        value_b, default_b = after.dynamo[name]
+        value_a = before.dynamo[name][0] if name in before.dynamo else default_b
         if value_a != value_b:
             found.append(Difference(f"setting {name}", name, value_a, value_b))
     return found
+
+
+def unknown_settings(recorded: Axes, target: Axes) -> list[Difference]:
+    """Settings the recording holds away from their default that the target's release does not report:
+    a made-up name, or one the release lacks. They are not causes; a replay says so instead of naming them.
+    (`before` is the recorded value, `after` the recorded default.)"""
+    return [
+        Difference(f"setting {name}", name, value, default)
+        for name, (value, default) in sorted(recorded.dynamo.items())
+        if name not in target.dynamo and value != default
+    ]
 
 
 def recorded_axes(case: Case) -> Axes:
@@ -845,6 +852,12 @@ def attribute_changes(recorded: Axes, runs: list[tuple[str, Axes, CaseResult]]) 
                 pairing.axis, pairing.cause = axis, cause
                 if axis:
                     named[(which, axis)] += 1
+        if any(_script_changed(script) for script in result.scripts.values()):
+            release = f"torch {_release(axes.torch)}" if axes.torch else "the target's release"
+            result.reasons += [
+                f"setting {unknown.name} (recorded {unknown.before}) is unknown to {release}: not a cause"
+                for unknown in unknown_settings(recorded, axes)
+            ]
         if len(candidates) == 1:  # the one difference: every change of a script coincides with it
             only = candidates[0]
             for script in result.scripts.values():

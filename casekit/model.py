@@ -358,6 +358,56 @@ class ReplayRecord:
     fallbacks: dict[ScriptRole, list[str]] | None = None
 
 
+SettingValue = bool | int | float | str  # a Dynamo setting's value as the probe records it (others by repr)
+
+
+@dataclass
+class DynamoSettingRecord:
+    """One Dynamo setting as a release had it: its value in the run, its default, whether the run set it."""
+
+    value: SettingValue | None = None  # None: TOML has no null, so a None value is left out
+    default: SettingValue | None = None
+    set: bool = False
+    alias_of: str | None = None  # an old name kept for a new one: the new name's entry carries it
+
+
+@dataclass
+class RecordedEnvironment:
+    """The keys of a bundle's `environment` table that casekit writes and reads, with their types.
+
+    The table stays a plain dict on `Case` (a newer casekit may record more); the loader checks every
+    key named here against its type, so a reader may take `environment["torch"]` as a string."""
+
+    torch: str | None = None
+    torch_git: str | None = None
+    torch_cuda: str | None = None
+    python: str | None = None
+    os: str | None = None
+    machine: str | None = None
+    cpu_count: int | None = None
+    numpy: str | None = None
+    triton: str | None = None
+    cudnn: int | None = None
+    cuda_available: bool | None = None
+    cuda_initialized_before_fork: bool | None = None
+    gpus: list[str] = field(default_factory=list)
+    driver: str | None = None
+    note: str | None = None
+    runner: str | None = None
+    label: str | None = None
+    sandbox: str | None = None
+    image: str | None = None
+    image_id: str | None = None
+    image_tags: list[str] = field(default_factory=list)
+    image_labels: dict[str, str] = field(default_factory=dict)
+    env_key: str | None = None
+    installer: str | None = None
+    torch_file: str | None = None
+    channel: str | None = None
+    packages: dict[str, str] = field(default_factory=dict)
+    dynamo_settings: dict[str, DynamoSettingRecord] = field(default_factory=dict)
+
+
 # The tag of a case imported from a log (`casekit import`): no repro yet, its script only raises.
 DRAFT_TAG = "draft"
 

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, TextIO
 
+from casekit.terminal import inert, raw_stream
+
 if TYPE_CHECKING:  # rich is imported only when a terminal shows bars
     from rich.progress import Progress
 
@@ -124,7 +126,8 @@ class ProgressView:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-        console = Console(file=self.stream, force_terminal=True, width=self.width)  # plain_output said it is a terminal
+        # below the sanitiser: the bars' own control codes must pass, and every message is made inert first
+        console = Console(file=raw_stream(self.stream), force_terminal=True, width=self.width)
         self._bars = Progress(
             TimeElapsedColumn(),  # first: a long description never pushes the elapsed time off the line
             TextColumn("{task.description}"),
@@ -148,6 +151,7 @@ class ProgressView:
         """One progress message (the ProgressFn interface)."""
         if self.level is Verbosity.QUIET:
             return
+        message = inert(message)  # a script's output, a label, a path: text, never a control sequence
         detail = message.startswith((" ", "\t")) or bool(_LABEL.match(message) and message.split("] ", 1)[1][:1] == " ")
         if detail and self.level < Verbosity.VERBOSE:
             return
@@ -190,9 +194,11 @@ class ProgressView:
     def _new_task(self, description: str, total: float) -> Task:
         task = Task(description, total)
         if self._bars is not None:
+            from rich.markup import escape  # a description is rich markup: "[link=...]" would be a live link
+
             # the bar, its count and its times need the rest of the line: a label gets a third of it
             shown = fit_label(description, max(12, self.width // 3)) if self.width else description
-            task.task_id = self._bars.add_task(shown, total=total, amount=_counted(task))
+            task.task_id = self._bars.add_task(escape(shown), total=total, amount=_counted(task))
         self._tasks[description] = task
         return task
 

@@ -8,18 +8,23 @@ fixed, from wheels built here), and a case that uses what torch 2.5.1 lacks, rep
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomli_w
 
 from casekit import probe
-from casekit.classify import Axes, axes_differences
+from casekit.bundle import load_case
+from casekit.classify import Axes, attribute_changes, axes_differences, classify_case, recorded_axes, unknown_settings
 from casekit.errors import CasekitError
+from casekit.model import ScriptRole
 from casekit.replay.plan import TargetChoice
 from casekit.runners import registry
 from casekit.runners.interface import TargetSpec
@@ -146,7 +151,67 @@ def test_a_setting_the_recording_did_not_record_is_taken_at_its_default():
     assert [d.axis for d in both] == ["torch", "library mylib"]
 
 
+def _with_setting(case_id: str, name: str, archive: Path, drop_sites: bool) -> Path:
+    """The starter tensor-if, recorded with Dynamo setting `name` on (default off); with `drop_sites` its
+    record shows no break, so a replay sees its break as new: a change to attribute."""
+    data = tomllib.loads((ROOT / "cases" / "tensor-if.toml").read_text())
+    data["id"] = case_id
+    data["environment"]["dynamo_settings"] = {name: {"value": True, "default": False}}
+    if drop_sites:
+        data["observations"]["pre"]["sites"] = []
+    path = archive / f"{case_id}.toml"
+    path.write_text(tomli_w.dumps(data))
+    return path
+
+
+def test_a_recorded_setting_the_release_does_not_know_is_not_a_cause(tmp_path):
+    """Pure attribution: a name the target's release does not report is no difference, and the replay
+    says it is unknown there; the same value under a name the release knows is the cause (the control)."""
+    target = Axes("2.13.0+cpu", {}, {"capture_scalar_outputs": (False, False)})
+    invented = Axes("2.13.0+cpu", {}, {"made_up_flag": (True, False)})
+    assert axes_differences(invented, target) == []
+    assert [(u.name, u.before) for u in unknown_settings(invented, target)] == [("made_up_flag", True)]
+    known = Axes("2.13.0+cpu", {}, {"capture_scalar_outputs": (True, False)})
+    (difference,) = axes_differences(known, target)  # control: the rule does not drop every setting
+    assert (difference.axis, difference.before, difference.after) == ("setting capture_scalar_outputs", True, False)
+    assert unknown_settings(known, target) == []
+    assert unknown_settings(Axes("2.13.0", {}, {"made_up_flag": (False, False)}), target) == []  # at its default
+
+    for name, axis in (("made_up_flag", ""), ("capture_scalar_outputs", "setting capture_scalar_outputs")):
+        case = load_case(_with_setting("tensor-if", name, tmp_path, drop_sites=False))
+        seen_nothing = {w: dataclasses.replace(o, sites=[]) for w, o in case.observations.items()}
+        result = classify_case(case, "python:current", seen_nothing)
+        attribute_changes(recorded_axes(case), [("python:current", target, result)])
+        (gone,) = result.scripts[ScriptRole.PRE].sites
+        assert gone.axis == axis, gone.cause
+        unknown = "setting made_up_flag (recorded True) is unknown to torch 2.13.0: not a cause"
+        assert (unknown in result.reasons) is (name == "made_up_flag"), result.reasons
+
+
 # ------------------------------------------------------------------------------ real replays
+
+
+@pytest.mark.process
+def test_a_replay_never_names_a_made_up_recorded_setting_as_a_cause(tmp_path):
+    """Real torch 2.13.0: two copies of a starter whose record shows no break, one recorded with a setting
+    no release has, one (the control) with a real setting of 2.13 on; the replay sees the break as new in
+    both, and names the real setting only."""
+    archive = tmp_path / "cases"
+    archive.mkdir()
+    _with_setting("made-up", "made_up_flag", archive, drop_sites=True)
+    _with_setting("real-setting", "capture_scalar_outputs", archive, drop_sites=True)
+    done, document = _replay_json(tmp_path, archive, "--python", sys.executable)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    results = {r["case"]: r for r in document["results"]}
+    (made_up,) = results["made-up"]["scripts"]["pre"]["sites"]
+    assert made_up["class"] == "new"
+    assert made_up.get("axis", "") == "" and "made_up_flag" not in made_up["cause"], made_up
+    assert made_up["cause"].startswith("new with nothing differing from the recording")
+    said = f"setting made_up_flag (recorded True) is unknown to torch {torch.__version__.split('+')[0]}: not a cause"
+    assert said in results["made-up"]["reasons"]
+    (real,) = results["real-setting"]["scripts"]["pre"]["sites"]
+    assert real["axis"] == "setting capture_scalar_outputs", real
+    assert real["cause"] == ("new with capture_scalar_outputs=False; recorded capture_scalar_outputs=True")
 
 
 def _replay_json(tmp_path: Path, archive: Path, *flags: str) -> tuple[subprocess.CompletedProcess[str], dict]:

@@ -23,6 +23,7 @@ from casekit.cli.bisect import register as register_bisect
 from casekit.cli.help import TeachingGroup, casekit_version
 from casekit.errors import CasekitError
 from casekit.runners.process import STOPPING, install_stop_handlers
+from casekit.terminal import install as install_terminal
 
 app = typer.Typer(
     name="casekit",
@@ -82,7 +83,8 @@ reduce_command.register(app)
 
 
 def main() -> None:
-    """Console entry point: one clear line for every casekit error."""
+    """Console entry point: one clear line for every casekit error; nothing printed carries a control sequence."""
+    install_terminal()  # first: every line after it, the error lines included, goes through the sanitiser
     install_stop_handlers()
     try:
         app(prog_name="casekit")  # `python -m casekit` too: help and errors name the command a user types

@@ -1,14 +1,18 @@
 """The Markdown report: for pull requests and `$GITHUB_STEP_SUMMARY`.
 
-GitHub renders HTML inside Markdown, so bundle text is HTML-escaped and table
-pipes are escaped too; nothing a bundle says can add markup to the summary.
-Code spans are the exception: their text is shown literally, so it is not
-escaped there (only fenced with enough backticks), and none stands in a table.
+Bundle text is other people's text, and GitHub renders a pull-request comment for everyone who
+opens it: a title like `![x](http://tracker/pixel)` would load a tracking image, `[ok](http://…)`
+a link, `<img>` markup, `@team` a notification. So every piece of bundle text is inert (`md`):
+each character with a meaning inline (emphasis, links and images, autolinks, HTML, entities,
+table pipes, math) is backslash-escaped, which CommonMark defines to stand for itself; `www.`
+loses its autolink the same way; and after `@` and `#` an empty HTML comment splits the text, since
+GFM's e-mail autolinks and GitHub's mentions and issue references read the rendered text, where
+escapes are gone. Code spans are the other safe form: their text is shown literally (no escape,
+no link, no mention), fenced with enough backticks; none stands in a table.
 """
 
 from __future__ import annotations
 
-import html
 import re
 from typing import assert_never
 
@@ -33,21 +37,47 @@ def icon(severity: Severity) -> str:
             assert_never(severity)
 
 
-def md(text: object, limit: int = 200) -> str:
-    """One table-safe line: HTML-escaped, pipes and backticks neutralized, newlines folded."""
+# Inline syntax of GitHub's Markdown (CommonMark, tables, strikethrough, autolinks, math): escaped, each
+# stands for itself. The rest stays as written, so names and versions read as they are: '.', '-', '+',
+# a ':' but the one of "http://" (GFM's autolinks), a '_' inside a word (never emphasis there).
+_INLINE_SYNTAX = re.compile(r"[\\`*~\[\]!<>&|@#$]|:(?=//)|_+")
+_WWW = re.compile(r"(?<![0-9A-Za-z])(www)\.", re.IGNORECASE)  # GFM links "www.x" without a scheme
+# Where bundle text starts a line's content (a list item's detail), a list marker or a thematic break
+# would start a block: "- x", "+ x", "1. x", "---" (the rest of that syntax is escaped above).
+_BLOCK_START = re.compile(r"^(?:([-+=])|(\d{1,9})([.)]))")
+# Read from the rendered text (e-mail autolinks, @mentions, #issue and owner/repo@sha references):
+# an empty comment after the sign splits that text, and GitHub shows nothing for it.
+_READ_AFTER_RENDERING = re.compile(r"\\([@#])")
+
+
+def _one_line(text: object, limit: int) -> str:
     value = " ".join(str(text if text is not None else "").split())
-    if len(value) > limit:
-        value = value[: limit - 1] + "…"
-    return html.escape(value, quote=False).replace("|", "\\|").replace("`", "'")
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def _escaped(match: re.Match[str]) -> str:
+    found, text = match[0], match.string
+    if (
+        found[0] == "_"
+        and text[match.start() - 1 : match.start()].isalnum()
+        and text[match.end() : match.end() + 1].isalnum()
+    ):
+        return found  # snake_case: an underscore run between two letters or digits opens and closes nothing
+    return "".join(f"\\{char}" for char in found)
+
+
+def md(text: object, limit: int = 200) -> str:
+    """Bundle text as inert Markdown on one line (safe in a table cell): shown as written, never markup."""
+    escaped = _WWW.sub(r"\1\\.", _INLINE_SYNTAX.sub(_escaped, _one_line(text, limit)))
+    escaped = _BLOCK_START.sub(lambda m: f"\\{m[1]}" if m[1] else f"{m[2]}\\{m[3]}", escaped)
+    return _READ_AFTER_RENDERING.sub(r"\\\1<!-- -->", escaped)
 
 
 def code(text: object, limit: int = 200) -> str:
     """One inline code span of `text`, shown literally: inside a code span Markdown decodes no entity
     and GitHub renders no HTML, so nothing is HTML-escaped there (`&lt;batch&gt;` would show as is);
     the fence is one backtick longer than any run of backticks inside (CommonMark's rule)."""
-    value = " ".join(str(text if text is not None else "").split())
-    if len(value) > limit:
-        value = value[: limit - 1] + "…"
+    value = _one_line(text, limit)
     longest = max((len(run) for run in re.findall(r"`+", value)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if value.startswith("`") or value.endswith("`") or not value.strip() else ""
@@ -114,7 +144,7 @@ def render_markdown(summary: ArchiveSummary) -> str:
                 + (" — **fails**" if summary.fails(cell) else "")
             )
             for detail in cell.details[:MAX_DETAIL_LINES]:
-                lines.append(f"  - {md(detail, 300)}")
+                lines.append(f"  - {md(detail, 300) or '—'}")  # an empty item would make the line above a heading
             if len(cell.details) > MAX_DETAIL_LINES:
                 lines.append(f"  - … {len(cell.details) - MAX_DETAIL_LINES} more")
         lines.append("")

@@ -13,18 +13,20 @@ from casekit.model import SITE_CLASS_ORDER, Case, ScriptObservation, ScriptRole,
 from casekit.observe.reasons import describe_category
 from casekit.report.summary import attribution
 from casekit.scrub import shorten, without_addresses
+from casekit.terminal import one_line
 
 if TYPE_CHECKING:
     from casekit.replay.document import ReplayDocument, ResultEntry, SiteEntry, TargetEntry
 
 
 def table(headers: list[str], rows: list[list[str]], width: int | None = None, squeeze: int | None = None) -> str:
-    """A fixed-width table; cells are cut at 60 characters to keep a terminal readable.
+    """A fixed-width table; each cell one line of text (no control sequence, no newline), cut at
+    60 characters to keep a terminal readable.
 
     With `width` (a terminal's columns), the `squeeze` column (by index) is cut further,
     with an ellipsis, so that each line fits; without it the output is stable for logs.
     """
-    cells = [[(c if len(c) <= 60 else c[:57] + "...") for c in row] for row in rows]
+    cells = [[(c if len(c) <= 60 else c[:57] + "...") for c in map(one_line, row)] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
     if width is not None and squeeze is not None and sum(widths) + 2 * (len(widths) - 1) > width:
         room = max(len(headers[squeeze]), 8, width - (sum(widths) - widths[squeeze]) - 2 * (len(widths) - 1))
