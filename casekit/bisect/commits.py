@@ -21,10 +21,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import git
 
@@ -52,6 +54,7 @@ from casekit.observe.batch import observe_batch
 from casekit.runners import registry
 from casekit.runners.interface import ProbeJob, ProbeSession, ProgressFn, Runner, RunnerFactory, ScriptEntry
 from casekit.scrub import temp_prefix
+from casekit.terminal import inert
 
 SKIP_EXIT_CODE = 125  # git bisect run's "cannot test this commit"
 COMMIT_ENV_VAR = "CASEKIT_BISECT_COMMIT"  # lets a command that lives outside the repo know the commit
@@ -146,6 +149,16 @@ def _kill_process_group(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
+def _relay_output(pipe: IO[bytes] | None) -> None:
+    """The command's output to casekit's stderr, a line at a time, with no control sequence left."""
+    if pipe is None:
+        return
+    with pipe:
+        for line in pipe:
+            sys.stderr.write(inert(line.decode("utf-8", "replace")))
+            sys.stderr.flush()
+
+
 def run_command_outcome(
     command: Sequence[str],
     cwd: Path,
@@ -164,12 +177,19 @@ def run_command_outcome(
     shown = " ".join(command)
     try:
         # Own process group so a timeout can kill grandchildren too; stdin closed
-        # because a background group reading the terminal would stop the run.
-        process = subprocess.Popen(list(command), cwd=cwd, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+        # because a background group reading the terminal would stop the run. Its output is the
+        # repository's text: shown through casekit's terminal (no control sequence reaches it).
+        process = subprocess.Popen(
+            list(command), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
     except OSError as exc:
         raise BisectError(f"cannot run '{shown}' in {cwd}: {exc}") from exc
+    relay = threading.Thread(target=_relay_output, args=(process.stdout,), daemon=True)
+    relay.start()
     try:
         code = process.wait(timeout=timeout)
+        relay.join(timeout=5)
     except subprocess.TimeoutExpired as exc:
         _kill_process_group(process)
         raise BisectError(

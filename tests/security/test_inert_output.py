@@ -369,3 +369,18 @@ def test_a_replay_prints_no_control_sequence_from_a_script(tmp_path: Path) -> No
     assert not CONTROL.search(printed), repr(CONTROL.search(printed))
     raw = replay_document_text(read_replay_document(out), verbose=True)  # what would print, unsanitised
     assert "\x1b]52;c;" in raw and "\u202e" in raw
+
+
+@pytest.mark.process
+def test_a_repositorys_test_command_reaches_the_terminal_inert(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """bisect-commits --exit-code runs the repository's own command: its output is someone else's text."""
+    from casekit.bisect.commits import GOOD, run_command_outcome
+
+    hostile = "print('\\x1b]52;c;ZXZpbA==\\x07\\x1b]8;;http://127.0.0.1:9/\\x07click\\x1b]8;;\\x07 done')"
+    command = [sys.executable, "-c", hostile]
+    assert "\x1b]52" in subprocess.run(command, capture_output=True, text=True).stdout  # control: it is there raw
+    assert run_command_outcome(command, tmp_path, timeout=60) == GOOD
+    seen = capfd.readouterr()
+    assert "click done" in seen.err and "\x1b" not in seen.err + seen.out
