@@ -13,6 +13,7 @@ import pytest
 
 from casekit.archive.store import Archive
 from casekit.bundle import load_case
+from casekit.model import FullgraphStatus, ScriptRole, ScriptStatus
 from casekit.replay.run import ReplayOptions, replay
 from casekit.runners.interface import TargetSpec
 from casekit.runners.registry import make_runner
@@ -73,13 +74,6 @@ BAD_SCRIPTS = {
         "import torch\n\n\ndef step(x):\n    return x + 1\n\n\ncompiled = torch.compile(step)\nprint('built')\n",
         [],
         "gate compiled (pre-fix): torch.compile'd step never called",
-    ),
-    "exits-under-compile": (
-        "import sys\nimport torch\n\n\ndef step(x):\n    if x.sum() > 0:\n        return x * 2\n    return x\n\n\n"
-        "compiled = torch.compile(step, fullgraph=True)\ntry:\n    compiled(torch.ones(3))\n"
-        "except Exception:\n    sys.exit(0)  # only reached under compile\n",
-        [],
-        "gate compiled (pre-fix): 1 compiled call(s) but 0 compared",
     ),
     "negative-timeout": (
         BREAK,
@@ -350,3 +344,24 @@ def test_no_bundle_in_the_repository_names_a_folder_of_this_machine():
         case = load_case(bundle)
         assert "python_executable" not in case.environment
         assert case.provenance is None or "/" not in (case.provenance.repo or "")
+
+
+EXITS_UNDER_COMPILE = (
+    "import sys\nimport torch\n\n\ndef step(x):\n    if x.sum() > 0:\n        return x * 2\n    return x\n\n\n"
+    "compiled = torch.compile(step, fullgraph=True)\ntry:\n    compiled(torch.ones(3))\n"
+    "except Exception:\n    sys.exit(0)  # only reached under compile\n"
+)
+
+
+def test_a_script_that_swallows_its_compile_error_and_exits_is_filed_as_the_crash_it_is(tmp_path: Path):
+    """fullgraph=True raises, the script catches it and leaves with sys.exit(0): the compiled run stopped early,
+    where the eager run ran to its end. That is the crash under compile the case documents, not an "ok" run
+    (it was 'ok' with 0 calls compared) and not one graph under fullgraph=True."""
+    script = write(tmp_path / "src", {"repro.py": EXITS_UNDER_COMPILE})
+    archive = tmp_path / "cases"
+    result = run_casekit("capture", str(script), "--archive", str(archive))
+    assert result.returncode == 0, result.stdout + result.stderr
+    pre = Archive(archive).load("repro").observations[ScriptRole.PRE]
+    assert pre.status is ScriptStatus.COMPILE_ERROR
+    assert "stopped early with sys.exit(0) at repro.py:15, where the eager run ran to its end" in pre.detail
+    assert pre.fullgraph_status is FullgraphStatus.ERROR

@@ -558,11 +558,13 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
         observation.error.message = namer.scrub(observation.error.message)
     fullgraph = runs.get("fullgraph")
     if fullgraph:
-        one_graph = fullgraph.get("status") == "ok"
+        stopped = _stopped_early(eager, fullgraph, namer)  # swallowed its error, then exited: not one graph
+        one_graph = fullgraph.get("status") == "ok" and stopped is None
         observation.fullgraph_status = FullgraphStatus.OK if one_graph else FullgraphStatus.ERROR
         observation.fullgraph = None if one_graph else _error_info(fullgraph, namer)
         if not one_graph and observation.fullgraph is None:
-            observation.fullgraph = ErrorInfo(type=str(fullgraph.get("status")), message=_run_failure(fullgraph) or "")
+            failure = _run_failure(fullgraph) or stopped or ""
+            observation.fullgraph = ErrorInfo(type=str(fullgraph.get("status")), message=failure)
     if observation.fullgraph:
         observation.fullgraph.message = namer.scrub(observation.fullgraph.message)
     return observation
