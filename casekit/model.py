@@ -455,3 +455,95 @@ def to_plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [to_plain(v) for v in value]
     return value
+
+
+# ------------------------------------------------------------------ performance (replay --perf, capture --perf)
+
+
+class PerfAxis(enum.StrEnum):
+    """What a performance verdict is about: compile time with empty or filled caches, the compiled call's
+    time once compiled, and its speed-up over the same call run eagerly (the machine's drift cancels there)."""
+
+    COMPILE_COLD = "compile_cold"
+    COMPILE_WARM = "compile_warm"
+    STEADY = "steady"
+    SPEEDUP = "speedup"
+
+
+class PerfVerdict(enum.StrEnum):
+    """Slower and faster are called only when the change is significant, at least its threshold and above
+    the A/A noise floor; same when it is clearly within the threshold; else inconclusive."""
+
+    SLOWER = "slower"
+    SAME = "same"
+    FASTER = "faster"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass
+class Spread:
+    """One figure over fresh processes: the median of the per-process values, their lowest and highest."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+
+@dataclass
+class PerfStructure:
+    """What explains a timing, deterministic: graphs and their operators, breaks by id, recompiles."""
+
+    graphs: int = 0
+    ops_per_graph: list[int] = field(default_factory=list)
+    breaks: list[str] = field(default_factory=list)  # "GB0124 at repro.py:6", sorted
+    recompiles: int = 0
+    eager_frames: list[str] = field(default_factory=list)  # frames that ran eagerly entirely
+    guards: int | None = None  # guards over every frame compiled, where the release counts them
+    cudagraph_skip: str | None = None
+
+
+@dataclass
+class PerfFigures:
+    """One script measured on one target in one run: compile cold and warm, steady state, the phases of a
+    cold compile, whether the caches really missed and hit, and the structure."""
+
+    target: str
+    script: ScriptRole
+    processes: dict[str, int] = field(default_factory=dict)  # "cold"/"warm" -> fresh processes measured
+    compile_cold_s: Spread | None = None
+    compile_warm_s: Spread | None = None
+    steady_s: Spread | None = None  # the compiled call, per call
+    eager_s: Spread | None = None  # the same call run eagerly, per call
+    speedup: Spread | None = None  # eager / compiled, from adjacent blocks of one process
+    phases: dict[str, float] = field(default_factory=dict)  # a cold compile's seconds per phase (median)
+    caches: str = ""  # "cold missed (3 graphs), warm hit (3 of 3)" or what was not as expected
+    instructions: str = ""  # "unavailable: <why>" or the compile's instruction count
+    structure: PerfStructure = field(default_factory=PerfStructure)
+    steady_unavailable: str = ""  # why no steady state (the entry point cannot be called again)
+    threads: int = 1
+    load: str = ""  # the host's load average when measured
+
+
+@dataclass
+class PerfAxisResult:
+    """One axis judged: the verdict, the change of the target against the baseline (a ratio - 1), the
+    p-value and the A/A noise floor it was judged with, and why in a line."""
+
+    axis: PerfAxis
+    verdict: PerfVerdict
+    change: float | None = None
+    p: float | None = None
+    floor: float | None = None
+    why: str = ""
+
+
+@dataclass
+class PerfComparison:
+    """One script of one case on a target against the baseline target, measured side by side in one run."""
+
+    baseline: str
+    axes: list[PerfAxisResult] = field(default_factory=list)
+    eager_change: float | None = None  # eager's own change: a slower eager is not a compile regression
+    explanation: str = ""  # the structural diff that explains it
+    cause: str = ""  # the axis that changed it: "torch 2.13.0 → 2.15.0", "library brklib 1.0 → 2.0", a setting

@@ -53,7 +53,9 @@ RUN_RESULT, RUN_STDOUT, RUN_STDERR, EAGER_OUTPUTS = (
 )
 MAX_RUN_RESULT_BYTES = 64 * 1024 * 1024
 WAIT_FALLBACK_S = 0.005  # how long to sleep between checks where a child's exit cannot be waited for
-RUN_MODES = ("eager", "compiled", "fullgraph", "rollback")  # rollback: compiled with fullgraph=False forced
+# rollback: compiled with fullgraph=False forced; perf: compiled with the script's own backend, its compile
+# timed (cache cold or warm) and its entry points then called in timed blocks, eager and compiled in turn
+RUN_MODES = ("eager", "compiled", "fullgraph", "rollback", "perf")
 EAGER_AHEAD = "eager-run.json"  # an eager run made while Dynamo loaded (runs_dir/<job>.eager-run.json)
 
 
@@ -714,6 +716,10 @@ class CompileInterceptor:
         self.outputs = {}
         self.call_index = 0
         self.call_sites_under = None  # a folder: record where each call was made from, when it is in there
+        # perf: each entry point's first call, to call again in timed blocks: (eager, compiled, args, kwargs)
+        self.first_calls = {}
+        self.quiet = False  # perf's timed blocks: the entry points' own cost only, nothing recorded
+        self.hook_handles = []
 
     def install(self):
         interceptor = self
@@ -771,6 +777,7 @@ class CompileInterceptor:
             kwargs["fullgraph"] = False
         compiled = self.original(model, **kwargs)
         entry = self._entry(model, backend_name, requested_fullgraph, kwargs.get("dynamic"))
+        entry["raw"] = (model, compiled)  # perf: what its timed blocks call (popped before the result is written)
         if isinstance(compiled, torch.nn.Module):
             return self._hook_module(compiled, entry)
         return self._wrap_callable(compiled, entry)
@@ -799,6 +806,8 @@ class CompileInterceptor:
 
     def _record_call(self, entry, args, kwargs, started, output, error):
         elapsed = time.perf_counter() - started
+        if self.mode == "perf" and error is None and entry["name"] not in self.first_calls and "raw" in entry:
+            self.first_calls[entry["name"]] = (*entry["raw"], args, kwargs)
         index = self.call_index
         self.call_index += 1
         entry["calls"] += 1
@@ -827,6 +836,8 @@ class CompileInterceptor:
         interceptor = self
 
         def observed(*args, **kwargs):
+            if interceptor.quiet:
+                return compiled(*args, **kwargs)
             started = time.perf_counter()
             try:
                 output = compiled(*args, **kwargs)
@@ -864,10 +875,11 @@ class CompileInterceptor:
             if not returned and error is not None:
                 interceptor._record_call(entry, args, kwargs, started, None, error)
 
-        module.register_forward_pre_hook(before, with_kwargs=True)
-        module.register_forward_hook(after, with_kwargs=True)
+        handles = self.hook_handles
+        handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
+        handles.append(module.register_forward_hook(after, with_kwargs=True))
         try:
-            module.register_forward_hook(finally_, with_kwargs=True, always_call=True)
+            handles.append(module.register_forward_hook(finally_, with_kwargs=True, always_call=True))
         except TypeError:  # torch before 2.1: no always_call; a raising forward goes unrecorded
             pass
         return module
@@ -959,11 +971,13 @@ class RecordCollector:
         self.handler = Handler(level=logging.DEBUG)
 
 
-def attach_log_collectors(torch, observation):
+def attach_log_collectors(torch, observation, trace=True):
     """Collect graph_breaks, recompiles and frame-skip records from every release.
 
     Loggers are attached directly: their parents differ by release (2.5 has
-    `torch._dynamo` with propagate=False, later ones only `torch`).
+    `torch._dynamo` with propagate=False, later ones only `torch`). `trace`: the structured trace
+    too (a perf run goes without: an enabled trace makes torch render every graph and its code, and
+    that cost would be timed as the compile's).
     """
     import logging
 
@@ -984,7 +998,8 @@ def attach_log_collectors(torch, observation):
     convert_logger.addHandler(skip_handler)
     if convert_logger.getEffectiveLevel() > logging.INFO:
         convert_logger.setLevel(logging.INFO)
-    attach_trace_collector(observation)
+    if trace:
+        attach_trace_collector(observation)
 
 
 def _safe_message(record):
@@ -1092,6 +1107,33 @@ def collect_compile_reasons(torch):
     return reasons
 
 
+# What a release records of each frame's compile, for perf's phase split (2.13 has the _us fields; 2.5.1 the
+# older _s ones) and its structure (guards, cudagraphs, cache hits): taken where the release has them.
+COMPILE_PHASE_FIELDS = (
+    "backend_compile_time_s",
+    "inductor_compile_time_s",
+    "code_gen_time_s",
+    "dynamo_cumulative_compile_time_us",
+    "aot_autograd_cumulative_compile_time_us",
+    "inductor_cumulative_compile_time_us",
+    "inductor_code_gen_cumulative_compile_time_us",
+    "pre_grad_pass_time_us",
+    "post_grad_pass_time_us",
+    "joint_graph_pass_time_us",
+    "triton_compile_time_us",
+    "compile_time_autotune_time_us",
+    "gc_time_us",
+    "guard_latency_us",
+    "guard_count",
+    "cudagraph_skip_reason",
+    "is_runtime",
+    "inductor_fx_local_cache_hit_count",
+    "inductor_fx_local_cache_miss_count",
+    "aotautograd_local_cache_hit_count",
+    "aotautograd_local_cache_miss_count",
+)
+
+
 def collect_compilation_metrics(torch):
     try:
         metrics = torch._dynamo.utils.get_compilation_metrics()
@@ -1115,11 +1157,142 @@ def collect_compilation_metrics(torch):
                     "entire_frame_compile_time_s",
                     "graph_op_count",
                     "recompile_reason",
+                    *COMPILE_PHASE_FIELDS,
                 )
                 if key in row
             }
         )
     return kept
+
+
+# ------------------------------------------------------------------- perf
+
+PERF_CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+UNAVAILABLE_COUNT = (1 << 64) - 1  # what torch._C._instruction_counter answers on a VM without a PMU
+
+
+def prepare_perf_run(torch, perf, observation):
+    """A perf run's setting, before the script: its compile caches in the job's own folder (emptied before a
+    cold run, kept for a warm one), one compile thread, `threads` threads for the timed blocks, and the
+    compile-time instruction counter where the CPU exposes one."""
+    cache = perf.get("cache_dir")
+    if cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"  # no worker pool: the same compile work on every side
+    os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "1"
+    os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "1"
+    inductor_config = sys.modules.get("torch._inductor.config")
+    if inductor_config is not None:  # imported before this run (preloaded): its settings are read already
+        for name, value in (("compile_threads", 1), ("fx_graph_cache", True), ("autograd_cache", True)):
+            if hasattr(inductor_config, name):
+                try:
+                    setattr(inductor_config, name, value)
+                except Exception:
+                    pass
+    try:
+        torch.set_num_threads(int(perf.get("threads", 1)))
+    except Exception:
+        pass
+    counter = instruction_counter(torch)
+    observation.data["instructions"] = counter
+    if counter.get("available"):
+        try:
+            torch._dynamo.config.record_compile_time_instruction_count = True
+        except Exception:
+            observation.data["instructions"] = {"available": False, "why": "this release cannot count compile time"}
+
+
+def instruction_counter(torch):
+    """Whether torch's hardware instruction counter works here: a VM without a PMU answers 2^64-1 (or -1)."""
+    counter = getattr(getattr(torch, "_C", None), "_instruction_counter", None)
+    if counter is None:
+        return {"available": False, "why": f"torch {torch.__version__} has no instruction counter"}
+    try:
+        handle = counter.start()
+        count = counter.end(handle)
+    except Exception as error:
+        return {"available": False, "why": f"the counter failed: {type(error).__name__}: {error}"[:200]}
+    if handle in (-1, UNAVAILABLE_COUNT) or count in (-1, UNAVAILABLE_COUNT):
+        return {"available": False, "why": "no hardware instruction counter here (perf_event_open gives none)"}
+    return {"available": True}
+
+
+def compile_instructions(torch):
+    """Instructions Dynamo's compile took in this run (where the counter works), else None."""
+    try:
+        return int(torch._dynamo.utils.CompileTimeInstructionCounter.value())
+    except Exception:
+        return None
+
+
+def eager_arm(torch, model, compiled):
+    """What the eager blocks call: the compiled entry point under the force_eager stance (2.6+: nested
+    compiled calls run eagerly too), else what the script handed torch.compile."""
+    set_stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
+    if set_stance is None:
+        return model
+
+    def eager(*args, **kwargs):
+        with set_stance("force_eager"):
+            return compiled(*args, **kwargs)
+
+    return eager
+
+
+def _synchronizer(torch, values):
+    """A CUDA synchronize when any input lives on a GPU (a block's time is the device's too), else nothing."""
+    on_gpu = any(getattr(getattr(v, "device", None), "type", "") == "cuda" for v in values)
+    return torch.cuda.synchronize if on_gpu else (lambda: None)
+
+
+def measure_steady(torch, interceptor, perf):
+    """Each compiled entry point's first call made again in timed blocks, eager and compiled in turn (the
+    order alternating block by block, so a drift in the machine's speed falls on both): per block, each
+    arm's mean time per call over `n` calls, `n` chosen so a block of the slower arm lasts about
+    `block_s`. GC is off during the blocks. An entry whose call cannot be made again says why."""
+    import gc
+
+    interceptor.quiet = True
+    for handle in interceptor.hook_handles:
+        handle.remove()
+    blocks, block_s = int(perf.get("blocks", 3)), float(perf.get("block_s", 0.02))
+    measured = {}
+    for name, (model, compiled, args, kwargs) in interceptor.first_calls.items():
+        arms = {"compiled": compiled, "eager": eager_arm(torch, model, compiled)}
+        sync = _synchronizer(torch, list(args) + list(kwargs.values()))
+        try:
+            per_call = {}
+            for arm, call in arms.items():  # warm-up, and the estimate of a call's time
+                started = time.perf_counter()
+                for _ in range(3):
+                    call(*args, **kwargs)
+                sync()
+                per_call[arm] = (time.perf_counter() - started) / 3
+            n = max(1, min(100000, int(block_s / max(max(per_call.values()), 1e-7))))
+            rows = []
+            gc.collect()
+            gc.disable()
+            try:
+                for block in range(blocks):
+                    row = {}
+                    for arm in ("eager", "compiled") if block % 2 == 0 else ("compiled", "eager"):
+                        call = arms[arm]
+                        started = time.perf_counter()
+                        for _ in range(n):
+                            call(*args, **kwargs)
+                        sync()
+                        row[arm] = (time.perf_counter() - started) / n
+                    rows.append(row)
+            finally:
+                gc.enable()
+            measured[name] = {"calls_per_block": n, "blocks": rows}
+        except Exception as error:
+            measured[name] = {"unavailable": clip(f"calling it again raised {type(error).__name__}: {error}", 300)}
+    missing = [name for name in interceptor.observation.data["entries"] if name not in interceptor.first_calls]
+    for name in missing:
+        measured[name] = {"unavailable": "no call of it returned (nothing to call again)"}
+    return {"threads": torch.get_num_threads(), "entries": measured, "instructions": compile_instructions(torch)}
 
 
 # ------------------------------------------------------------------- one run
@@ -1181,8 +1354,9 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
     import runpy
 
     os.setsid()  # own process group: a timeout kills whatever the script forked
+    cache = (job.get("perf") or {}).get("cache_dir") if mode == "perf" else None
     if isolation:
-        enter_isolation(isolation, run_dir, uid)
+        enter_isolation(isolation, run_dir, uid, [cache] if cache else [])
     confinement = confine_run() if isolation and isolation.get("confine", True) else "none"
     observation = Observation(mode)
     observation.data["confinement"] = confinement
@@ -1213,6 +1387,8 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
             data["counters"] = collect_counters(torch)
             data["compilation_metrics"] = collect_compilation_metrics(torch)
             data["compile_reasons"] = collect_compile_reasons(torch)
+        for entry in data["entries"].values():
+            entry.pop("raw", None)  # live objects, for perf's blocks only
         data["imported_packages"] = imported_package_versions(
             {name.split(".")[0] for name in sys.modules} - baseline_modules
         )
@@ -1260,7 +1436,10 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
     interceptor.install()
     if mode != "eager":
         torch._dynamo.reset()
-        attach_log_collectors(torch, observation)
+        attach_log_collectors(torch, observation, trace=mode != "perf")
+    perf = job.get("perf") if mode == "perf" else None
+    if perf:
+        prepare_perf_run(torch, perf, observation)
     apply_dynamo_config(torch, job_dynamo_config(job))  # the target's settings, before the script's own
     if not job.get("allow_network", False):
         block_network()
@@ -1288,6 +1467,8 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
     except BaseException as error:
         status, code = "raised", 1
         observation.data["exception"] = describe_exception(error, script)
+    if perf and status == "ok":
+        observation.data["steady"] = measure_steady(torch, interceptor, perf)
     finish(status, code, ended)
     real_exit(0)
 
@@ -1398,6 +1579,9 @@ def describe_exception(error, script):
 def run_one(torch, job, mode, runs_dir, timeout, isolation):
     """Fork a child for one run in a fresh copy of its job folder; turn every way it can end into a status."""
     run_dir = prepare_run_dir(job, runs_dir)
+    if mode == "perf":
+        job = dict(job, perf=perf_spec(job.get("perf"), runs_dir))
+        prepare_perf_cache(job["perf"])
     eager_kept = os.path.join(runs_dir, "{}.{}".format(job["id"], EAGER_OUTPUTS))
     if mode != "eager" and os.path.exists(eager_kept):
         shutil.copyfile(eager_kept, os.path.join(run_dir, EAGER_OUTPUTS))
@@ -1451,6 +1635,25 @@ def run_one(torch, job, mode, runs_dir, timeout, isolation):
         copy_regular(os.path.join(run_dir, EAGER_OUTPUTS), eager_kept)
     remove_tree(run_dir)  # the next run must not see this one's files
     return observation
+
+
+def perf_spec(perf, runs_dir):
+    """A perf job's measurement, with its compile cache's folder: beside the requests' run folders (on the runs'
+    tmpfs in the sandbox), one per cache key (a job's script on this target), kept across requests."""
+    perf = dict(perf or {})
+    key = re.sub(r"[^A-Za-z0-9._-]", "_", str(perf.get("cache_key") or "default"))[:120]
+    perf["cache_dir"] = os.path.join(os.path.dirname(os.path.abspath(runs_dir)), "perf-cache", key)
+    return perf
+
+
+def prepare_perf_cache(perf):
+    """A perf job's compile cache (on the runs' tmpfs, its own): emptied before a cold run, kept for a warm."""
+    cache = perf.get("cache_dir")
+    if not cache:
+        return
+    if perf.get("cache") == "cold":
+        remove_tree(cache)
+    os.makedirs(cache, exist_ok=True)
 
 
 def prepare_run_dir(job, runs_dir):
@@ -1650,9 +1853,10 @@ def _mount(ctypes, libc, source, target, fstype, flags, data=None):
         raise OSError(error, f"mount {target}: {os.strerror(error)}")
 
 
-def isolate_run(isolation, run_dir):
-    """Give this run a private view: the batch read-only, other jobs and the results hidden, run_dir writable,
-    a /tmp and /dev/shm of its own (its PID namespace was made by its parent: `start_run_namespace`).
+def isolate_run(isolation, run_dir, own=()):
+    """Give this run a private view: the batch read-only, other jobs and the results hidden, run_dir (and
+    `own`: a perf job's compile cache) writable, a /tmp and /dev/shm of its own (its PID namespace was made
+    by its parent: `start_run_namespace`). On the runs' tmpfs (`private`) it sees its own folders only.
 
     Done in a user namespace of its own, then a second one is entered: the mounts
     made in the first become locked there, so the script cannot undo them.
@@ -1663,6 +1867,9 @@ def isolate_run(isolation, run_dir):
     tmp_size = isolation.get("tmp_size")
     if tmp_size:  # nothing one run leaves in /tmp, HOME or /dev/shm reaches the next (caches, planted modules)
         renew_tmp(ctypes, libc, int(tmp_size), isolation.get("keep_in_tmp", []), isolation.get("hold"))
+    mine = [run_dir, *own]
+    for folder in isolation.get("private", []):  # every run's folder is there: each sees only its own
+        keep_only(ctypes, libc, folder, [path for path in mine if _below(path, folder)], isolation.get("hold"))
     root = isolation["batch_root"]
     _mount(ctypes, libc, root, root, None, MS_BIND | MS_REC)
     _mount(ctypes, libc, None, root, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
@@ -1671,9 +1878,34 @@ def isolate_run(isolation, run_dir):
         _mount(ctypes, libc, None, folder, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     for hidden in isolation.get("hide", []):
         _mount(ctypes, libc, "tmpfs", hidden, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0555")
-    _mount(ctypes, libc, run_dir, run_dir, None, MS_BIND)
-    _mount(ctypes, libc, None, run_dir, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)  # a bind copies "ro"
+    for folder in mine:
+        _mount(ctypes, libc, folder, folder, None, MS_BIND)
+        _mount(ctypes, libc, None, folder, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)  # a bind copies "ro"
     _enter_user_namespace(ctypes, libc)
+
+
+def _below(path, folder):
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def keep_only(ctypes, libc, folder, kept, hold):
+    """Cover `folder` (a tmpfs of many runs' folders) with an empty read-only one, and bind the run's own
+    folders in `kept` back at their paths: held outside meanwhile, in `hold`."""
+    _mount(ctypes, libc, "tmpfs", hold, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0700")
+    held = []
+    for index, path in enumerate(kept):
+        place = os.path.join(hold, str(index))
+        os.mkdir(place)
+        _mount(ctypes, libc, path, place, None, MS_BIND | MS_REC)
+        held.append((place, path))
+    _mount(ctypes, libc, "tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for place, path in held:
+        os.makedirs(path, exist_ok=True)
+        _mount(ctypes, libc, place, path, None, MS_BIND | MS_REC)
+    if libc.umount2(hold.encode(), MNT_DETACH) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"umount {hold}: {os.strerror(error)}")
+    _mount(ctypes, libc, None, folder, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
 
 
 def renew_tmp(ctypes, libc, size, keep, hold):
@@ -1767,7 +1999,7 @@ def run_namespace_init_here():
     return init if owner == os.getpid() else None
 
 
-def enter_isolation(isolation, run_dir, uid):
+def enter_isolation(isolation, run_dir, uid, own=()):
     """The run's first step, before anything of the script: the request's kind of isolation.
 
     "namespace" (the bwrap sandbox): isolate_run. "uid" (a container, where namespaces cannot be
@@ -1775,7 +2007,7 @@ def enter_isolation(isolation, run_dir, uid):
     if isolation.get("kind", "namespace") == "uid":
         become_run_uid(run_dir, uid)
     else:
-        isolate_run(isolation, run_dir)
+        isolate_run(isolation, run_dir, own)
 
 
 # ------------------------------------------------------------- run confinement

@@ -180,6 +180,46 @@ VaryPackages = Annotated[
 ]
 
 
+Perf = Annotated[
+    bool,
+    typer.Option(
+        "--perf",
+        help="Also time each case's script on every target, side by side, after the replay: compile cold and "
+        "warm, steady state, speed-up over eager, each judged slower / same / faster / inconclusive against the "
+        "first target (fresh processes one at a time, nothing else running: --jobs applies to the replay only).",
+    ),
+]
+PerfRepeats = Annotated[
+    str | None,
+    typer.Option(
+        "--perf-repeats",
+        metavar="cold=N,warm=N",
+        help="Fresh processes a side [default: cold=1,warm=5; more warm rounds are added while a verdict is open].",
+    ),
+]
+PerfThreshold = Annotated[
+    str | None,
+    typer.Option(
+        "--perf-threshold",
+        metavar="steady=P%,compile=P%",
+        help="The smallest change called slower or faster [default: steady=5%,compile=15%].",
+    ),
+]
+PerfScripts = Annotated[
+    str | None,
+    typer.Option(
+        "--perf-scripts",
+        help="Which scripts --perf times: pre (the repro, with its breaks), post or both [default: pre].",
+    ),
+]
+PerfBaseline = Annotated[
+    str | None,
+    typer.Option(
+        "--perf-baseline", metavar="LABEL", help="The target --perf judges the others against [default: the first]."
+    ),
+]
+
+
 Jobs = Annotated[
     int | None,
     typer.Option(
@@ -227,12 +267,20 @@ def replay(
     vary_dynamo: VaryDynamo = None,
     package: Packages = None,
     vary_package: VaryPackages = None,
+    perf: Perf = False,
+    perf_repeats: PerfRepeats = None,
+    perf_threshold: PerfThreshold = None,
+    perf_scripts: PerfScripts = None,
+    perf_baseline: PerfBaseline = None,
 ) -> None:
     """Replay the archive on one or more targets and classify every break."""
     import os
 
+    from casekit.perf.settings import settings_from_flags
     from casekit.replay.plan import ReplayRequest, TargetChoice, run_replay
     from casekit.replay.run import ReplayOptions
+
+    asked = perf or any(flag is not None for flag in (perf_repeats, perf_threshold, perf_scripts, perf_baseline))
 
     request = ReplayRequest(
         targets=TargetChoice(
@@ -258,6 +306,8 @@ def replay(
             pin_packages=pin_packages,
             jobs=jobs,
             serial_timings=serial_timings,
+            perf=settings_from_flags(perf_repeats, perf_threshold, perf_scripts, backend) if asked else None,
+            perf_baseline=perf_baseline,
         ),
         fail_on=FailOn.parse(fail_on),
         shard=shard,

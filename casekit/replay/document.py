@@ -21,12 +21,24 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from casekit.errors import CasekitError
+from casekit.bundle import from_plain
+from casekit.errors import BundleError, CasekitError
 from casekit.fsutil import UnreadableFile, json_too_deep, read_regular_bytes, write_atomic
-from casekit.model import ScriptRole, ScriptStatus, Severity, Site, SiteClass, Verdict
+from casekit.model import (
+    PerfComparison,
+    PerfFigures,
+    ScriptRole,
+    ScriptStatus,
+    Severity,
+    Site,
+    SiteClass,
+    Verdict,
+    to_plain,
+)
 
 if TYPE_CHECKING:  # the writer reads replay's results; importing replay at run time would pull in the runners
     from casekit.classify import CaseResult
+    from casekit.perf.phase import PerfResult
     from casekit.replay.run import ReplayReport, TargetRun
 
 SCHEMA_FILE = "replay-1.schema.json"
@@ -99,6 +111,26 @@ class RollbackEntry:
 
 
 @dataclass
+class PerfEntry:
+    """One script of a result timed (replay --perf): its figures, and against the baseline."""
+
+    script: ScriptRole
+    figures: PerfFigures
+    comparison: PerfComparison | None = None
+    skipped: str = ""
+
+
+@dataclass
+class PerfSummary:
+    """The perf phase of a replay: the baseline, the host's load, how long, what to know."""
+
+    baseline: str | None = None
+    load: str = ""
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class ResultEntry:
     """One case on one target."""
 
@@ -109,6 +141,7 @@ class ResultEntry:
     reasons: list[str]
     scripts: dict[ScriptRole, ScriptEntry]  # the scripts the case has, pre first
     rollback: RollbackEntry | None
+    perf: list[PerfEntry] = field(default_factory=list)
 
 
 @dataclass
@@ -154,6 +187,7 @@ class ReplayDocument:
     shard_source: str | None = None  # where the shard came from: "--shard" or the scheduler's variables
     attempt: int | None = None  # per-target result files: 1, then one more each time a shard rewrites its file
     written: str | None = None  # when (UTC, ISO 8601): of two attempts at one shard, the later wins
+    perf: PerfSummary | None = None  # replay --perf: the phase that timed the results' scripts
 
     def to_json(self) -> dict[str, Any]:
         """The document as JSON data (enums as their string values), in the order casekit writes it."""
@@ -173,6 +207,8 @@ class ReplayDocument:
         for key in ("shard_source", "attempt", "written"):
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
+        if self.perf is not None:
+            data["perf"] = to_plain(self.perf)
         return data
 
     def worst_severity(self) -> Severity:
@@ -229,6 +265,7 @@ def _result_json(result: ResultEntry) -> dict[str, Any]:
         "reasons": list(result.reasons),
         "scripts": scripts,
         "rollback": None if result.rollback is None else dataclasses.asdict(result.rollback),
+        **({"perf": [to_plain(entry) for entry in result.perf]} if result.perf else {}),
     }
 
 
@@ -261,8 +298,8 @@ def _side(site: Site | None) -> SideEntry | None:
     )
 
 
-def result_entry(result: CaseResult) -> ResultEntry:
-    """One case on one target, as the document holds it."""
+def result_entry(result: CaseResult, perf: list[PerfResult] | None = None) -> ResultEntry:
+    """One case on one target, as the document holds it (`perf`: its scripts timed, replay --perf)."""
     scripts: dict[ScriptRole, ScriptEntry] = {}
     for which in ScriptRole:  # pre first, whatever order the result holds them in
         script = result.scripts.get(which)
@@ -294,6 +331,9 @@ def result_entry(result: CaseResult) -> ResultEntry:
         rollback=None
         if rollback is None
         else RollbackEntry(rollback.needed, rollback.verified, rollback.detail, rollback.notes, rollback.path),
+        perf=[
+            PerfEntry(p.script, p.figures, p.comparison, p.skipped) for p in perf or [] if p.case_id == result.case_id
+        ],
     )
 
 
@@ -320,11 +360,13 @@ def replay_document(
     report: ReplayReport | None, shard: str | None = None, matrix: Matrix | None = None
 ) -> ReplayDocument:
     """The document for a replay (None: a shard with nothing to run); shard and matrix say which slice."""
+    phase = report.perf if report else None
     return ReplayDocument(
         targets=[target_entry(run) for run in report.targets] if report else [],
-        results=[result_entry(result) for result in report.results] if report else [],
+        results=[result_entry(result, run.perf) for run in report.targets for result in run.results] if report else [],
         shard=shard,
         matrix=matrix,
+        perf=None if phase is None else PerfSummary(phase.baseline, phase.load, round(phase.seconds, 1), phase.notes),
     )
 
 
@@ -452,7 +494,11 @@ def _result_entry(data: dict[str, Any], origin: Path | str, where: str) -> Resul
     if unknown:  # the schema refuses them already (additionalProperties): the same line from here
         raise ReplayDocumentError(f"{origin}: field '{where}.scripts.{unknown[0]}': not a script (pre or post)")
     rollback = data["rollback"]
+    perf = [
+        _typed_plain(PerfEntry, entry, origin, f"{where}.perf[{i}]") for i, entry in enumerate(data.get("perf") or [])
+    ]
     return ResultEntry(
+        perf=perf,
         case=data["case"],
         target=data["target"],
         verdict=_member(Verdict, data["verdict"], origin, f"{where}.verdict"),
@@ -465,6 +511,18 @@ def _result_entry(data: dict[str, Any], origin: Path | str, where: str) -> Resul
             rollback["needed"], rollback["verified"], rollback["detail"], rollback["notes"], rollback["path"]
         ),
     )
+
+
+T = TypeVar("T")
+
+
+def _typed_plain(kind: type[T], data: Any, origin: Path | str, where: str) -> T:
+    """A dataclass of the model from the document's data (the bundle's reader: every field's type checked)."""
+    try:
+        found: T = from_plain(kind, data, origin, where)
+    except BundleError as error:
+        raise ReplayDocumentError(str(error)) from None
+    return found
 
 
 def _target_entry(data: dict[str, Any]) -> TargetEntry:
@@ -500,6 +558,7 @@ def _typed(data: dict[str, Any], origin: Path | str) -> ReplayDocument:
         shard_source=data.get("shard_source"),
         attempt=data.get("attempt"),
         written=data.get("written"),
+        perf=_typed_plain(PerfSummary, data["perf"], origin, "perf") if "perf" in data else None,
     )
 
 

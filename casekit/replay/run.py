@@ -39,6 +39,8 @@ from casekit.model import (
 from casekit.observe import interpret
 from casekit.observe.batch import observe_batch
 from casekit.outcome import check_seconds
+from casekit.perf.phase import PerfPhase, PerfResult, PerfTargetSpec, run_perf_phase, verdict_lines
+from casekit.perf.settings import PerfSettings
 from casekit.runners import registry
 from casekit.runners.dynamo import pin_name
 from casekit.runners.interface import (
@@ -69,6 +71,8 @@ class ReplayOptions:
     jobs: int | None = None  # runs at once inside each target; None = its share of the target's cores
     serial_timings: bool = False  # runs one at a time, so timings are not measured under parallel load
     entry: ScriptEntry = ScriptEntry.REPLAY  # the way of running scripts this replay is (a bisection's probe)
+    perf: PerfSettings | None = None  # --perf: time each case's scripts on every target, side by side, after
+    perf_baseline: str | None = None  # --perf-baseline: the target the others are judged against (the first)
 
     def __post_init__(self) -> None:
         if self.timeout is not None:
@@ -94,6 +98,7 @@ class TargetRun:
     recorded: list[str] = field(default_factory=list)  # case ids whose bundle got this target's record
     record_error: str | None = None  # why the others did not (a full disk...): each is as it was
     display: str | None = None  # the target for people here (`python:/home/me/...`); None: the label
+    perf: list[PerfResult] = field(default_factory=list)  # replay --perf: its cases' scripts timed
 
     def libraries(self) -> dict[str, str]:
         """The library versions this target's scripts imported (torch aside): one environment, one version each."""
@@ -109,6 +114,7 @@ class ReplayReport:
     """Every target's run of one replay, in the order the targets were given."""
 
     targets: list[TargetRun]
+    perf: PerfPhase | None = None  # replay --perf: the phase that timed the scripts after every target ran
 
     @property
     def results(self) -> list[CaseResult]:
@@ -414,7 +420,37 @@ def replay(
                 future.result()
     report = ReplayReport([run for run in runs if run is not None])
     attribute(cases, report)
+    if options.perf is not None:
+        report.perf = time_cases(cases, report, options, make_runner, progress)
     return report
+
+
+def time_cases(
+    cases: list[Case], report: ReplayReport, options: ReplayOptions, make_runner: RunnerFactory, progress: ProgressFn
+) -> PerfPhase:
+    """replay --perf: every target that ran times the cases' scripts side by side (casekit.perf), after the
+    replay, alone on the machine; a slower axis raises its result to a warning, with why in its reasons."""
+    assert options.perf is not None
+    ran = [run for run in report.targets if not run.error]
+    targets = [
+        PerfTargetSpec(
+            label=run.label,
+            spec=run.spec,
+            torch=run.environment.get("torch"),
+            libraries=run.libraries(),
+            statuses={(r.case_id, role): script.status for r in run.results for role, script in r.scripts.items()},
+        )
+        for run in ran
+    ]
+    phase = run_perf_phase(cases, targets, options.perf, make_runner, progress, options.perf_baseline)
+    for run in ran:
+        run.perf = phase.results.get(run.label, [])
+        for result in run.results:
+            lines = [line for timed in run.perf if timed.case_id == result.case_id for line in verdict_lines(timed)]
+            result.reasons += lines
+            if any(" slower " in line for line in lines) and result.severity.rank < Severity.WARN.rank:
+                result.severity = Severity.WARN  # the seeds' performance level: a warning, gated by --fail-on warn
+    return phase
 
 
 def result_axes(run: TargetRun, result: CaseResult) -> Axes:

@@ -9,14 +9,24 @@ from typing import TYPE_CHECKING
 
 from casekit.archive.index import CaseDigest
 from casekit.classify import describe_fallback, ran_compiled
-from casekit.model import SITE_CLASS_ORDER, Case, ScriptObservation, ScriptRole, Severity, Site, SiteClass, Verdict
+from casekit.model import (
+    SITE_CLASS_ORDER,
+    Case,
+    ScriptObservation,
+    ScriptRole,
+    Severity,
+    Site,
+    SiteClass,
+    Spread,
+    Verdict,
+)
 from casekit.observe.reasons import describe_category
 from casekit.report.summary import attribution
 from casekit.scrub import shorten, without_addresses
 from casekit.terminal import one_line
 
 if TYPE_CHECKING:
-    from casekit.replay.document import ReplayDocument, ResultEntry, SiteEntry, TargetEntry
+    from casekit.replay.document import PerfEntry, ReplayDocument, ResultEntry, SiteEntry, TargetEntry
 
 
 def table(headers: list[str], rows: list[list[str]], width: int | None = None, squeeze: int | None = None) -> str:
@@ -298,5 +308,53 @@ def replay_document_text(document: ReplayDocument, verbose: bool = False, marks:
         for result in results:
             if verbose or result.severity is not Severity.INFO or result.verdict is not Verdict.UNCHANGED:
                 lines += ["", result_text(result)]
+        timed = [(result.case, entry) for result in results for entry in result.perf]
+        if timed:
+            lines += ["", f"performance on {target.label}:"] + [perf_text(case, entry) for case, entry in timed]
         blocks.append("\n".join(lines))
+    if document.perf is not None:
+        summary = document.perf
+        took = f"perf: {summary.seconds:.0f} s of timing, one process at a time"
+        blocks.append("\n".join([f"{took} ({summary.load})" if summary.load else took, *summary.notes]))
     return "\n\n".join(blocks)
+
+
+def _figure(spread: Spread | None, unit: str = "s") -> str:
+    if spread is None:
+        return "-"
+    scale, suffix = (
+        (1e6, " µs")
+        if unit == "s" and spread.median < 1e-3
+        else ((1e3, " ms") if unit == "s" and spread.median < 1 else (1, " s" if unit == "s" else "x"))
+    )
+    value = f"{spread.median * scale:.3g}{suffix}"
+    return value if spread.n < 2 else f"{value} [{spread.low * scale:.3g}–{spread.high * scale:.3g}, n={spread.n}]"
+
+
+def perf_text(case: str, entry: PerfEntry) -> str:
+    """One script's timing on one target: its figures, and each axis against the baseline with why."""
+    figures = entry.figures
+    head = f"  {case} {entry.script.value}-fix"
+    if entry.skipped:
+        return f"{head}: {entry.skipped}"
+    lines = [
+        f"{head}: compile cold {_figure(figures.compile_cold_s)}, warm {_figure(figures.compile_warm_s)}; "
+        f"steady {_figure(figures.steady_s)} per call (eager {_figure(figures.eager_s)}); "
+        f"speed-up over eager {_figure(figures.speedup, 'x')}"
+    ]
+    if figures.steady_unavailable:
+        lines.append(f"    steady state not measured: {figures.steady_unavailable}")
+    if figures.phases:
+        lines.append("    cold compile phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in figures.phases.items()))
+    extras = [part for part in (figures.caches, figures.instructions) if part]
+    if extras:
+        lines.append("    " + "; ".join(extras))
+    comparison = entry.comparison
+    if comparison is not None:
+        for axis in comparison.axes:
+            lines.append(f"    {axis.axis.value.replace('_', ' ')}: {axis.verdict.value} — {axis.why}")
+        if comparison.eager_change is not None:
+            lines.append(f"    eager alone: {comparison.eager_change:+.1%} (not the compiler's: reported apart)")
+        lines.append(f"    against {comparison.baseline}: {comparison.cause}")
+        lines.append(f"    structure: {comparison.explanation or 'the same'}")
+    return "\n".join(lines)

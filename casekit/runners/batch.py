@@ -72,6 +72,7 @@ class RequestPlaces:
     batch_root: str
     hidden: tuple[str, ...]
     read_only: tuple[str, ...] = ()  # mounts of their own below batch_root (the runs' tmpfs): its bind misses them
+    private: tuple[str, ...] = ()  # the runs' tmpfs of a session: each run sees only its own folders there
 
     @classmethod
     def one_folder(cls, root: str) -> RequestPlaces:
@@ -185,6 +186,7 @@ def request_document(
             "batch_root": places.batch_root,
             "hide": list(places.hidden),
             "readonly": list(places.read_only),
+            "private": list(places.private),
             "tmp_size": isolation.tmp_size,
             "keep_in_tmp": list(isolation.keep_in_tmp),
             "hold": isolation.hold,

@@ -71,6 +71,7 @@ class ProbeJob:
     # a whole folder laid out as the job's (a commit's tree: the script is inside it, and each run starts in
     # a fresh copy of it, from its root, as the user's command did); None: the script alone, with `includes`
     tree: Path | None = None
+    perf: Mapping[str, object] | None = None  # a perf run's measurement: cache cold/warm, blocks (casekit.perf)
 
     def to_request(self, script_path: str) -> dict[str, object]:
         request: dict[str, object] = {
@@ -85,6 +86,8 @@ class ProbeJob:
         }
         if self.dynamo_config:
             request["dynamo_config"] = config_of(self.dynamo_config)
+        if self.perf is not None:
+            request["perf"] = dict(self.perf)
         return request
 
 
@@ -126,6 +129,7 @@ class ScriptEntry(enum.Enum):
     adds a member here and joins the battery before it lands."""
 
     CAPTURE = "capture"  # casekit capture: the pre- and post-fix scripts, eager, compiled, fullgraph=True
+    PERF = "perf"  # replay/capture/bisect --perf: fresh processes timed, each job's compile cache its own
     REPLAY = "replay"  # casekit replay: the archive's batch, then its rollback check in the same probe
     BISECT_RELEASES = "bisect"  # casekit bisect: the case replayed on each release probed
     BISECT_COMMITS = "bisect-commits"  # casekit bisect-commits: the user's script in each commit's tree

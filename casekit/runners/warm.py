@@ -306,7 +306,7 @@ class WarmSession(ProbeSession):
             runs_dir=f"{self.inside['runs']}/{number}",
             batch_root=self.inside["in"],  # read-only already; what the runs must not see is hidden below
             hidden=(f"{self.inside['in']}/requests", self.inside["out"]),
-            read_only=(self.inside["runs"],),
+            private=(self.inside["runs"],) if self.sandbox.isolates else (),
         )
         folder = self.root / "in" / "requests" / number
         extra: dict[str, object] = {"preload": self.preload} if self.preload else {}

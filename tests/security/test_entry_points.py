@@ -193,12 +193,30 @@ def drive_reduce(tmp_path: Path, canaries: Canaries) -> None:
     assert (out / "attack.py").is_file()
 
 
+def drive_perf(tmp_path: Path, canaries: Canaries) -> None:
+    archive, done = capture(tmp_path, canaries)
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = tmp_path / "replay.json"
+    timed = run_casekit(
+        "replay", "--archive", str(archive), "--perf", "--perf-repeats", "cold=1,warm=2", "--json", str(document)
+    )
+    assert timed.returncode in (0, 1), timed.stderr[-3000:]
+    assert said(timed, ScriptEntry.PERF)
+    (result,) = json.loads(document.read_text())["results"]
+    (entry,) = result["perf"]
+    figures = entry["figures"]
+    assert figures["processes"] == {"cold": 1, "warm": 2}, figures
+    # a mark one process left and a later one saw, a folder outside its own, a mount: a break in the structure
+    assert figures["structure"].get("breaks", []) == [], figures["structure"]
+
+
 DRIVERS: dict[frozenset[ScriptEntry], Callable[..., None]] = {
     frozenset({ScriptEntry.CAPTURE}): drive_capture,
     frozenset({ScriptEntry.REPLAY}): drive_replay,
     frozenset({ScriptEntry.BISECT_RELEASES}): drive_bisect_releases,
     frozenset({ScriptEntry.BISECT_COMMITS}): drive_bisect_commits,
     frozenset({ScriptEntry.REDUCE, ScriptEntry.REDUCE_CONFIRM}): drive_reduce,  # one reduction runs both
+    frozenset({ScriptEntry.PERF}): drive_perf,
 }
 
 

@@ -343,10 +343,10 @@ def test_the_session_layout_names_every_place_a_run_must_not_see(tmp_path: Path)
     """The request's places: the requests and the results hidden, the runs' tmpfs read-only but one's own."""
     places = batch_module.RequestPlaces(
         "/casekit/in/requests/1", "/casekit/out/1", "/casekit/runs/1", "/casekit/in",
-        ("/casekit/in/requests", "/casekit/out"), ("/casekit/runs",),
+        ("/casekit/in/requests", "/casekit/out"), private=("/casekit/runs",),
     )  # fmt: skip
     isolation = batch_module.RunIsolation(tmp_size=1 << 20)
     request = batch_module.request_document([ProbeJob("a", tmp_path / "a.py")], places, isolation)
     assert request["isolation"]["hide"] == ["/casekit/in/requests", "/casekit/out"]
-    assert request["isolation"]["readonly"] == ["/casekit/runs"] and request["isolation"]["confine"] is True
+    assert request["isolation"]["private"] == ["/casekit/runs"] and request["isolation"]["confine"] is True
     assert request["out_dir"] == "/casekit/out/1" and request["runs_dir"] == "/casekit/runs/1"

@@ -25,10 +25,15 @@ NAMES += [str(n) for n in range(1, 8)] + [f"request-{n}" for n in range(1, 8)] +
 report = {"escaped": [], "planted": 0, "forged": [], "seen_mark": [], "mount": "", "proc1": "", "cwd_fs": ""}
 
 
+# A perf run's compile cache is its job's own, kept for its next runs on purpose (a warm compile reads it)
+PERF_CACHE = os.path.dirname(os.environ["TORCHINDUCTOR_CACHE_DIR"]) if "TORCHINDUCTOR_CACHE_DIR" in os.environ else None
+
+
 def mine(folder):
-    """The run's own places: its folder (the working directory), /tmp, /dev/shm and HOME (under /tmp)."""
+    """The run's own places: its folder (the working directory), /tmp, /dev/shm and HOME (under /tmp), and a
+    perf run's compile cache."""
     real = os.path.realpath(folder)
-    for own in (os.getcwd(), "/tmp", "/dev/shm", os.environ.get("HOME") or "/tmp"):
+    for own in (os.getcwd(), "/tmp", "/dev/shm", os.environ.get("HOME") or "/tmp", PERF_CACHE or os.getcwd()):
         own = os.path.realpath(own)
         if real == own or real.startswith(own.rstrip("/") + "/"):
             return True
@@ -36,7 +41,7 @@ def mine(folder):
 
 
 def folders():
-    found = {"/", "/tmp", "/dev/shm", os.environ.get("HOME") or "/tmp"}
+    found = {"/", "/tmp", "/dev/shm", os.environ.get("HOME") or "/tmp", *([PERF_CACHE] if PERF_CACHE else [])}
     for start in (os.getcwd(), os.path.dirname(os.path.abspath(__file__))):
         while True:
             found.add(start)
@@ -65,8 +70,8 @@ def writable(folder):
 
 
 for folder in folders():
-    if os.path.lexists(os.path.join(folder, MARK)):
-        report["seen_mark"].append(folder)
+    if os.path.lexists(os.path.join(folder, MARK)) and not (PERF_CACHE and folder.startswith(PERF_CACHE)):
+        report["seen_mark"].append(folder)  # (its own job's earlier runs may leave one in the perf cache)
     if not writable(folder):
         continue
     if not mine(folder):

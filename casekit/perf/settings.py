@@ -1,0 +1,99 @@
+"""What `--perf` measures and how it judges: how many fresh processes, how the blocks are timed, the
+thresholds per axis. One value object, parsed from the flags in one place."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from casekit.errors import CasekitError
+from casekit.model import PerfAxis, ScriptRole
+from casekit.perf.judge import AxisRule
+
+# The defaults fit `replay --perf` of the starter archive on two targets in under 20 minutes on 2 cores:
+# a cold compile of a small case costs 15-30 s here, a warm one 1-5 s.
+COLD, WARM, MAX_WARM = 1, 5, 8
+THRESHOLDS = {"steady": 0.05, "compile": 0.15}  # PyTorch's HUD marks 5 %; its regression lambda flags compile at 1.15x
+COMPILE_FLOOR_S = 0.05  # a compile change of less than 50 ms is not called, whatever its ratio
+
+
+@dataclass(frozen=True)
+class PerfSettings:
+    """`--perf-repeats cold=N,warm=N`, `--perf-threshold steady=5%,compile=15%`, `--perf-scripts pre|post|both`."""
+
+    cold: int = COLD
+    warm: int = WARM
+    max_warm: int = MAX_WARM
+    blocks: int = 3  # timed blocks per process
+    block_s: float = 0.02  # seconds a block of the slower arm lasts, about
+    threads: int = 1  # torch's threads in the timed blocks (CPU)
+    thresholds: dict[str, float] = field(default_factory=lambda: dict(THRESHOLDS))
+    alpha: float = 0.01
+    scripts: tuple[ScriptRole, ...] = (ScriptRole.PRE,)
+    backend: str | None = None  # --backend: every case's, else each case's own (inductor unless it names another)
+    budget_s: float | None = None  # the warm rounds a script may add, in seconds
+
+    def rule(self, axis: PerfAxis) -> AxisRule:
+        if axis in (PerfAxis.COMPILE_COLD, PerfAxis.COMPILE_WARM):
+            return AxisRule(self.thresholds["compile"], self.alpha, floor_abs=COMPILE_FLOOR_S)
+        return AxisRule(self.thresholds["steady"], self.alpha, higher_is_better=axis is PerfAxis.SPEEDUP)
+
+
+def parse_repeats(text: str, settings: PerfSettings) -> PerfSettings:
+    """'cold=3,warm=8' (either or both) -> the settings with those counts; CasekitError in one line."""
+    values = _pairs(text, "--perf-repeats", ("cold", "warm"))
+    counts = {}
+    for key, value in values.items():
+        if not value.isdigit() or not 0 <= int(value) <= 100 or (key == "warm" and int(value) == 0):
+            raise CasekitError(f"--perf-repeats {key}={value!r}: give a count (cold 0-100, warm 1-100)")
+        counts[key] = int(value)
+    warm = counts.get("warm", settings.warm)
+    return replace(settings, cold=counts.get("cold", settings.cold), warm=warm, max_warm=max(settings.max_warm, warm))
+
+
+def parse_thresholds(text: str, settings: PerfSettings) -> PerfSettings:
+    """'steady=5%,compile=15%' -> the settings with those thresholds; CasekitError in one line."""
+    values = _pairs(text, "--perf-threshold", ("steady", "compile"))
+    thresholds = dict(settings.thresholds)
+    for key, value in values.items():
+        match = re.fullmatch(r"(\d{1,3}(?:\.\d{1,3})?)%", value)
+        if not match or not 0 < float(match[1]) < 100:
+            raise CasekitError(f"--perf-threshold {key}={value!r}: give a percentage such as 5%")
+        thresholds[key] = float(match[1]) / 100
+    return replace(settings, thresholds=thresholds)
+
+
+def parse_scripts(text: str) -> tuple[ScriptRole, ...]:
+    """'pre', 'post' or 'both' -> the scripts perf measures; CasekitError in one line."""
+    choices = {"pre": (ScriptRole.PRE,), "post": (ScriptRole.POST,), "both": (ScriptRole.PRE, ScriptRole.POST)}
+    if text not in choices:
+        raise CasekitError(f"--perf-scripts {text!r}: use pre (the repro, with its breaks), post, or both")
+    return choices[text]
+
+
+def _pairs(text: str, flag: str, keys: tuple[str, ...]) -> dict[str, str]:
+    if len(text) > 200:
+        raise CasekitError(f"{flag}: at most 200 characters")
+    pairs: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or key not in keys:
+            raise CasekitError(f"{flag} {item!r}: use {','.join(f'{k}=…' for k in keys)}")
+        pairs[key] = value.strip()
+    if not pairs:
+        raise CasekitError(f"{flag}: give {','.join(f'{k}=…' for k in keys)}")
+    return pairs
+
+
+def settings_from_flags(
+    repeats: str | None, thresholds: str | None, scripts: str | None, backend: str | None
+) -> PerfSettings:
+    """The settings `--perf` and its flags ask for (the defaults where a flag is not given)."""
+    settings = PerfSettings(backend=backend)
+    if repeats:
+        settings = parse_repeats(repeats, settings)
+    if thresholds:
+        settings = parse_thresholds(thresholds, settings)
+    if scripts:
+        settings = replace(settings, scripts=parse_scripts(scripts))
+    return settings

@@ -1,0 +1,107 @@
+"""The three-state timing verdicts, pure: samples in, verdict out (casekit.perf.judge, casekit.perf.settings)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from casekit.errors import CasekitError
+from casekit.model import PerfAxis, PerfVerdict, ScriptRole
+from casekit.perf.judge import AxisRule, Sample, judge, noise_floor, p_value
+from casekit.perf.settings import PerfSettings, parse_repeats, parse_scripts, parse_thresholds, settings_from_flags
+
+STEADY = AxisRule(threshold=0.05)
+SPEEDUP = AxisRule(threshold=0.05, higher_is_better=True)
+COMPILE = AxisRule(threshold=0.15, floor_abs=0.05)
+
+
+def around(center: float, spread: float, n: int, seed: int) -> tuple[float, ...]:
+    rng = random.Random(seed)
+    return tuple(center * (1 + rng.uniform(-spread, spread)) for _ in range(n))
+
+
+def test_a_clear_slowdown_past_the_threshold_is_slower_and_the_same_gain_is_faster() -> None:
+    base, slow = around(1.0, 0.01, 10, 1), around(1.2, 0.01, 5, 2)
+    result = judge(PerfAxis.STEADY, Sample(base), Sample(slow), STEADY, floor=0.01)
+    assert result.verdict is PerfVerdict.SLOWER and result.change == pytest.approx(0.2, abs=0.02)
+    assert judge(PerfAxis.STEADY, Sample(slow), Sample(base), STEADY, floor=0.01).verdict is PerfVerdict.FASTER
+
+
+def test_for_the_speedup_a_lower_value_is_the_slower_one() -> None:
+    base, lower = around(2.0, 0.01, 10, 3), around(1.6, 0.01, 5, 4)
+    assert judge(PerfAxis.SPEEDUP, Sample(base), Sample(lower), SPEEDUP, floor=0.01).verdict is PerfVerdict.SLOWER
+
+
+def test_tight_alike_samples_are_same() -> None:
+    result = judge(PerfAxis.STEADY, Sample(around(1.0, 0.005, 10, 5)), Sample(around(1.0, 0.005, 5, 6)), STEADY, 0.004)
+    assert result.verdict is PerfVerdict.SAME and "within ±5%" in result.why
+
+
+def test_a_noise_floor_past_the_threshold_is_inconclusive_never_slower() -> None:
+    base, slow = around(1.0, 0.01, 10, 7), around(1.5, 0.01, 5, 8)
+    result = judge(PerfAxis.STEADY, Sample(base), Sample(slow), STEADY, floor=0.09)
+    assert result.verdict is PerfVerdict.INCONCLUSIVE and result.why.startswith("noise floor 9% > 5%")
+
+
+def test_too_few_processes_are_inconclusive_and_say_how_to_get_more() -> None:
+    result = judge(PerfAxis.COMPILE_COLD, Sample((20.0,)), Sample((30.0,)), COMPILE, None)
+    assert result.verdict is PerfVerdict.INCONCLUSIVE and "--perf-repeats cold=5" in result.why
+    assert result.change == pytest.approx(0.5)
+
+
+def test_a_significant_change_below_the_threshold_is_not_called() -> None:
+    base, a_bit = around(1.0, 0.002, 12, 9), around(1.02, 0.002, 6, 10)
+    result = judge(PerfAxis.STEADY, Sample(base), Sample(a_bit), STEADY, floor=0.002)
+    assert result.verdict in (PerfVerdict.SAME, PerfVerdict.INCONCLUSIVE) and result.p is not None and result.p < 0.01
+
+
+def test_blocks_that_disagree_with_the_processes_keep_a_change_from_being_called() -> None:
+    base, slow = around(1.0, 0.01, 10, 11), around(1.2, 0.01, 5, 12)
+    # the blocks of each side overlap completely: one level says "different", the other does not
+    blocks = around(1.1, 0.3, 30, 13)
+    result = judge(PerfAxis.STEADY, Sample(base, blocks), Sample(slow, blocks), STEADY, floor=0.01)
+    assert result.verdict is not PerfVerdict.SLOWER
+
+
+def test_a_compile_change_of_a_few_milliseconds_is_not_called_whatever_its_ratio() -> None:
+    base, slow = around(0.060, 0.01, 10, 14), around(0.080, 0.01, 5, 15)  # +33 %, 20 ms
+    assert judge(PerfAxis.COMPILE_WARM, Sample(base), Sample(slow), COMPILE, 0.01).verdict is not PerfVerdict.SLOWER
+
+
+def test_a_a_comparisons_rarely_call_a_change() -> None:
+    """Both sides from one distribution (10 % spread): at most one in 100 may be called."""
+    called = 0
+    for seed in range(100):
+        a, b = around(1.0, 0.10, 10, 1000 + seed), around(1.0, 0.10, 5, 5000 + seed)
+        halves = noise_floor(a[::2], a[1::2])
+        if judge(PerfAxis.STEADY, Sample(a), Sample(b), STEADY, halves).verdict in (
+            PerfVerdict.SLOWER,
+            PerfVerdict.FASTER,
+        ):
+            called += 1
+    assert called <= 1
+
+
+def test_p_value_is_one_when_the_values_cannot_tell() -> None:
+    assert p_value((1.0,), (2.0,)) == 1.0 and p_value((1.0, 1.0), (1.0, 1.0)) == 1.0
+    assert p_value(around(1, 0.01, 8, 1), around(2, 0.01, 8, 2)) < 0.01
+
+
+def test_the_flags_parse_into_settings_and_bad_ones_are_one_line() -> None:
+    settings = settings_from_flags("cold=3,warm=6", "steady=3%,compile=20%", "both", "inductor")
+    assert (settings.cold, settings.warm, settings.max_warm) == (3, 6, 8)
+    assert settings.thresholds == {"steady": 0.03, "compile": 0.20} and settings.backend == "inductor"
+    assert settings.scripts == (ScriptRole.PRE, ScriptRole.POST)
+    assert settings.rule(PerfAxis.SPEEDUP).higher_is_better and settings.rule(PerfAxis.COMPILE_COLD).threshold == 0.20
+    for bad, parse in (
+        ("cold=x", lambda t: parse_repeats(t, PerfSettings())),
+        ("warm=0", lambda t: parse_repeats(t, PerfSettings())),
+        ("hot=1", lambda t: parse_repeats(t, PerfSettings())),
+        ("steady=5", lambda t: parse_thresholds(t, PerfSettings())),
+        ("steady=150%", lambda t: parse_thresholds(t, PerfSettings())),
+        ("all", parse_scripts),
+        ("x" * 300, lambda t: parse_repeats(t, PerfSettings())),
+    ):
+        with pytest.raises(CasekitError):
+            parse(bad)
