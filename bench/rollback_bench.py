@@ -29,7 +29,8 @@ from pathlib import Path
 from casekit.archive.store import Archive
 from casekit.bundle import sha256_text
 from casekit.replay import run as replay_run
-from casekit.runners.interface import TargetSpec
+from casekit.runners.interface import BatchSession, TargetSpec
+from casekit.runners.python import PythonRunner
 from casekit.runners.registry import make_runner
 
 CASES = Path(__file__).resolve().parent.parent / "cases"
@@ -47,9 +48,9 @@ def archives() -> dict[str, list]:
 
 
 def once(cases: list, warm: bool) -> tuple[float, int, list[str]]:
-    real = replay_run._warm_probe
-    if not warm:
-        replay_run._warm_probe = lambda runner, options: None  # type: ignore[assignment]
+    real = PythonRunner.open_session
+    if not warm:  # the runner's own probe per batch: a session that keeps nothing warm
+        PythonRunner.open_session = lambda self, entry, **options: BatchSession(self, entry)  # type: ignore[method-assign]
     said: list[str] = []
     started = time.monotonic()
     try:
@@ -57,7 +58,7 @@ def once(cases: list, warm: bool) -> tuple[float, int, list[str]]:
             cases, [TargetSpec(runner="python")], replay_run.ReplayOptions(record=False), None, make_runner, said.append
         )
     finally:
-        replay_run._warm_probe = real  # type: ignore[assignment]
+        PythonRunner.open_session = real  # type: ignore[method-assign]
     verdicts = sorted(
         f"{r.case_id}:{r.verdict.value}:{r.rollback.verified if r.rollback else '-'}" for r in report.results
     )

@@ -91,6 +91,7 @@ def test_p_value_is_one_when_the_values_cannot_tell() -> None:
 def test_the_flags_parse_into_settings_and_bad_ones_are_one_line() -> None:
     settings = settings_from_flags("cold=3,warm=6", "steady=3%,compile=20%", "both", "inductor")
     assert (settings.cold, settings.warm, settings.max_warm) == (3, 6, 8)
+    assert parse_repeats("warm=2,max=2", PerfSettings()).max_warm == 2
     assert settings.thresholds == {"steady": 0.03, "compile": 0.20} and settings.backend == "inductor"
     assert settings.scripts == (ScriptRole.PRE, ScriptRole.POST)
     assert settings.rule(PerfAxis.SPEEDUP).higher_is_better and settings.rule(PerfAxis.COMPILE_COLD).threshold == 0.20
@@ -102,6 +103,7 @@ def test_the_flags_parse_into_settings_and_bad_ones_are_one_line() -> None:
         ("steady=150%", lambda t: parse_thresholds(t, PerfSettings())),
         ("all", parse_scripts),
         ("x" * 300, lambda t: parse_repeats(t, PerfSettings())),
+        ("warm=5,max=3", lambda t: parse_repeats(t, PerfSettings())),
     ):
         with pytest.raises(CasekitError):
             parse(bad)

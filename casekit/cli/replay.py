@@ -193,8 +193,9 @@ PerfRepeats = Annotated[
     str | None,
     typer.Option(
         "--perf-repeats",
-        metavar="cold=N,warm=N",
-        help="Fresh processes a side [default: cold=1,warm=5; more warm rounds are added while a verdict is open].",
+        metavar="cold=N,warm=N,max=N",
+        help="Fresh processes a side: cold ones, warm rounds, and the most warm rounds added while a verdict is "
+        "open [default: cold=1,warm=5,max=8].",
     ),
 ]
 PerfThreshold = Annotated[

@@ -40,15 +40,19 @@ class PerfSettings:
 
 
 def parse_repeats(text: str, settings: PerfSettings) -> PerfSettings:
-    """'cold=3,warm=8' (either or both) -> the settings with those counts; CasekitError in one line."""
-    values = _pairs(text, "--perf-repeats", ("cold", "warm"))
+    """'cold=3,warm=8,max=12' (any of them) -> the settings with those counts: cold processes a side, warm
+    rounds, and the most warm rounds while a verdict is open; CasekitError in one line."""
+    values = _pairs(text, "--perf-repeats", ("cold", "warm", "max"))
     counts = {}
     for key, value in values.items():
-        if not value.isdigit() or not 0 <= int(value) <= 100 or (key == "warm" and int(value) == 0):
-            raise CasekitError(f"--perf-repeats {key}={value!r}: give a count (cold 0-100, warm 1-100)")
+        if not value.isdigit() or not 0 <= int(value) <= 100 or (key != "cold" and int(value) == 0):
+            raise CasekitError(f"--perf-repeats {key}={value!r}: give a count (cold 0-100, warm and max 1-100)")
         counts[key] = int(value)
     warm = counts.get("warm", settings.warm)
-    return replace(settings, cold=counts.get("cold", settings.cold), warm=warm, max_warm=max(settings.max_warm, warm))
+    most = counts.get("max", max(settings.max_warm, warm))
+    if most < warm:
+        raise CasekitError(f"--perf-repeats max={most} is below warm={warm}: max is the most warm rounds")
+    return replace(settings, cold=counts.get("cold", settings.cold), warm=warm, max_warm=most)
 
 
 def parse_thresholds(text: str, settings: PerfSettings) -> PerfSettings:
