@@ -157,17 +157,22 @@ def structural_diff(before: PerfStructure, after: PerfStructure) -> str:
     return "; ".join(parts)
 
 
-def wants_more(measured_samples: dict[str, list[ProcessSample]], halves, settings: PerfSettings, baseline: str) -> bool:
-    """Whether another warm round may settle a verdict: some warm axis is inconclusive for want of processes
-    (not because the noise floor is past the threshold: more of the same noise would not help)."""
+def wants_more(
+    measured_samples: dict[str, list[ProcessSample]],
+    halves: tuple[Sequence[ProcessSample], Sequence[ProcessSample]],
+    settings: PerfSettings,
+    baseline: str,
+) -> bool:
+    """Whether another warm round may settle a verdict: some warm axis is inconclusive with a p-value that
+    more processes could still bring down (not when the noise floor is past the threshold, nor when an axis
+    has nothing to measure: more of the same would not help)."""
     base = measured_samples[baseline]
     for label, samples in measured_samples.items():
         if label == baseline:
             continue
-        comparison = compare(samples, base, halves, settings, baseline)
-        for result in comparison.axes:
-            if result.axis is PerfAxis.COMPILE_COLD or result.verdict is not PerfVerdict.INCONCLUSIVE:
-                continue
-            if "noise floor" not in result.why and "no steady state" not in result.why and "no " not in result.why[:3]:
+        for result in compare(samples, base, halves, settings, baseline).axes:
+            open_ = result.verdict is PerfVerdict.INCONCLUSIVE and result.axis is not PerfAxis.COMPILE_COLD
+            floored = result.floor is not None and result.floor > settings.rule(result.axis).threshold
+            if open_ and result.p is not None and not floored:
                 return True
     return False

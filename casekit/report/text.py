@@ -320,13 +320,12 @@ def replay_document_text(document: ReplayDocument, verbose: bool = False, marks:
 
 
 def _figure(spread: Spread | None, unit: str = "s") -> str:
+    """A figure over processes as '146 µs [107–215, n=5]' (seconds scaled to µs or ms), or a ratio '1.26x'."""
     if spread is None:
         return "-"
-    scale, suffix = (
-        (1e6, " µs")
-        if unit == "s" and spread.median < 1e-3
-        else ((1e3, " ms") if unit == "s" and spread.median < 1 else (1, " s" if unit == "s" else "x"))
-    )
+    scale, suffix = 1.0, "x"
+    if unit == "s":
+        scale, suffix = (1e6, " µs") if spread.median < 1e-3 else (1e3, " ms") if spread.median < 1 else (1.0, " s")
     value = f"{spread.median * scale:.3g}{suffix}"
     return value if spread.n < 2 else f"{value} [{spread.low * scale:.3g}–{spread.high * scale:.3g}, n={spread.n}]"
 
