@@ -67,11 +67,14 @@ class ProcessSample:
     def ok(self) -> bool:
         return self.status is ScriptStatus.OK
 
+    # A process's time per call is its fastest block: on a shared host other work only ever adds time, so the
+    # minimum is the least disturbed figure (the interleaved arms, min per arm, of the benchmarks this follows).
+    # The speed-up is taken block by block, eager and compiled adjacent: the machine's drift cancels there.
     def steady(self) -> float | None:
-        return statistics.median(b.compiled for b in self.blocks) if self.blocks else None
+        return min(b.compiled for b in self.blocks) if self.blocks else None
 
     def eager(self) -> float | None:
-        return statistics.median(b.eager for b in self.blocks) if self.blocks else None
+        return min(b.eager for b in self.blocks) if self.blocks else None
 
     def speedup(self) -> float | None:
         return statistics.median(b.speedup for b in self.blocks) if self.blocks else None

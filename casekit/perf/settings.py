@@ -24,7 +24,7 @@ class PerfSettings:
     cold: int = COLD
     warm: int = WARM
     max_warm: int = MAX_WARM
-    blocks: int = 3  # timed blocks per process
+    blocks: int = 10  # timed blocks per process (its steady time is the fastest: see casekit.perf.samples)
     block_s: float = 0.02  # seconds a block of the slower arm lasts, about
     threads: int = 1  # torch's threads in the timed blocks (CPU)
     thresholds: dict[str, float] = field(default_factory=lambda: dict(THRESHOLDS))
