@@ -21,7 +21,7 @@ import casekit.cli.replay as replay_command
 from casekit.archive.store import Archive
 from casekit.cli import app
 from casekit.errors import CasekitError, CaseNotFound
-from casekit.progress import ProgressView, Verbosity, plain_output, set_verbosity
+from casekit.progress import ProgressView, Verbosity, fit_label, plain_output, set_verbosity, shorten_paths
 from casekit.report.text import describe_fallback, table
 
 from .fakes import Target, captured_archive, recorded_targets
@@ -83,8 +83,61 @@ def test_a_long_label_does_not_wrap_a_terminals_progress_lines(monkeypatch: pyte
     assert lines[0].startswith("  ... [python:…") and "/bin/python] running 18 script(s) of 9 case(s)" in lines[0]
     log = io.StringIO()
     with ProgressView.for_stderr(log) as view:
+        view(f"[{LONG}] running 18 script(s) of {'9 case(s) ' * 12}")
+    # not a terminal: not cut to a width, but a path is named by what a person needs (its last three parts)
+    assert (
+        log.getvalue()
+        == f"  ... [python:…/nightly-build-with-debug/bin/python] running 18 script(s) of {'9 case(s) ' * 12}\n"
+    )
+    set_verbosity(Verbosity.VERBOSE)
+    whole = io.StringIO()
+    with ProgressView.for_stderr(whole) as view:
         view(f"[{LONG}] running 18 script(s) of 9 case(s)")
-    assert log.getvalue() == f"  ... [{LONG}] running 18 script(s) of 9 case(s)\n"  # not a terminal: whole
+    assert whole.getvalue() == f"  ... [{LONG}] running 18 script(s) of 9 case(s)\n"  # -v: every path whole
+
+
+def test_a_progress_line_names_a_path_by_what_a_person_needs() -> None:
+    """Not the temporary or cache folder around it: the home folder as ~, elsewhere the last three parts."""
+    home = "/home/alice"
+    env = "/tmp/pytest-of-alice/pytest-12/test_x0/cache/envs/torch-2.13.0-py3.11-2fb6f524/bin/python"
+    said = shorten_paths(f"[venv:torch-2.13] warm probe started for replay in {env} (pid 7): importing torch …", home)
+    assert (
+        said
+        == "[venv:torch-2.13] warm probe started for replay in …/torch-2.13.0-py3.11-2fb6f524/bin/python (pid 7): importing torch …"
+    )
+    assert shorten_paths(
+        "[python:/home/alice/envs/nightly/bin/python] checking torch in /home/alice/envs/nightly/bin/python …", home
+    ) == ("[python:~/envs/nightly/bin/python] checking torch in ~/envs/nightly/bin/python …")
+    kept = "cannot reach https://download.pytorch.org/whl/cpu/torch/: --find-links /opt/wheels, in /usr/bin/python3"
+    assert shorten_paths(kept, home) == kept  # a URL, and a path of three parts or fewer, say what they say
+    assert shorten_paths("a/b/c/d/e.py x=/srv/a/b/c/d.py", home) == "a/b/c/d/e.py x=…/b/c/d.py"
+
+
+def test_two_interpreters_cut_on_a_terminal_stay_told_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--python` paths alike at both ends: the cut keeps the part that tells them apart, in lines and bars."""
+    first = "python:/opt/team/envs/torch-2.5-debug/bin/python"
+    second = "python:/opt/team/envs/torch-2.13-debug/bin/python"
+    assert fit_label(first, 24, [second]) != fit_label(second, 24, [first])
+    assert "2.5" in fit_label(first, 24, [second]) and "2.13" in fit_label(second, 24, [first])
+    monkeypatch.setenv("COLUMNS", "60")
+    monkeypatch.setenv("NO_COLOR", "1")
+    set_verbosity(Verbosity.VERBOSE)  # whole paths: the labels are as long as a user's can be
+    terminal = Terminal()
+    with ProgressView.for_stderr(terminal) as view:
+        for label in (first, second):
+            view(f"[{label}] running 18 script(s) of 9 case(s), importing torch and warming Dynamo up")
+    one, two = terminal.getvalue().splitlines()
+    assert len(one) <= 60 and len(two) <= 60
+    assert one.split("]")[0] != two.split("]")[0], (one, two)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    bars = Terminal()
+    with ProgressView.for_stderr(bars) as view:
+        view(f"[{first}] 1/4 a.pre done")
+        view(f"[{second}] 1/4 a.pre done")
+        assert view._bars is not None
+        names = [task.description for task in view._bars.tasks]
+    assert len(set(names)) == 2 and "2.5" in names[0] and "2.13" in names[1], names
 
 
 def test_a_long_label_names_a_bar_that_fits(monkeypatch: pytest.MonkeyPatch):

@@ -130,6 +130,14 @@ class TargetEntry:
     # ("set": true for those the replay set); None: not recorded (a probe before casekit recorded them)
     dynamo: dict[str, dict[str, Any]] | None = None
     libraries: dict[str, str] = field(default_factory=dict)  # what the scripts imported: dist -> version
+    # the label as asked, when the build that ran names it otherwise ('venv:torch-2.13' ran 2.13.0): the key
+    # a shard plan (`matrix`, `layout`) knows the target by; None: the label
+    asked: str | None = None
+
+    @property
+    def planned(self) -> str:
+        """The label a shard plan knows this target by."""
+        return self.asked or self.label
 
 
 @dataclass
@@ -187,7 +195,12 @@ class ReplayDocument:
 def _target_json(target: TargetEntry) -> dict[str, Any]:
     """A target as JSON; what a probe before settings were recorded did not say is left out, not null."""
     data = dataclasses.asdict(target)
-    for key in ("dynamo", "libraries", "display"):  # display: the label says it all but for an interpreter path
+    for key in (
+        "dynamo",
+        "libraries",
+        "display",
+        "asked",
+    ):  # display: the label says it all but for an interpreter path
         if not data[key]:
             del data[key]
     return data
@@ -313,6 +326,7 @@ def target_entry(run: TargetRun) -> TargetEntry:
         display=run.display,
         dynamo=run.environment.get("dynamo_settings"),
         libraries=run.libraries(),
+        asked=run.asked or None,
     )
 
 
@@ -482,6 +496,7 @@ def _target_entry(data: dict[str, Any]) -> TargetEntry:
         display=data.get("display"),
         dynamo=data.get("dynamo"),
         libraries=dict(data.get("libraries") or {}),
+        asked=data.get("asked"),
     )
 
 

@@ -280,7 +280,7 @@ def run_replay(
     report = replay(selection.cases, selection.specs, request.options, archive, make_runner, progress)
     if selection.cells is not None:
         for run in report.targets:
-            run.results = [r for r in run.results if (r.case_id, run.label) in selection.cells]
+            run.results = [r for r in run.results if (r.case_id, run.planned) in selection.cells]
     failed = [f"{run.display or run.label}: {run.error}" for run in report.targets if run.error]  # for people
     unrecorded = [f"could not record the replay of {run.record_error}" for run in report.targets if run.record_error]
     outcome = ReplayOutcome(
@@ -313,9 +313,10 @@ def _sliced(document: ReplayDocument, request: ReplayRequest, selection: _Select
 
 
 def per_target_documents(document: ReplayDocument) -> dict[str, ReplayDocument]:
-    """A (shard's) document split by target: label -> that target's entry and results, and the slice fields."""
+    """A (shard's) document split by target: the label its plan knows it by (`planned`: a retry whose
+    environment failed replaces the same file) -> that target's entry and results, and the slice fields."""
     return {
-        target.label: dataclasses.replace(
+        target.planned: dataclasses.replace(
             document, targets=[target], results=[r for r in document.results if r.target == target.label]
         )
         for target in document.targets

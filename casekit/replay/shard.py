@@ -267,7 +267,10 @@ class _Slice:
 
 
 def _slice_of(path: Path, data: ReplayDocument) -> _Slice:
-    labels = sorted({target.label for target in data.targets} | {r.target for r in data.results})
+    # the plan's key: the label as asked (the build that ran may name the target otherwise, and a shard
+    # whose environment failed knows only the label asked)
+    planned = {target.label: target.planned for target in data.targets}
+    labels = sorted(set(planned.values()) | {planned.get(r.target, r.target) for r in data.results})
     if len(labels) != 1:
         raise ShardError(
             f"{path}: a per-target result file (it has an 'attempt') must hold one target, not {len(labels)}"
