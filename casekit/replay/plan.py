@@ -246,7 +246,10 @@ def run_replay(
     # a draft has no repro (its script only raises): skipped alike whether named with --case or not
     drafts = [c.id for c in cases if DRAFT_TAG in c.tags]
     if drafts:
-        notice(f"skipping {len(drafts)} draft case(s) without a repro: {', '.join(drafts)}")
+        notice(  # once, before the run: the report below holds the cases that ran
+            f"skipping {len(drafts)} draft case(s) without a repro: {', '.join(drafts)} "
+            "(capture one with `casekit capture SCRIPT --id ID --force`)"
+        )
         cases = [c for c in cases if c.id not in drafts]
         if not cases and not invalid and request.shard is None:
             raise CasekitError(

@@ -170,6 +170,13 @@ class MergedReport:
     worst: Severity
     warnings: list[str] = field(default_factory=list)
     retries: list[str] = field(default_factory=list)  # one line per shard whose kept result is a later attempt
+    files_read: int = 0  # result files read: a folder given counts each of its files
+    files_kept: int = 0  # of those, the ones merged (an earlier attempt at a shard is read, then left out)
+
+    def files_said(self) -> str:
+        """'6 file(s)', or '6 file(s) (2 earlier attempt(s) left out)'."""
+        left_out = self.files_read - self.files_kept
+        return f"{self.files_read} file(s)" + (f" ({left_out} earlier attempt(s) left out)" if left_out else "")
 
     def exit_code(self, fail_on: FailOn | str) -> ExitCode:
         """The same rule as replay: a target whose environment failed is a problem (2), whatever the verdicts."""
@@ -396,7 +403,7 @@ def merge_reports(
     worst = merged.worst_severity()
     if merged.failed_targets() and worst.rank < Severity.ERROR.rank:
         worst = Severity.ERROR  # a target whose environment failed says nothing good about its cases
-    return MergedReport(merged, worst, warnings, retries)
+    return MergedReport(merged, worst, warnings, retries, files_read=len(documents), files_kept=len(kept))
 
 
 def without_volatile(document: ReplayDocument) -> dict[str, Any]:

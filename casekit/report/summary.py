@@ -32,7 +32,7 @@ from casekit.scrub import without_addresses
 from casekit.versions import version_order
 
 if TYPE_CHECKING:
-    from casekit.replay.document import ReplayDocument, ResultEntry
+    from casekit.replay.document import ReplayDocument, ResultEntry, RollbackEntry
 
 
 @dataclass
@@ -178,6 +178,21 @@ def attribution(axis: str, cause: str) -> str:
     return f"changed by {axis}: {cause}" if axis else f"cause unknown: {cause}"
 
 
+def rollback_line(rollback: RollbackEntry, reasons: Sequence[str]) -> str:
+    """'rollback (verified): post-fix with fullgraph=False runs and matches eager ...': the way back and its
+    proof; why the fix broke is the verdict's reason, said once there (a document keeps it in the detail
+    too, from before the check ran)."""
+    verified = rollback.verified
+    state = "not checked" if verified is None else ("verified" if verified else "NOT verified")
+    detail = rollback.detail
+    for reason in reasons:
+        if detail == reason:
+            detail = "the check did not run"
+        elif detail.startswith(reason + "; "):
+            detail = detail[len(reason) + 2 :]
+    return f"rollback ({state}): {detail}"
+
+
 def cells_from_results(data: ReplayDocument, source: str) -> list[Cell]:
     """Cells from a `casekit.replay/1` document (`replay --json`, `merge --json`)."""
     torch_of = {t.label: t.torch or "?" for t in data.targets}
@@ -196,9 +211,7 @@ def cells_from_results(data: ReplayDocument, source: str) -> list[Cell]:
             details += [f"{which}: {note}" for note in script.notes]
         rollback = result.rollback
         if rollback and rollback.needed:
-            verified = rollback.verified
-            state = "not checked" if verified is None else ("verified" if verified else "NOT verified")
-            details.append(f"rollback ({state}): {rollback.detail}")
+            details.append(rollback_line(rollback, result.reasons))
         cells.append(
             Cell(
                 case_id=result.case,

@@ -11,7 +11,7 @@ from casekit.archive.index import CaseDigest
 from casekit.classify import describe_fallback, ran_compiled
 from casekit.model import SITE_CLASS_ORDER, Case, ScriptObservation, ScriptRole, Severity, Site, SiteClass, Verdict
 from casekit.observe.reasons import describe_category
-from casekit.report.summary import attribution
+from casekit.report.summary import attribution, rollback_line
 from casekit.scrub import shorten, without_addresses
 
 if TYPE_CHECKING:
@@ -261,9 +261,7 @@ def result_text(result: ResultEntry) -> str:
         lines += [f"  {which} note: {without_addresses(_reworded(note))}" for note in script.notes]
     rollback = result.rollback
     if rollback:
-        verified = rollback.verified
-        state = "verified" if verified else ("NOT verified" if verified is False else "not checked")
-        lines.append(f"  rollback ({state}): {rollback.detail}")
+        lines.append("  " + rollback_line(rollback, reasons))
         if rollback.notes:
             lines.append("  rollback notes: " + rollback.notes.strip().replace("\n", "\n    "))
     return "\n".join(lines)
