@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, TextIO
 
+from casekit.scrub import portable_paths
+
 if TYPE_CHECKING:  # rich is imported only when a terminal shows bars
     from rich.progress import Progress
 
@@ -55,10 +57,6 @@ _COUNT = re.compile(r"^(?:\[(?P<label>[^\]]+)\] )?(?P<done>\d+)/(?P<total>\d+)\b
 _PLAIN_LEAD = "  ... "
 _PHASE_COLUMNS = 30  # a live phase's pulse and elapsed time beside its message
 _LABEL = re.compile(r"^\[(?P<label>[^\]]+)\] (?P<rest>.*)$", re.S)
-# An absolute path in a message: after a space, a quote, a bracket, '=' or ':' ("python:/x/y", "in /x/y"),
-# never the '//' of a URL nor a relative path's inner slash.
-_PATH = re.compile(r"(?:(?<=^)|(?<=[\s\"'`(\[{<=:,]))/(?!/)[^\s\"'`,;()\[\]{}<>]+")
-_KEPT_PARTS = 3  # what names an env or a script: `torch-2.13.0-py3.11-2fb6f524/bin/python`, `case/pre/repro.py`
 
 
 def set_verbosity(level: Verbosity) -> None:
@@ -239,19 +237,9 @@ class ProgressView:
 
 
 def shorten_paths(message: str, home: str | None = None) -> str:
-    """`message` with each absolute path as a person needs it: under the home folder from `~`
-    (`~/envs/nightly/bin/python`, as a label names it), elsewhere by its last three parts when it has more
-    (`…/torch-2.13.0-py3.11-2fb6f524/bin/python`, not the temporary or cache folder around it)."""
-    home = (home if home is not None else os.path.expanduser("~")).rstrip("/")
-
-    def shorter(match: re.Match[str]) -> str:
-        path = match.group(0)
-        if len(home) > 1 and (path == home or path.startswith(home + "/")):
-            return "~" + path[len(home) :]
-        parts = [part for part in path.split("/") if part]
-        return "…/" + "/".join(parts[-_KEPT_PARTS:]) if len(parts) > _KEPT_PARTS else path
-
-    return _PATH.sub(shorter, message)
+    """`message` with each absolute path as a person needs it (`scrub.portable_paths`): under the home
+    folder from `~`, elsewhere by its last three parts, not the temporary or cache folder around it."""
+    return portable_paths(message, home)
 
 
 def terminal_width(stream: TextIO) -> int | None:

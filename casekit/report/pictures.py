@@ -492,12 +492,14 @@ def _bisect_line(timeline: Timeline, doc: dict[str, Any], left: float, bottom: f
     for position, (index, column) in enumerate(replays):
         if version_order(column.torch) >= first_bad and position > 0:
             x = left + index * COL_W
-            tip = f"bisect: {doc.get('last_good')} -> {doc.get('first_bad')} ({doc.get('predicate')})"
+            last, first = end_words(str(doc.get("result")))
+            tip = f"bisect: {last} {doc.get('last_good')} -> {first} {doc.get('first_bad')} ({doc.get('predicate')})"
             note = "bisect: " + clip(str(doc.get("first_bad")), 12)
+            ink = sides_of(doc)[1][1][1]
             return (
                 f'<g class="bisect-boundary"><title>{esc(tip)}</title>'
-                f'<line x1="{x:.1f}" y1="2" x2="{x:.1f}" y2="{bottom:.1f}" stroke="#cf222e" stroke-width="2" stroke-dasharray="6 3"/>'
-                f"{text(x + 3, HEAD_H + 10, note, size=10, fill='#cf222e')}</g>"
+                f'<line x1="{x:.1f}" y1="2" x2="{x:.1f}" y2="{bottom:.1f}" stroke="{ink}" stroke-width="2" stroke-dasharray="6 3"/>'
+                f"{text(x + 3, HEAD_H + 10, note, size=10, fill=ink)}</g>"
             )
     return ""
 
@@ -637,15 +639,42 @@ def _heat_cell(cell: HeatCell | None, case_id: str, target: str, x: float, y: fl
 
 # ------------------------------------------------------------------ a bisection
 
-OUTCOME_FILL = {"good": ("#aceebb", "#0f5323"), "bad": ("#ff8182", "#5d0011"), "unknown": ("#eaeef2", "#57606a")}
+_GREEN, _RED = ("#aceebb", "#0f5323"), ("#ff8182", "#5d0011")
+_AMBER, _BLUE = ("#ffd8b5", "#762c00"), ("#b6e3ff", "#0a3069")
+_UNKNOWN = ("#eaeef2", "#57606a")
+# How the two sides of a bisection are named and coloured, by which way the outcome moved (the document's
+# "result"): the release that fixed a break is not "bad", and it is not red.
+SIDES: dict[str, tuple[tuple[str, tuple[str, str]], tuple[str, tuple[str, str]]]] = {
+    "regression": (("good", _GREEN), ("bad", _RED)),
+    "fix": (("unfixed", _AMBER), ("fixed", _GREEN)),
+    "change": (("unchanged", _UNKNOWN), ("changed", _BLUE)),
+}
+
+
+def sides_of(doc: dict[str, Any]) -> tuple[tuple[str, tuple[str, str]], tuple[str, tuple[str, str]]]:
+    """(word, (fill, ink)) of the side the good end is on, then of the side it changed to."""
+    return SIDES.get(str(doc.get("result")), SIDES["regression"])
+
+
+def end_words(result: str) -> tuple[str, str]:
+    """'last good' / 'first bad', or for a fix 'last unfixed' / 'first fixed', as every view says it."""
+    (before, _), (after, _) = SIDES.get(result, SIDES["regression"])
+    return f"last {before}", f"first {after}"
 
 
 def step_side(doc: dict[str, Any], outcome: str) -> str:
+    """The side a step's outcome is on, in the words of the bisection's direction ('fixed', 'bad', ...)."""
+    (before, _), (after, _) = sides_of(doc)
     if outcome == doc.get("good_outcome"):
-        return "good"
+        return before
     if outcome == doc.get("bad_outcome"):
-        return "bad"
+        return after
     return "unknown"
+
+
+def _side_colours(doc: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    (before, first), (after, second) = sides_of(doc)
+    return {before: first, after: second, "unknown": _UNKNOWN}
 
 
 def bisect_svg(doc: dict[str, Any]) -> str:
@@ -656,37 +685,40 @@ def bisect_svg(doc: dict[str, Any]) -> str:
     steps = {str(s.get("target")): (n, s) for n, s in enumerate(doc.get("steps") or [], start=1)}
     cell_w = 84 if len(candidates) <= 14 else 56
     width = max(460, int(16 + max(1, len(candidates)) * cell_w + 16))
+    last, first = end_words(str(doc.get("result")))
+    colours = _side_colours(doc)
+    ink = sides_of(doc)[1][1][1]  # where it changes, in the colour of what it changed to
     desc = (
-        f"bisection of {doc.get('subject')} by {doc.get('predicate')}: last good {doc.get('last_good')}, "
-        f"first bad {doc.get('first_bad')}; {len(steps)} of {len(candidates)} candidate(s) tried"
+        f"bisection of {doc.get('subject')} by {doc.get('predicate')}: {last} {doc.get('last_good')}, "
+        f"{first} {doc.get('first_bad')}; {len(steps)} of {len(candidates)} candidate(s) tried"
     )
     out = []
     for i, candidate in enumerate(candidates):
         x = 16 + i * cell_w
         tried = steps.get(candidate)
         if tried is None:
-            fill, ink, word, tip = "#ffffff", "#8c959f", "not tried", f"{candidate}: not tried"
+            fill, ink_of_step, word, tip = "#ffffff", "#8c959f", "not tried", f"{candidate}: not tried"
         else:
             number, step = tried
             side = step_side(doc, str(step.get("outcome")))
-            fill, ink = OUTCOME_FILL[side]
+            fill, ink_of_step = colours[side]
             word = f"#{number} {side}"
             tip = f"step {number}: {labels.get(candidate, candidate)} -> {step.get('outcome')} ({side}); {step.get('detail', '')}"
         out.append(
             f'<g class="bisect-step"><title>{esc(tip)}</title>'
             f'<rect x="{x + 2}" y="40" width="{cell_w - 4}" height="40" rx="4" fill="{fill}" stroke="#d0d7de"/>'
-            f"{text(x + cell_w / 2, 64, clip(word, 12), anchor='middle', size=11, fill=ink, bold=True)}"
+            f"{text(x + cell_w / 2, 64, clip(word, 12), anchor='middle', size=11, fill=ink_of_step, bold=True)}"
             f"{text(x + cell_w / 2, 98, clip(labels.get(candidate, candidate), cell_w // 7), anchor='middle', size=10)}</g>"
         )
         if candidate == doc.get("first_bad") and i > 0:
             out.append(
                 f'<g class="bisect-boundary"><title>the outcome changes between {esc(doc.get("last_good"))} and {esc(candidate)}</title>'
-                f'<line x1="{x:.1f}" y1="30" x2="{x:.1f}" y2="108" stroke="#cf222e" stroke-width="3" stroke-dasharray="6 3"/>'
-                f"{text(x, 24, 'changes here', anchor='middle', size=11, fill='#cf222e', bold=True)}</g>"
+                f'<line x1="{x:.1f}" y1="30" x2="{x:.1f}" y2="108" stroke="{ink}" stroke-width="3" stroke-dasharray="6 3"/>'
+                f"{text(x, 24, 'changes here', anchor='middle', size=11, fill=ink, bold=True)}</g>"
             )
     swatches = [
         (f'<rect x="-7" y="-7" width="14" height="14" fill="{f}" stroke="#d0d7de"/>', n)
-        for n, (f, _) in OUTCOME_FILL.items()
+        for n, (f, _) in colours.items()
     ]
     swatches.append(('<rect x="-7" y="-7" width="14" height="14" fill="#ffffff" stroke="#d0d7de"/>', "not tried"))
     return finish_svg(out, width, 108, swatches, (f"Bisection of {doc.get('subject')}", desc, "bisect-svg"))
