@@ -52,7 +52,12 @@ class Scrubber:
     """Replaces known machine folders (and their left-truncated tails) by placeholders."""
 
     def __init__(self, replacements: Iterable[Replacement]) -> None:
-        unique = {r.folder.rstrip("/"): r for r in replacements if len(r.folder.rstrip("/")) > 1}
+        # a folder given with its trailing separator is the same folder: its left-cut tails are found by its name
+        unique = {
+            r.folder.rstrip("/"): Replacement(r.folder.rstrip("/"), r.placeholder)
+            for r in replacements
+            if len(r.folder.rstrip("/")) > 1
+        }
         # longest first: a script folder inside the batch folder wins over the batch folder
         self.replacements = sorted(unique.values(), key=lambda r: -len(r.folder))
         self._truncated = [(r, _truncated_pattern(r.folder)) for r in self.replacements]

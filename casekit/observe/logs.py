@@ -180,11 +180,17 @@ def parse_recompile(message: str) -> RawRecompile | None:
     if not match:
         return None
     items = [line.strip()[2:].strip() for line in message.splitlines() if line.strip().startswith("- ")]
-    # 2.2+ number each failed guard ("0/0: ..."); 2.13 adds a user stack and a source comment
-    # holding the batch's temporary path: keep the guard itself, which is what compares across runs.
+    return RawRecompile(match["function"], match["file"], int(match["line"]), guard_reasons(items))
+
+
+def guard_reasons(items: list[str]) -> list[str]:
+    """The failed guards of one recompile, from its items (the log's "- " lines, a trace's payload lines).
+
+    2.2+ number each failed guard with its compile id ("0/0: ..."); 2.13 adds a user stack and a source
+    comment holding the script's path, cut on the left by torch (`mp/casekit-.../repro.py:9`): keep the
+    guard itself, which is what compares across runs and names no folder."""
     guards = [GUARD_SOURCE_COMMENT.split(item, maxsplit=1)[0].strip() for item in items if GUARD_ITEM.match(item)]
-    reasons = guards or [item for item in items if not item.startswith(("User stack trace", "File "))]
-    return RawRecompile(match["function"], match["file"], int(match["line"]), reasons)
+    return guards or [item for item in items if not item.startswith(("User stack trace", "File "))]
 
 
 @dataclass
