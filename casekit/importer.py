@@ -41,7 +41,14 @@ from casekit.model import (
     SiteKind,
 )
 from casekit.observe.interpret import SHORT_DTYPE, SITE_PACKAGES, STDLIB, site_from_raw
-from casekit.observe.logs import RawBreak, guard_reasons, parse_graph_break, parse_recompile, parse_wont_convert
+from casekit.observe.logs import (
+    RawBreak,
+    guard_reasons,
+    parse_graph_break,
+    parse_recompile,
+    parse_wont_convert,
+    source_name,
+)
 from casekit.observe.reasons import describe_category, normalize_function
 from casekit.scrub import Replacement, Scrubber, machine_folders
 
@@ -316,35 +323,6 @@ def events_from_trace(text: str, facts: TraceFacts) -> list[Event]:
         reasons = guard_reasons([item for item in items if item != "User stack trace:"])
         events.append(Event("recompile", "trace", function=function, file=file, line=line, reasons=reasons))
     return events
-
-
-# Dynamo's source of an input, step by step: the frame's local or global, a module's submodule, parameter
-# or buffer (what `self.fc.weight` is stored as), an attribute, an item.
-_SOURCE_ROOT = re.compile(r"^[LG]\['(?P<name>[^'\]]+)'\]")
-_SOURCE_MEMBER = re.compile(r"^\._(?:modules|parameters|buffers)\['(?:(?P<name>[A-Za-z_]\w*)|(?P<index>\d+))'\]")
-_SOURCE_ATTRIBUTE = re.compile(r"^\.[A-Za-z_]\w*")
-_SOURCE_ITEM = re.compile(r"^\[(?:-?\d+|'[^'\]]*')\]")
-
-
-def source_name(source: str) -> str:
-    """An input as the user's code names it, from Dynamo's guard source: `L['self']._modules['fc'].
-    _parameters['weight']` is `self.fc.weight`, a ModuleList's child `self.blocks[0]`, `L['args'][0]` is
-    `args[0]`; a source in another form (`___as_tensor(...)`, a call) is kept as it is."""
-    root = _SOURCE_ROOT.match(source)
-    if root is None:
-        return source
-    name, rest = root["name"], source[root.end() :]
-    while rest:
-        member = _SOURCE_MEMBER.match(rest)
-        if member is not None:  # a Sequential's or ModuleList's child is indexed: `self.blocks[0]`
-            name += f".{member['name']}" if member["name"] else f"[{member['index']}]"
-            rest = rest[member.end() :]
-            continue
-        step = _SOURCE_ATTRIBUTE.match(rest) or _SOURCE_ITEM.match(rest)
-        if step is None:
-            return source  # a form this reading does not know: the source as torch wrote it
-        name, rest = name + step.group(0), rest[step.end() :]
-    return name
 
 
 def trace_files(folder: Path) -> list[Path]:

@@ -27,10 +27,10 @@ from casekit.importer import (
     import_runs,
     log_records,
     save_drafts,
-    source_name,
     split_exception,
 )
 from casekit.model import Case, Recompile, ScriptRole, Site
+from casekit.observe.logs import source_name
 from casekit.scrub import Replacement, Scrubber
 
 HERE = Path(__file__).parent

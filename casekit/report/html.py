@@ -31,7 +31,7 @@ from casekit.model import (
 from casekit.observe.reasons import describe_category, registry
 from casekit.report.pictures import bisect_svg, end_words, heatmap_section, sides_of, step_side, timeline_section
 from casekit.report.summary import ArchiveSummary, CaseSummary, Cell
-from casekit.report.text import class_counts, fullgraph_kind
+from casekit.report.text import class_counts, fullgraph_kind, guard_failures
 
 GB_ID = re.compile(r"^GB\d{4}$")
 GB_SITE = "https://meta-pytorch.github.io/compile-graph-break-site/gb/{}.html"
@@ -344,7 +344,7 @@ def recompiles_html(observation: ScriptObservation) -> str:
     if observation.recompiles:
         rows = "".join(
             f"<tr><td><code>{h(r.function)}</code></td><td><code>{h(r.file)}:{h(r.line)}</code></td>"
-            f"<td>{'<br>'.join(h(reason) for reason in r.reasons) or '-'}</td></tr>"
+            f"<td>{'<br>'.join(h(failure) for failure in guard_failures(r, observation)) or '-'}</td></tr>"
             for r in observation.recompiles
         )
         parts.append(
@@ -387,7 +387,7 @@ def checks_html(observation: ScriptObservation) -> str:
                 ("fullgraph=True", f"{fullgraph_kind(observation)}{where}: {observation.fullgraph.type}: {first}")
             )
         else:
-            facts.append(("fullgraph=True", "compiles as one graph"))
+            facts.append(("fullgraph=True", fullgraph_kind(observation)))
     if observation.error:
         where = f" at {observation.error.location.where()}" if observation.error.location else ""
         facts.append(("error", f"{observation.error.type}{where}: {observation.error.message}"))
