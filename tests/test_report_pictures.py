@@ -400,3 +400,45 @@ def test_a_column_head_is_never_coloured_better_than_its_severity():
             assert HEAT_LEGEND.index(shown) >= HEAT_LEGEND.index(SEVERITY_FLOOR[severity])
     assert head_verdict(Verdict.IMPROVED, Severity.WARN) is Verdict.CHANGED  # a warning is not green
     assert head_verdict(Verdict.UNCHANGED, Severity.INFO) is Verdict.UNCHANGED
+
+
+def _readme_flow(tmp_path: Path, record: bool) -> tuple[Case, list[ReplayRecord]]:
+    """`replay --commit --json X` (here: --record; the commit adds nothing the timeline reads), then
+    `report --results X`: the case and the replays the report is given. Two targets ran one torch."""
+    from casekit.replay.document import read_replay_document
+    from casekit.replay.plan import ReplayRequest, TargetChoice, run_replay
+    from casekit.replay.run import ReplayOptions
+
+    from .fakes import Target, captured_archive, recorded_targets
+
+    archive = captured_archive(tmp_path / "cases")
+    _, factory, _ = recorded_targets({"team/envs/a": Target("2.13.0"), "team/envs/b": Target("2.13.0")})
+    out = tmp_path / "X.json"
+    request = ReplayRequest(
+        targets=TargetChoice(pythons=("team/envs/a", "team/envs/b")), json_out=out, options=ReplayOptions(record=record)
+    )
+    run_replay(request, archive, factory, lambda message: None)
+    case = archive.load("breaks")
+    summary = summarize([case], [("X.json", read_replay_document(out))])
+    return case, [cell.record for cell in summary.cases[0].cells.values() if cell.record is not None]
+
+
+def test_a_replay_recorded_and_given_as_results_is_one_column(tmp_path: Path) -> None:
+    case, given = _readme_flow(tmp_path, record=True)
+    assert len(case.replays) == 2 and len(given) == 2  # each replay twice: in the history and in X
+    timeline = timeline_from_case(case, given)
+    replays = [column for column in timeline.columns if column.verdict]
+    assert len(replays) == 2, [column.describe() for column in replays]
+    assert all(column.at for column in replays)  # drawn from the history, which knows when it ran
+
+
+def test_results_columns_of_one_release_say_their_target_and_their_compile_time(tmp_path: Path) -> None:
+    case, given = _readme_flow(tmp_path, record=False)
+    timeline = timeline_from_case(case, given)
+    replays = [column for column in timeline.columns if column.verdict]
+    heads = [column.label.partition(" ")[2] for column in replays]
+    assert len(set(heads)) == 2 and "results" not in heads, heads
+    assert [head[-1] for head in heads] == ["a", "b"], heads  # the part of the target that differs: …/envs/a
+    assert all(column.compile_s.get(ScriptRole.PRE) for column in replays)  # not n/a: the document keeps it
+    [chart] = groups(parse_svg(timeline_svg(timeline)), "chart-compile")
+    assert "n/a" not in texts(chart), texts(chart)

@@ -87,6 +87,7 @@ class ScriptEntry:
     recompiles_recorded: int
     sites: list[SiteEntry]
     notes: list[str]
+    compile_s: float | None = None  # the first calls' time (compile and first run); None: not timed or not kept
 
 
 @dataclass
@@ -233,6 +234,7 @@ def _result_json(result: ResultEntry) -> dict[str, Any]:
                 for site in script.sites
             ],
             "notes": list(script.notes),
+            **({"compile_s": script.compile_s} if script.compile_s is not None else {}),
         }
     return {
         "case": result.case,
@@ -295,6 +297,7 @@ def result_entry(result: CaseResult) -> ResultEntry:
                 for p in script.sites
             ],
             notes=list(script.notes),
+            compile_s=observation.compile_s(),
         )
     rollback = result.rollback
     return ResultEntry(
@@ -453,6 +456,7 @@ def _script_entry(data: dict[str, Any], origin: Path | str, where: str) -> Scrip
             for j, site in enumerate(data["sites"])
         ],
         notes=list(data["notes"]),
+        compile_s=data.get("compile_s"),
     )
 
 

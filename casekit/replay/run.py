@@ -363,9 +363,9 @@ def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
         reasons=list(result.reasons),
         graphs={which: script.observation.graphs for which, script in result.scripts.items()},
         compile_s={
-            which: round(sum(e.first_call_s for e in script.observation.entries if e.first_call_s is not None), 4)
+            which: seconds
             for which, script in result.scripts.items()
-            if any(e.first_call_s is not None for e in script.observation.entries)
+            if (seconds := script.observation.compile_s()) is not None
         },
         fallbacks={
             which: [f"{f.function} ({f.file}:{f.line})" for f in script.observation.fallback_frames]

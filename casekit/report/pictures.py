@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 from casekit.model import Case, ReplayRecord, ScriptRole, ScriptStatus, Severity, SiteClass, Verdict
+from casekit.progress import fit_label
 from casekit.versions import version_order
 
 FONT = 'font-family="-apple-system, Segoe UI, Helvetica, Arial, sans-serif"'
@@ -291,15 +292,51 @@ def _replay_column(record: ReplayRecord, label: str) -> TimelineColumn:
 
 
 def _column_labels(records: Sequence[ReplayRecord]) -> list[str]:
-    """The torch release; with the replay date when the same release appears more than once."""
-    seen: dict[str, int] = {}
+    """The torch release; when it appears more than once, what tells the columns apart: the target (by the
+    part of its label the others do not share) where targets differ, else the replay's date."""
+    by_torch: dict[str, list[ReplayRecord]] = {}
     for record in records:
-        seen[record.torch] = seen.get(record.torch, 0) + 1
+        by_torch.setdefault(record.torch, []).append(record)
+    labels = []
+    for record in records:
+        alike = by_torch[record.torch]
+        if len(alike) == 1:
+            labels.append(record.torch)
+            continue
+        targets = [other.target for other in alike]
+        when = record.at[5:16].replace("T", " ") if record.at else "results"
+        if targets.count(record.target) == 1:
+            others = sorted({t for t in targets if t != record.target})
+            when = fit_label(record.target, _HEAD_CHARS, others).replace(" ", "_")
+        labels.append(f"{record.torch} {when}")
+    return labels
+
+
+def _replay_key(record: ReplayRecord) -> tuple[object, ...]:
+    """What a replay found, whenever it was recorded: two records with this key are one replay."""
+    sites = sorted((v.script, v.site_class, v.where, v.category) for v in record.sites)
+    return (
+        record.target,
+        record.torch,
+        record.verdict,
+        record.severity,
+        sorted(record.statuses.items()),
+        sites,
+        sorted((record.graphs or {}).items()),
+    )
+
+
+def given_apart(history: Sequence[ReplayRecord], given: Sequence[ReplayRecord]) -> list[ReplayRecord]:
+    """The replays given with `report --results` that the history does not already hold: `replay --record
+    --json X` then `report --results X` (the README's flow) is one replay, drawn once, from the history,
+    which knows when it ran. A result is that replay when it is the latest record of its target."""
+    latest: dict[str, ReplayRecord] = {}
+    for record in sorted(history, key=lambda r: r.at):
+        latest[record.target] = record
     return [
-        record.torch
-        if seen[record.torch] == 1
-        else f"{record.torch} {record.at[5:16].replace('T', ' ') if record.at else 'results'}"
-        for record in records
+        record
+        for record in given
+        if record.target not in latest or _replay_key(latest[record.target]) != _replay_key(record)
     ]
 
 
@@ -316,7 +353,8 @@ def timeline_from_case(case: Case, results: Sequence[ReplayRecord] = ()) -> Time
         which: {f"{f.function} ({f.file}:{f.line})" for f in observation.fallback_frames}
         for which, observation in case.observations.items()
     }
-    records = sorted([*case.replays, *results], key=lambda r: (version_order(r.torch), r.at, r.target))
+    given = given_apart(case.replays, results)
+    records = sorted([*case.replays, *given], key=lambda r: (version_order(r.torch), r.at, r.target))
     for record, label in zip(records, _column_labels(records), strict=True):
         column = _replay_column(record, label)
         _fallback_marks(column, record, recorded)
@@ -401,6 +439,7 @@ def _width_of(labels: Iterable[str], per_char: float, least: int, most: int) -> 
 # ------------------------------------------------------------------ the timeline picture
 
 COL_W = 100
+_HEAD_CHARS = 15  # what a column head's line holds at its size
 ROW_H = 26
 HEAD_H = 58
 CHART_H = 54
@@ -431,7 +470,7 @@ def _header(column: TimelineColumn, x: float) -> str:
     release, _, when = column.label.partition(" ")  # "2.13.0+cpu 11-30 23:55" when the release repeats
     lines = [(release, 12, True), *([(when, 10, False)] if when else []), (column.verdict or "capture", 11, False)]
     texts = "".join(
-        text(x + COL_W / 2, 19 + 14 * i, clip(line, 15), anchor="middle", size=size, bold=bold, fill=ink)
+        text(x + COL_W / 2, 19 + 14 * i, clip(line, _HEAD_CHARS), anchor="middle", size=size, bold=bold, fill=ink)
         for i, (line, size, bold) in enumerate(lines)
     )
     return (

@@ -167,6 +167,7 @@ def record_from_result(result: ResultEntry, torch: str) -> ReplayRecord:
         ],
         reasons=list(result.reasons),
         graphs={which: script.graphs for which, script in result.scripts.items()},
+        compile_s={which: script.compile_s for which, script in result.scripts.items() if script.compile_s is not None},
         fallbacks={which: list(script.fallback_frames) for which, script in result.scripts.items()},
     )
 
