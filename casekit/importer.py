@@ -41,7 +41,14 @@ from casekit.model import (
     SiteKind,
 )
 from casekit.observe.interpret import SHORT_DTYPE, SITE_PACKAGES, STDLIB, site_from_raw
-from casekit.observe.logs import RawBreak, parse_graph_break, parse_recompile, parse_wont_convert
+from casekit.observe.logs import (
+    RawBreak,
+    guard_reasons,
+    parse_graph_break,
+    parse_recompile,
+    parse_wont_convert,
+    source_name,
+)
 from casekit.observe.reasons import describe_category, normalize_function
 from casekit.scrub import Replacement, Scrubber, machine_folders
 
@@ -305,18 +312,15 @@ def events_from_trace(text: str, facts: TraceFacts) -> list[Event]:
         elif "describe_source" in metadata:
             source = _mapping(metadata["describe_source"])
             text_of = tensors.get(frame_key, {}).get(_key(source.get("id")))
-            name = re.sub(r"^L\['(.+)'\]$", r"\1", str(source.get("source", "?")))
+            name = source_name(str(source.get("source", "?")))
             if text_of:
                 inputs.setdefault(frame_key, []).append(f"{name}: {text_of}")
         elif "compilation_metrics" in metadata:
             _read_metrics(_mapping(metadata["compilation_metrics"]), facts, frames, inputs)
     for compile_id, payload in pending_recompiles:
         function, file, line = frames.get(compile_id, ("?", "?", 0))
-        reasons = [
-            line_.strip()
-            for line_ in payload.splitlines()
-            if line_.strip() and not line_.startswith(" ") and line_.strip() != "User stack trace:"
-        ]
+        items = [line_.strip() for line_ in payload.splitlines() if line_.strip() and not line_.startswith(" ")]
+        reasons = guard_reasons([item for item in items if item != "User stack trace:"])
         events.append(Event("recompile", "trace", function=function, file=file, line=line, reasons=reasons))
     return events
 
@@ -485,11 +489,16 @@ def build_drafts(
     facts = facts or TraceFacts()
     files = [f.file for e in events if e.raw_break for f in e.raw_break.frames] + [e.file for e in events if e.file]
     namer = ImportNamer(files)
-    sites = merge_sites(events, namer)
+    # The log's excerpts name the user's folder and this machine's interpreter, whole or cut on the left by
+    # torch: a bundle holds neither. Scrubbed before the drafts are written from them (their placeholder
+    # script, title and notes quote them too).
+    user_folder = [Replacement(namer.root, "")] if namer.root else []
+    scrubber = Scrubber(machine_folders(user_folder))
+    sites: list[Site] = scrubber.walk(merge_sites(events, namer))
     # The log and the trace of one run report the same recompiles: take one source, the log when given.
     recompile_source = "log" if any(e.kind == "recompile" and e.source == "log" for e in events) else "trace"
     recompiles = [
-        Recompile(normalize_function(e.function), namer.name(e.file), e.line, e.reasons)
+        Recompile(normalize_function(e.function), namer.name(e.file), e.line, scrubber.walk(e.reasons))
         for e in events
         if e.kind == "recompile" and e.source == recompile_source
     ]
@@ -558,9 +567,6 @@ def build_drafts(
             result.warnings.append(
                 f"{event.function} ({namer.name(event.file)}:{event.line}) fell back to eager entirely: {' '.join(event.reasons)}"
             )
-    # The log's excerpts name the user's folder and this machine's interpreter: a bundle holds neither.
-    user_folder = [Replacement(namer.root + os.sep, "")] if namer.root else []
-    scrubber = Scrubber(machine_folders(user_folder))
     for draft in result.drafts:
         draft.observations = {which: scrubber.walk(obs) for which, obs in draft.observations.items()}
     return result

@@ -279,6 +279,12 @@ class ScriptObservation:
     log_excerpt: str = ""
     stdout_tail: str = ""
 
+    def compile_s(self) -> float | None:
+        """The first calls' time over the compiled entry points (compile and first run), as a replay keeps it;
+        None when no first call was timed."""
+        firsts = [entry.first_call_s for entry in self.entries if entry.first_call_s is not None]
+        return round(sum(firsts), 4) if firsts else None
+
 
 @dataclass
 class ScriptSource:

@@ -52,7 +52,12 @@ class Scrubber:
     """Replaces known machine folders (and their left-truncated tails) by placeholders."""
 
     def __init__(self, replacements: Iterable[Replacement]) -> None:
-        unique = {r.folder.rstrip("/"): r for r in replacements if len(r.folder.rstrip("/")) > 1}
+        # a folder given with its trailing separator is the same folder: its left-cut tails are found by its name
+        unique = {
+            r.folder.rstrip("/"): Replacement(r.folder.rstrip("/"), r.placeholder)
+            for r in replacements
+            if len(r.folder.rstrip("/")) > 1
+        }
         # longest first: a script folder inside the batch folder wins over the batch folder
         self.replacements = sorted(unique.values(), key=lambda r: -len(r.folder))
         self._truncated = [(r, _truncated_pattern(r.folder)) for r in self.replacements]
@@ -140,6 +145,28 @@ def _site_packages() -> list[str]:
     if isinstance(user, str):
         folders.append(user)
     return folders
+
+
+# An absolute path in a text: after a space, a quote, a bracket, '=' or ':' ("python:/x/y", "in /x/y"),
+# never the '//' of a URL nor a relative path's inner slash.
+_ABSOLUTE_PATH = re.compile(r"(?:(?<=^)|(?<=[\s\"'`(\[{<=:,]))/(?!/)[^\s\"'`,;()\[\]{}<>]+")
+_KEPT_PARTS = 3  # what names an env, an interpreter or a script: `nightly/bin/python`, `case/pre/repro.py`
+
+
+def portable_paths(text: str, home: str | None = None) -> str:
+    """`text` with each absolute path as a label names it: under the home folder from `~`
+    (`~/envs/nightly/bin/python`), elsewhere by its last three parts when it has more
+    (`…/torch-2.13.0-py3.11-2fb6f524/bin/python`): what tells it apart, not this machine's folders."""
+    home = (home if home is not None else os.path.expanduser("~")).rstrip("/")
+
+    def portable(match: re.Match[str]) -> str:
+        path = match.group(0)
+        if len(home) > 1 and (path == home or path.startswith(home + "/")):
+            return "~" + path[len(home) :]
+        parts = [part for part in path.split("/") if part]
+        return "…/" + "/".join(parts[-_KEPT_PARTS:]) if len(parts) > _KEPT_PARTS else path
+
+    return _ABSOLUTE_PATH.sub(portable, text)
 
 
 def machine_paths_in(text: str) -> list[str]:

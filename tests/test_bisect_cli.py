@@ -19,6 +19,7 @@ from casekit.archive.store import Archive
 from casekit.bisect import releases
 from casekit.bisect.plan import parse_python_for
 from casekit.errors import BisectError, CasekitError
+from casekit.scrub import portable_paths
 from tests.bisect_fakes import HISTORY, VERSIONS, FakeReplay, invoke, make_case
 from tests.gitrepo import git, make_dirty, snapshot
 
@@ -185,7 +186,12 @@ def test_real_bisection_between_torch_releases_resumes_from_cache(tmp_path: Path
     # the replay verdict comes back to what was captured: a fix, compared against the good end throughout
     assert (first["result"], first["baseline"]) == ("regression", "2.5.1")
     assert any(change.startswith("post-fix: ") for change in first["changes"]), first["changes"]
-    assert first["reproduce"] == f"casekit replay --case cond --python {sys.executable} --archive {archive} --no-record"
+    # the document is shared: its command names the interpreter and the archive as labels do, no folder here
+    shared = f"casekit replay --case cond --python {portable_paths(sys.executable)} --archive {portable_paths(str(archive))} --no-record"
+    assert first["reproduce"] == shared
+    assert (
+        f"reproduce with: casekit replay --case cond --python {sys.executable} --archive {archive}" in output
+    )  # here: runnable
 
     # Resumed with a version in between that has no interpreter: nothing is run again,
     # and the version left untested is reported as the ambiguous part of the range.

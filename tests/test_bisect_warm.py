@@ -14,6 +14,7 @@ from casekit.bisect.predicates import CommitPredicate
 from casekit.runners.interface import ProbeJob, ScriptEntry
 from casekit.runners.sandbox import Sandbox
 from casekit.runners.warm import WarmSession
+from casekit.scrub import portable_paths
 from tests.gitrepo import git
 
 BREAKS = "import torch\n\n\ndef f(x):\n    y = x.sin()\n    print('hi')\n    return y + 1\n\n\nprint(torch.compile(f, backend='eager')(torch.ones(2)))\n"
@@ -134,3 +135,27 @@ def test_serve_protocol_answers_a_bad_request_and_ends_at_end_of_input(tmp_path:
     answer = json.loads((out / "done.json").read_text())
     assert "unsupported request schema" in answer["error"]
     assert json.loads((out / "env.json").read_text())["warm"] is True
+
+
+@pytest.mark.slow
+def test_the_reproduce_line_names_the_interpreter_the_probe_ran(tmp_path: Path) -> None:
+    """The command says `python model.py`, but --python chose the interpreter: the reproduce line runs the
+    script with that one (a shared document names it as a label does: no folder of this machine)."""
+    from casekit.bisect.report import report_to_json
+
+    shas = eight_commits(tmp_path / "repo", culprit=5)
+    config = CommitBisect(
+        tmp_path / "repo",
+        shas[0],
+        shas[-1],
+        ["python", "model.py"],
+        judge=CommitPredicate(site="model.py:7"),
+        cache=CacheSettings(None),
+        python=sys.executable,
+    )
+    report = bisect_commits(config)
+    assert report.first_bad == shas[5] and report.reproduce is not None
+    assert report.reproduce.endswith(f"&& TORCH_LOGS=graph_breaks {sys.executable} model.py"), report.reproduce
+    shared = report_to_json(report)["reproduce"]
+    assert sys.executable not in shared and str(tmp_path) not in shared, shared
+    assert shared.endswith(f"{portable_paths(sys.executable)} model.py") and "worktree add --detach" in shared

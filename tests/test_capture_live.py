@@ -365,3 +365,47 @@ def test_a_script_that_swallows_its_compile_error_and_exits_is_filed_as_the_cras
     assert pre.status is ScriptStatus.COMPILE_ERROR
     assert "stopped early with sys.exit(0) at repro.py:15, where the eager run ran to its end" in pre.detail
     assert pre.fullgraph_status is FullgraphStatus.ERROR
+
+
+TWO_KEPT_BY_FULLGRAPH = """\
+import torch
+
+
+def step(x):
+    scale = x.abs().max().item()  # a value back to Python: a break, unless fullgraph=True keeps it
+    picked = x[torch.nonzero(x > 0, as_tuple=True)]  # a data-dependent shape: the same
+    return x / scale + picked.sum()
+
+
+compiled = torch.compile(step)
+torch.manual_seed(0)
+for _ in range(3):
+    out = compiled(torch.randn(16))
+print(out.shape)
+"""
+
+
+def test_the_summary_says_why_fullgraph_compiles_one_graph_where_the_default_run_breaks(tmp_path: Path):
+    """On torch 2.13 the default run breaks on `.item()` and `nonzero` while fullgraph=True compiles one
+    graph: the summary says why (fullgraph=True keeps both in its graph, as the two capture_* settings would),
+    names each recompile's compile id as one, and says which float value changed. The reason it gives is
+    checked for real: replayed with the two settings on, both breaks are gone."""
+    script = write(tmp_path / "src", {"repro.py": TWO_KEPT_BY_FULLGRAPH})
+    archive = tmp_path / "cases"
+    result = run_casekit("capture", str(script), "--archive", str(archive), "--id", "kept")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert "graph breaks 2" in next(line for line in lines if "graph breaks" in line)
+    [fullgraph] = [line.strip() for line in lines if line.strip().startswith("fullgraph=True:")]
+    assert fullgraph.startswith("fullgraph=True: compiles as one graph, though the default run breaks 2 time(s): ")
+    assert "the value `.item()` returns at repro.py:5 (as capture_scalar_outputs=True would)" in fullgraph
+    assert "at repro.py:6 (as capture_dynamic_output_shape_ops=True would)" in fullgraph
+    recompiles = [line.strip() for line in lines if line.strip().startswith("recompile:")]
+    assert recompiles and all("failed: " in line and "guard of compile [" in line for line in recompiles)
+    assert any("recompiled because the value `.item()` returned at repro.py:5 changed" in line for line in recompiles)
+    assert not any(": 1/0: " in line or ": 2/0: " in line for line in recompiles)  # no compile id read as a fraction
+    settings = ["--dynamo", "capture_scalar_outputs=True", "--dynamo", "capture_dynamic_output_shape_ops=True"]
+    replayed = run_casekit("replay", "--archive", str(archive), "--python", sys.executable, *settings, "--json", "-")
+    assert replayed.returncode == 0, replayed.stderr
+    [result_entry] = json.loads(replayed.stdout)["results"]
+    assert sorted(site["class"] for site in result_entry["scripts"]["pre"]["sites"]) == ["gone", "gone"]

@@ -21,7 +21,7 @@ import casekit.cli.replay as replay_command
 from casekit.archive.store import Archive
 from casekit.cli import app
 from casekit.errors import CasekitError, CaseNotFound
-from casekit.progress import ProgressView, Verbosity, plain_output, set_verbosity
+from casekit.progress import ProgressView, Verbosity, fit_label, plain_output, set_verbosity, shorten_paths
 from casekit.report.text import describe_fallback, table
 
 from .fakes import Target, captured_archive, recorded_targets
@@ -83,8 +83,61 @@ def test_a_long_label_does_not_wrap_a_terminals_progress_lines(monkeypatch: pyte
     assert lines[0].startswith("  ... [python:…") and "/bin/python] running 18 script(s) of 9 case(s)" in lines[0]
     log = io.StringIO()
     with ProgressView.for_stderr(log) as view:
+        view(f"[{LONG}] running 18 script(s) of {'9 case(s) ' * 12}")
+    # not a terminal: not cut to a width, but a path is named by what a person needs (its last three parts)
+    assert (
+        log.getvalue()
+        == f"  ... [python:…/nightly-build-with-debug/bin/python] running 18 script(s) of {'9 case(s) ' * 12}\n"
+    )
+    set_verbosity(Verbosity.VERBOSE)
+    whole = io.StringIO()
+    with ProgressView.for_stderr(whole) as view:
         view(f"[{LONG}] running 18 script(s) of 9 case(s)")
-    assert log.getvalue() == f"  ... [{LONG}] running 18 script(s) of 9 case(s)\n"  # not a terminal: whole
+    assert whole.getvalue() == f"  ... [{LONG}] running 18 script(s) of 9 case(s)\n"  # -v: every path whole
+
+
+def test_a_progress_line_names_a_path_by_what_a_person_needs() -> None:
+    """Not the temporary or cache folder around it: the home folder as ~, elsewhere the last three parts."""
+    home = "/home/alice"
+    env = "/tmp/pytest-of-alice/pytest-12/test_x0/cache/envs/torch-2.13.0-py3.11-2fb6f524/bin/python"
+    said = shorten_paths(f"[venv:torch-2.13] warm probe started for replay in {env} (pid 7): importing torch …", home)
+    assert (
+        said
+        == "[venv:torch-2.13] warm probe started for replay in …/torch-2.13.0-py3.11-2fb6f524/bin/python (pid 7): importing torch …"
+    )
+    assert shorten_paths(
+        "[python:/home/alice/envs/nightly/bin/python] checking torch in /home/alice/envs/nightly/bin/python …", home
+    ) == ("[python:~/envs/nightly/bin/python] checking torch in ~/envs/nightly/bin/python …")
+    kept = "cannot reach https://download.pytorch.org/whl/cpu/torch/: --find-links /opt/wheels, in /usr/bin/python3"
+    assert shorten_paths(kept, home) == kept  # a URL, and a path of three parts or fewer, say what they say
+    assert shorten_paths("a/b/c/d/e.py x=/srv/a/b/c/d.py", home) == "a/b/c/d/e.py x=…/b/c/d.py"
+
+
+def test_two_interpreters_cut_on_a_terminal_stay_told_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--python` paths alike at both ends: the cut keeps the part that tells them apart, in lines and bars."""
+    first = "python:/opt/team/envs/torch-2.5-debug/bin/python"
+    second = "python:/opt/team/envs/torch-2.13-debug/bin/python"
+    assert fit_label(first, 24, [second]) != fit_label(second, 24, [first])
+    assert "2.5" in fit_label(first, 24, [second]) and "2.13" in fit_label(second, 24, [first])
+    monkeypatch.setenv("COLUMNS", "60")
+    monkeypatch.setenv("NO_COLOR", "1")
+    set_verbosity(Verbosity.VERBOSE)  # whole paths: the labels are as long as a user's can be
+    terminal = Terminal()
+    with ProgressView.for_stderr(terminal) as view:
+        for label in (first, second):
+            view(f"[{label}] running 18 script(s) of 9 case(s), importing torch and warming Dynamo up")
+    one, two = terminal.getvalue().splitlines()
+    assert len(one) <= 60 and len(two) <= 60
+    assert one.split("]")[0] != two.split("]")[0], (one, two)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    bars = Terminal()
+    with ProgressView.for_stderr(bars) as view:
+        view(f"[{first}] 1/4 a.pre done")
+        view(f"[{second}] 1/4 a.pre done")
+        assert view._bars is not None
+        names = [task.description for task in view._bars.tasks]
+    assert len(set(names)) == 2 and "2.5" in names[0] and "2.13" in names[1], names
 
 
 def test_a_long_label_names_a_bar_that_fits(monkeypatch: pytest.MonkeyPatch):
@@ -241,8 +294,9 @@ def test_a_draft_named_with_case_is_skipped_as_in_a_whole_archive_run(archive: A
         "replay", "--archive", str(archive.root), "--python", "t", "--case", "breaks", "--case", "data-branch"
     )
     for done in (whole, named):
-        assert "skipping 1 draft case(s) without a repro: breaks" in done.stderr
-        assert "skipped breaks: a draft without a repro" in done.stdout
+        said = (done.stdout + done.stderr).splitlines()
+        assert len([line for line in said if "draft" in line]) == 1, said  # said once, not again after the report
+        assert "skipping 1 draft case(s) without a repro: breaks (capture one with" in done.stderr
         assert not any(line.startswith("breaks ") for line in done.stdout.splitlines())
     only = invoke("replay", "--archive", str(archive.root), "--python", "t", "--case", "breaks")
     # main() turns a CasekitError into one line and exit 2 (CliRunner calls the app below main)
@@ -377,3 +431,32 @@ def test_a_phase_on_a_narrow_terminal_fits_and_keeps_what_it_took(monkeypatch: p
     closed = [line for line in lines if "warming" in line or line.rstrip().endswith(" s")]
     assert closed and all(len(line.rstrip()) <= 60 for line in lines), lines
     assert any(re.search(r"… \d+\.\d s$", line.rstrip()) for line in closed), closed
+
+
+def test_merge_counts_the_files_it_read_not_its_arguments(archive: Archive, tmp_path: Path):  # noqa: F811
+    """One folder argument holding four shard files, one of them an earlier attempt the merge left out."""
+    from casekit.replay.plan import ReplayRequest, TargetChoice, run_replay
+    from casekit.replay.run import ReplayOptions
+
+    _, factory, _ = recorded_targets({"a": Target("2.13.0"), "b": Target("2.5.1")})
+    folder = tmp_path / "results"
+    for shard in ("1/2", "2/2", "2/2"):  # shard 2 retried: its second attempt replaces its files
+        request = ReplayRequest(
+            targets=TargetChoice(pythons=("a", "b")),
+            shard=shard,
+            results_dir=folder,
+            options=ReplayOptions(record=False),
+        )
+        run_replay(request, archive, factory, lambda message: None)
+    files = sorted(folder.rglob("*.json"))
+    done = invoke("merge", str(folder))
+    assert f"10 result(s) from {len(files)} file(s);" in done.output, done.output
+    earlier = tmp_path / "earlier"
+    for path in files:  # an earlier attempt of every file, kept in a second folder: read, then left out
+        copy = earlier / path.parent.name / path.name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        data = json.loads(path.read_text())
+        copy.write_text(json.dumps({**data, "attempt": 1, "written": "2000-01-01T00:00:00+00:00"}))
+    done = invoke("merge", str(folder), str(earlier))
+    n = len(files)
+    assert f"10 result(s) from {2 * n} file(s) ({n} earlier attempt(s) left out);" in done.output, done.output

@@ -236,6 +236,22 @@ def test_log_command_outside_git_shows_the_records(tmp_path: Path) -> None:
     assert str(missing.exception).startswith("no case 'nope' in ") and str(missing.exception).endswith("(cases: item)")
 
 
+@pytest.mark.process
+def test_log_of_a_mistyped_id_names_the_ids_it_may_mean(repo: git.Repo) -> None:
+    """As `show` does: a near typo, the start of an id, a part of it; looked for in git history too."""
+    root = Path(repo.working_tree_dir or "")
+    archive = Archive(root / "cases")
+    for case_id in ("item-branch", "tensor-if", "shape-recompiles"):
+        commit_paths(archive.root, [archive.save(make_case(case_id))], f"capture {case_id}")
+    app = typer.Typer()
+    register(app)
+    for typed, meant in (("item-brnch", "'item-branch'"), ("shape", "'shape-recompiles'"), ("tensor", "'tensor-if'")):
+        done = CliRunner().invoke(app, ["log", typed, "--archive", str(archive.root)])
+        said = str(done.exception)
+        assert done.exit_code != 0 and isinstance(done.exception, CasekitError), done.output
+        assert "none in its git history" in said and said.endswith(f"did you mean {meant}?"), said
+
+
 @pytest.mark.slow
 def test_replay_commit_then_log_reads_it_back(repo: git.Repo) -> None:
     """The real thing: `casekit replay --commit` on the local torch, then `casekit log` shows that commit."""

@@ -7,6 +7,7 @@ same scripts, so a draft's sites must be the sites capture recorded.
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import subprocess
@@ -25,9 +26,12 @@ from casekit.importer import (
     DraftImportError,
     import_runs,
     log_records,
+    save_drafts,
     split_exception,
 )
-from casekit.model import Case, Recompile, Site
+from casekit.model import Case, Recompile, ScriptRole, Site
+from casekit.observe.logs import source_name
+from casekit.scrub import Replacement, Scrubber
 
 HERE = Path(__file__).parent
 RUNS = HERE / "fixtures" / "import"
@@ -242,3 +246,58 @@ def test_a_fresh_run_imports_to_what_capture_finds(tmp_path: Path) -> None:
         pre.recompiles
     )  # once, though log and trace both report them
     assert all(sorted(s.sources) == ["log", "trace"] for s in drafted_sites(result.drafts))
+
+
+def test_a_modules_inputs_are_named_as_its_code_names_them() -> None:
+    """The trace says `L['self']._modules['up']._parameters['weight']`; the draft says `self.up.weight`."""
+    (draft,) = import_runs(RUNS / "torch-2.13.0" / "module-break" / "trace", []).drafts
+    [inputs] = [line for line in draft.notes.splitlines() if line.startswith("Inputs the compiler saw")]
+    for name in (
+        "self.up.weight: f32[32, 16] cpu",
+        "self.up.bias: f32[32] cpu",
+        "self.norm.weight",
+        "x: f32[2, 5, 16] cpu",
+    ):
+        assert name in inputs, inputs
+    assert "_modules" not in inputs and "']" not in inputs and "['" not in inputs
+
+
+@pytest.mark.parametrize(
+    ("source", "name"),
+    [
+        ("L['self']._modules['fc']._parameters['weight']", "self.fc.weight"),
+        (
+            "L['self']._modules['blocks']._modules['0']._buffers['running_mean']",
+            "self.blocks[0].running_mean",
+        ),
+        ("L['self']._modules['norm']._buffers['running_mean']", "self.norm.running_mean"),
+        ("L['args'][0]", "args[0]"),
+        ("L['batch']['input_ids']", "batch['input_ids']"),
+        ("G['CONFIG'].scale", "CONFIG.scale"),
+        ("L['x'].size()[0]", "L['x'].size()[0]"),  # a call: kept as torch wrote it, not half-translated
+        ("___as_tensor(L['___stack0'])", "___as_tensor(L['___stack0'])"),
+    ],
+)
+def test_a_guard_source_reads_as_python_or_stays_whole(source: str, name: str) -> None:
+    assert source_name(source) == name
+
+
+def test_a_shared_draft_holds_no_part_of_the_recording_folder(tmp_path: Path) -> None:
+    """torch cuts the script's path on the left in a guard's source comment (`mp/fx/item-branch/repro.py:9`,
+    the recording was in /tmp/fx/item-branch): neither the whole folder nor a tail of it reaches the bundle."""
+    trace = RUNS / "torch-2.13.0" / "item-branch" / "trace"
+    raw = gzip.decompress(next(trace.glob("*.gz")).read_bytes()).decode()
+    assert "# mp/fx/item-branch/repro.py:9" in raw  # control: the recorded trace holds the cut path
+    result = import_runs(trace, [])
+    store = Archive(tmp_path / "cases")
+    [path] = save_drafts(store, result)
+    text = path.read_text()
+    assert "fx/item-branch" not in text and "mp/fx" not in text and "/tmp" not in text, text
+    [recompile] = result.drafts[0].observations[ScriptRole.PRE].recompiles
+    assert recompile.reasons == ["1/0: ___stack0 == 6.578796863555908"]  # the guard itself, as a log import gives it
+
+
+def test_a_left_cut_tail_of_a_folder_given_with_its_separator_is_scrubbed() -> None:
+    """The scrubber knows a folder by its name however it was given: '/tmp/fx/item-branch/' too."""
+    scrubbed = Scrubber([Replacement("/tmp/fx/item-branch/", "")]).text("# mp/fx/item-branch/repro.py:9 in step")
+    assert scrubbed == "# repro.py:9 in step"

@@ -242,7 +242,8 @@ def test_the_replay_command_renders_the_outcome(archive: Archive, monkeypatch: p
     shown = [part.split()[1] for part in row.split("  ")[-1].split(", ")]
     order = [str(c) for c in SITE_CLASS_ORDER]
     assert shown == sorted(shown, key=order.index) and "reappeared" in shown
-    assert "rollback (verified): post-fix breaks again at deepcopy_state.py:6" in done.stdout
+    assert "why: post-fix breaks again at deepcopy_state.py:6" in done.stdout
+    assert "rollback (verified): post-fix with fullgraph=False runs and matches eager" in done.stdout
 
 
 def test_a_target_label_in_the_bundle_history_names_no_folder_of_this_machine() -> None:
@@ -273,3 +274,27 @@ def test_two_interpreters_one_label_are_refused_before_anything_runs() -> None:
     choice = TargetChoice(pythons=("/opt/a/envs/nightly/bin/python", "/opt/b/envs/nightly/bin/python"))
     with pytest.raises(CasekitError, match=r"would both be recorded as python:…/nightly/bin/python"):
         choice.specs()
+
+
+def test_a_broken_fix_says_why_once_and_its_rollback_says_the_way_back(archive: Archive) -> None:
+    """The verdict's reason names the break that is back; the rollback line proves the way back, without
+    repeating it, in the terminal and in every report's cell (which reads the same document)."""
+    from casekit.report.summary import cells_from_results
+    from casekit.report.text import result_text
+
+    _, factory, _ = recorded_targets({"t": Target("2.13.0", serve_as={"deepcopy_state": "breaks"})})
+    request = request_for(["t"], case_ids=("fixcase",), options=ReplayOptions(record=False))
+    [result] = run_replay(request, archive, factory, quiet).document.results
+    [why] = [reason for reason in result.reasons if reason.startswith("post-fix breaks again at ")]
+    text = result_text(result)
+    assert text.count(why) == 1, text
+    assert "  rollback (verified): post-fix with fullgraph=False runs and matches eager" in text
+    [cell] = cells_from_results(_document_of(result), "r.json")
+    assert sum(detail.count(why) for detail in cell.details) == 1, cell.details
+    assert any(detail.startswith("rollback (verified): post-fix with fullgraph=False") for detail in cell.details)
+
+
+def _document_of(result):  # type: ignore[no-untyped-def]
+    from casekit.replay.document import ReplayDocument, TargetEntry
+
+    return ReplayDocument([TargetEntry(result.target, torch="2.13.0")], [result])

@@ -18,7 +18,7 @@ import pytest
 from casekit.archive.store import Archive
 from casekit.bisect.engine import Step
 from casekit.bisect.predicates import Direction
-from casekit.bisect.report import BisectReport, WhatChanged, report_to_json
+from casekit.bisect.report import BisectReport, WhatChanged, render_text, report_to_json
 from casekit.model import Case, ReplayRecord, ScriptRole, ScriptStatus, Severity, SiteClass, SiteVerdict, Verdict
 from casekit.report.formats import get_format
 from casekit.report.html import render_bisect_html
@@ -226,9 +226,41 @@ def test_bisect_picture_marks_steps_and_the_change() -> None:
     steps = groups(root, "bisect-step")
     assert len(steps) == 5
     words = [texts(g)[0] for g in steps]
-    assert words == ["#1 good", "#4 good", "#3 bad", "not tried", "#2 bad"]
+    # a fix: the release that fixed it is "fixed", in green, never "bad" in red
+    assert words == ["#1 unfixed", "#4 unfixed", "#3 fixed", "not tried", "#2 fixed"]
+    fills = [g.find(f"{SVG}rect").get("fill") for g in steps]  # type: ignore[union-attr]
+    assert fills[2] == fills[4] == "#aceebb" and "#ff8182" not in fills
     boundary = groups(root, "bisect-boundary")
     assert len(boundary) == 1 and "2.6.0 and 2.7.1" in (boundary[0].findtext(f"{SVG}title") or "")
+    assert boundary[0].find(f"{SVG}line").get("stroke") != "#cf222e"  # type: ignore[union-attr]
+    regression = parse_svg(bisect_svg({**doc, "result": "regression"}))
+    steps = groups(regression, "bisect-step")
+    assert [texts(g)[0] for g in steps] == ["#1 good", "#4 good", "#3 bad", "not tried", "#2 bad"]
+    assert steps[2].find(f"{SVG}rect").get("fill") == "#ff8182"  # type: ignore[union-attr]
+
+
+def test_the_reproduce_block_of_a_shared_page_names_no_folder_of_this_machine() -> None:
+    """The interpreter and archive of the command are named as labels name them; the terminal keeps them."""
+    from dataclasses import replace
+
+    from casekit.bisect.report import report_from_json
+
+    interpreter = "/srv/ci/run-4411/tmp.Xq2/envs/nightly/bin/python"
+    command = f"casekit replay --case item-branch --python {interpreter} --archive /srv/ci/run-4411/cases --no-record"
+    report = replace(report_from_json(bisect_doc(), "<doc>"), reproduce=command)
+    page = render_bisect_html(report_to_json(report))
+    assert interpreter not in page and "/srv/ci" not in page
+    assert "--python …/nightly/bin/python --archive …/ci/run-4411/cases --no-record" in page
+    assert f"reproduce with: {command}" in render_text(report)
+
+
+def test_a_fix_bisected_reads_as_a_fix_on_its_page() -> None:
+    """The terminal says 'fix in 2.7.1, last unfixed 2.6.0, first fixed 2.7.1': so do the page and its steps."""
+    page = render_bisect_html(bisect_doc())
+    assert "last unfixed <code>2.6.0</code>, first fixed <code>2.7.1</code>" in page
+    assert "first bad" not in page and "(bad)" not in page and "(fixed)</td>" in page
+    regression = render_bisect_html({**bisect_doc(), "result": "regression"})
+    assert "last good <code>2.6.0</code>, first bad <code>2.7.1</code>" in regression
 
 
 def test_render_bisect_html_is_a_whole_escaped_page() -> None:
@@ -244,7 +276,9 @@ def test_timeline_draws_the_bisected_boundary(cases: dict[str, Case]) -> None:
     timeline = timeline_from_case(cases["item-branch"])
     root = parse_svg(timeline_svg(timeline, [bisect_doc()]))
     boundary = groups(root, "bisect-boundary")
-    assert len(boundary) == 1 and "2.6.0 -> 2.7.1" in (boundary[0].findtext(f"{SVG}title") or "")
+    assert len(boundary) == 1 and "last unfixed 2.6.0 -> first fixed 2.7.1" in (
+        boundary[0].findtext(f"{SVG}title") or ""
+    )
     line = boundary[0].find(f"{SVG}line")
     heads = groups(root, "column-head")
     first_after = next(g for g in heads if texts(g)[0] == "2.8.0")  # first replayed release >= 2.7.1
@@ -366,3 +400,45 @@ def test_a_column_head_is_never_coloured_better_than_its_severity():
             assert HEAT_LEGEND.index(shown) >= HEAT_LEGEND.index(SEVERITY_FLOOR[severity])
     assert head_verdict(Verdict.IMPROVED, Severity.WARN) is Verdict.CHANGED  # a warning is not green
     assert head_verdict(Verdict.UNCHANGED, Severity.INFO) is Verdict.UNCHANGED
+
+
+def _readme_flow(tmp_path: Path, record: bool) -> tuple[Case, list[ReplayRecord]]:
+    """`replay --commit --json X` (here: --record; the commit adds nothing the timeline reads), then
+    `report --results X`: the case and the replays the report is given. Two targets ran one torch."""
+    from casekit.replay.document import read_replay_document
+    from casekit.replay.plan import ReplayRequest, TargetChoice, run_replay
+    from casekit.replay.run import ReplayOptions
+
+    from .fakes import Target, captured_archive, recorded_targets
+
+    archive = captured_archive(tmp_path / "cases")
+    _, factory, _ = recorded_targets({"team/envs/a": Target("2.13.0"), "team/envs/b": Target("2.13.0")})
+    out = tmp_path / "X.json"
+    request = ReplayRequest(
+        targets=TargetChoice(pythons=("team/envs/a", "team/envs/b")), json_out=out, options=ReplayOptions(record=record)
+    )
+    run_replay(request, archive, factory, lambda message: None)
+    case = archive.load("breaks")
+    summary = summarize([case], [("X.json", read_replay_document(out))])
+    return case, [cell.record for cell in summary.cases[0].cells.values() if cell.record is not None]
+
+
+def test_a_replay_recorded_and_given_as_results_is_one_column(tmp_path: Path) -> None:
+    case, given = _readme_flow(tmp_path, record=True)
+    assert len(case.replays) == 2 and len(given) == 2  # each replay twice: in the history and in X
+    timeline = timeline_from_case(case, given)
+    replays = [column for column in timeline.columns if column.verdict]
+    assert len(replays) == 2, [column.describe() for column in replays]
+    assert all(column.at for column in replays)  # drawn from the history, which knows when it ran
+
+
+def test_results_columns_of_one_release_say_their_target_and_their_compile_time(tmp_path: Path) -> None:
+    case, given = _readme_flow(tmp_path, record=False)
+    timeline = timeline_from_case(case, given)
+    replays = [column for column in timeline.columns if column.verdict]
+    heads = [column.label.partition(" ")[2] for column in replays]
+    assert len(set(heads)) == 2 and "results" not in heads, heads
+    assert [head[-1] for head in heads] == ["a", "b"], heads  # the part of the target that differs: …/envs/a
+    assert all(column.compile_s.get(ScriptRole.PRE) for column in replays)  # not n/a: the document keeps it
+    [chart] = groups(parse_svg(timeline_svg(timeline)), "chart-compile")
+    assert "n/a" not in texts(chart), texts(chart)

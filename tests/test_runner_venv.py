@@ -391,3 +391,22 @@ def test_managed_torch_251_env_replays_a_graph_break(tmp_path: Path) -> None:
     compiled = result.results["item-break:pre"]["runs"]["compiled"]  # type: ignore[index]
     assert compiled["status"] == "ok"
     assert any(record["kind"] == "graph_breaks" for record in compiled["records"])
+
+
+@needs_local_wheel
+@needs_uv
+@pytest.mark.slow
+def test_a_prefix_and_its_exact_version_replay_as_one_target(
+    built: tuple[VenvRunner, float, list[str]], cache: Path, tmp_path: Path
+) -> None:
+    """`--torch 2.13 --torch 2.13.0` on real envs: one build, so one label in the document and the history."""
+    from casekit.replay.plan import ReplayRequest, TargetChoice, run_replay
+
+    from .fakes import captured_archive
+
+    archive = captured_archive(tmp_path / "cases")
+    choice = TargetChoice(torches=("2.13", "2.13.0"), find_links=str(LOCAL_WHEELS))
+    request = ReplayRequest(targets=choice, case_ids=("breaks",))
+    outcome = run_replay(request, archive, lambda spec: VenvRunner(spec, cache_dir=cache), quiet)
+    assert [t.label for t in outcome.document.targets] == ["venv:torch-2.13.0"], outcome.document.targets
+    assert [r.target for r in archive.load("breaks").replays] == ["venv:torch-2.13.0"]

@@ -138,7 +138,7 @@ def case_log(root: Path, case_id: str) -> list[LogEntry]:
     Works on an archive outside git too (replay records only); a case that exists
     only in git history (bundle deleted) shows its commits.
     """
-    from casekit.archive.store import Archive
+    from casekit.archive.store import Archive, not_found
 
     archive = Archive(root)
     path = archive.path_for(case_id)
@@ -179,8 +179,7 @@ def case_log(root: Path, case_id: str) -> list[LogEntry]:
                     LogEntry(dt.datetime.now(dt.UTC), "uncommitted", "the bundle has changes not committed yet")
                 )
     if case is None and not entries:
-        known = ", ".join(archive.ids()[:8]) or "none"
-        raise CaseNotFound(f"no case {case_id!r} in {root} and none in its git history (cases: {known})")
+        raise CaseNotFound(not_found(case_id, root, archive.ids(), " and none in its git history"))
     entries.sort(key=lambda e: e.at, reverse=True)
     return entries
 

@@ -55,7 +55,7 @@ class Archive:
     def load(self, case_id: str) -> Case:
         path = self.path_for(case_id)
         if not os.path.lexists(path):  # a dangling link is there: an invalid bundle, not a missing one
-            raise CaseNotFound(_not_found(case_id, self.root, self.ids()))
+            raise CaseNotFound(not_found(case_id, self.root, self.ids()))
         case = load_case(path)
         if case.id != case_id:
             raise BundleError(path, "id", f"{case.id!r} does not match the file name {case_id!r}")
@@ -187,10 +187,11 @@ def suggestions(wanted: str, known: list[str], limit: int = 3) -> list[str]:
     return found[:limit]
 
 
-def _not_found(case_id: str, root: Path, known: list[str]) -> str:
-    """'no case X; did you mean Y?' from the archive's ids (all of them when few)."""
+def not_found(case_id: str, root: Path, known: list[str], where: str = "") -> str:
+    """'no case X in ROOT; did you mean Y?' from the archive's ids (all of them when few); `where` says
+    what else was looked at (' and none in its git history')."""
     close = suggestions(case_id, known)
     if close:
-        return f"no case {case_id!r} in {root}; did you mean {' or '.join(repr(c) for c in close)}?"
+        return f"no case {case_id!r} in {root}{where}; did you mean {' or '.join(repr(c) for c in close)}?"
     listed = ", ".join(known[:8]) + (f" and {len(known) - 8} more" if len(known) > 8 else "")
-    return f"no case {case_id!r} in {root} (cases: {listed or 'none'})"
+    return f"no case {case_id!r} in {root}{where} (cases: {listed or 'none'})"

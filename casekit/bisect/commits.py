@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -388,7 +389,7 @@ def bisect_commits(
     if result is not None:
         if report.changed is not None:
             report.changed.lines += files_changed(config.repo, result.last_good, result.first_bad)
-        report.reproduce = _commit_command(config, result.first_bad)
+        report.reproduce = _commit_command(config, result.first_bad, setup)
         for sha in (*result.ambiguous, result.first_bad, result.last_good):
             evaluate.label(sha)
     report.labels = {sha: evaluate.label(sha) for sha in candidates if sha in evaluate.done}
@@ -404,8 +405,13 @@ def files_changed(repo: Path, last_good: str, first_bad: str) -> list[str]:
     return [f"files changed {last_good[:12]}..{first_bad[:12]}: " + ", ".join(names)] if names else []
 
 
-def _commit_command(config: CommitBisect, sha: str) -> str:
+def _commit_command(config: CommitBisect, sha: str, setup: _ProbeSetup) -> str:
+    """The commands that show the first bad commit by hand: its worktree, then the script run by the
+    interpreter the probe ran it with (the command's own `python` word may not be the one: --python, or
+    casekit's interpreter when the command named none); an exit-code command as it was given."""
     folder = f"/tmp/casekit-{sha[:12]}"
-    logs = "" if config.judge.exit_code else "TORCH_LOGS=graph_breaks "
-    command = " ".join(config.command)
-    return f"git -C {config.repo} worktree add --detach {folder} {sha[:12]} && cd {folder} && {logs}{command}"
+    if config.judge.exit_code:
+        run = shlex.join(config.command)
+    else:
+        run = "TORCH_LOGS=graph_breaks " + shlex.join([setup.interpreter, setup.script, *setup.argv])
+    return f"git -C {shlex.quote(str(config.repo))} worktree add --detach {folder} {sha[:12]} && cd {folder} && {run}"

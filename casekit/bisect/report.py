@@ -24,6 +24,8 @@ from casekit.classify import CaseResult, ScriptResult, classify_case, describe_f
 from casekit.errors import BisectError
 from casekit.fsutil import write_atomic
 from casekit.model import Case, ScriptObservation, ScriptRole, ScriptSource, Site, SiteClass, Verdict
+from casekit.report.pictures import end_words
+from casekit.scrub import portable_paths
 
 BISECT_SCHEMA = "casekit.bisect/1"
 MULTI_SCHEMA = "casekit.bisect-many/1"  # one casekit.bisect/1 document per case, the shared costs, per-case errors
@@ -311,11 +313,12 @@ def report_to_json(report: BisectReport) -> dict[str, Any]:
         else [],
         "verdict": changed.verdict.value if changed and changed.verdict else None,
         "reasons": changed.reasons if changed else [],
-        "reproduce": report.reproduce,
+        # a document is shared: its commands name an interpreter or a folder as labels do (~/envs/..., …/bin/python)
+        "reproduce": portable_paths(report.reproduce) if report.reproduce else report.reproduce,
         "labels": report.labels,
         "compare_url": report.compare_url,
         "cache": report.cache_path,
-        "reproduce_good": report.reproduce_good,
+        "reproduce_good": portable_paths(report.reproduce_good) if report.reproduce_good else report.reproduce_good,
         "commits": dataclasses.asdict(report.commits) | {"range": report.commits.range} if report.commits else None,
         "notes": report.notes,
     }
@@ -400,8 +403,9 @@ def read_report(path: Path) -> BisectReport:
 # ------------------------------------------------------------------ the text a user reads
 
 
-# How the two sides of the change are named: "bad" would be the wrong word for the release that fixed a break.
-END_WORDS = {Direction.FIX: ("last unfixed", "first fixed"), Direction.CHANGE: ("last unchanged", "first changed")}
+# How the two sides of the change are named: "bad" would be the wrong word for the release that fixed a break
+# (one table for every view: the terminal here, the HTML page and its picture).
+END_WORDS = {direction: end_words(direction.value) for direction in Direction}
 
 
 def _headline(report: BisectReport) -> list[str]:
@@ -420,7 +424,7 @@ def _headline(report: BisectReport) -> list[str]:
             f"{len(report.ambiguous)} candidate(s) there could not be built or run"
         ]
     assert report.last_good is not None
-    before, after = END_WORDS.get(report.direction, ("last good", "first bad"))
+    before, after = END_WORDS[report.direction]
     lines += [f"{before} {report.label(report.last_good)}", f"{after} {report.label(report.first_bad)}"]
     return lines
 
@@ -472,7 +476,7 @@ def render_text(report: BisectReport) -> str:
         lines.append(f"upstream changes: {report.compare_url}")
     lines += _what_changed(report)
     if report.reproduce_good and report.reproduce:
-        before, after = END_WORDS.get(report.direction, ("last good", "first bad"))
+        before, after = END_WORDS[report.direction]
         lines.append(f"reproduce the {before} side with: {report.reproduce_good}")
         lines.append(f"reproduce the {after} side with: {report.reproduce}")
     elif report.reproduce:

@@ -189,7 +189,7 @@ def merge(
         emit_json(data.to_json(), json_out)
     typer.echo("\n" + replay_document_text(data), err=to_stderr)
     typer.echo(
-        f"\n{len(data.results)} result(s) from {len(results)} file(s); worst severity: {merged.worst.value}",
+        f"\n{len(data.results)} result(s) from {merged.files_said()}; worst severity: {merged.worst.value}",
         err=to_stderr,
     )
     if json_out and not to_stderr:

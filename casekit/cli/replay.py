@@ -345,7 +345,6 @@ def render(outcome: ReplayOutcome) -> str:
         lines.append(
             replay_document_text(outcome.document, verbose=verbosity() is Verbosity.VERBOSE, marks=outcome.marks)
         )
-    lines += [f"skipped {case_id}: a draft without a repro (capture one)" for case_id in outcome.skipped_drafts]
     if outcome.committed:
         lines.append(outcome.committed)
     elif outcome.recorded:

@@ -180,11 +180,17 @@ def parse_recompile(message: str) -> RawRecompile | None:
     if not match:
         return None
     items = [line.strip()[2:].strip() for line in message.splitlines() if line.strip().startswith("- ")]
-    # 2.2+ number each failed guard ("0/0: ..."); 2.13 adds a user stack and a source comment
-    # holding the batch's temporary path: keep the guard itself, which is what compares across runs.
+    return RawRecompile(match["function"], match["file"], int(match["line"]), guard_reasons(items))
+
+
+def guard_reasons(items: list[str]) -> list[str]:
+    """The failed guards of one recompile, from its items (the log's "- " lines, a trace's payload lines).
+
+    2.2+ number each failed guard with its compile id ("0/0: ..."); 2.13 adds a user stack and a source
+    comment holding the script's path, cut on the left by torch (`mp/casekit-.../repro.py:9`): keep the
+    guard itself, which is what compares across runs and names no folder."""
     guards = [GUARD_SOURCE_COMMENT.split(item, maxsplit=1)[0].strip() for item in items if GUARD_ITEM.match(item)]
-    reasons = guards or [item for item in items if not item.startswith(("User stack trace", "File "))]
-    return RawRecompile(match["function"], match["file"], int(match["line"]), reasons)
+    return guards or [item for item in items if not item.startswith(("User stack trace", "File "))]
 
 
 @dataclass
@@ -201,3 +207,32 @@ def parse_wont_convert(message: str, exc_message: str | None) -> RawFallback | N
         return None
     reason = (exc_message or "").strip().splitlines()
     return RawFallback(match["function"], match["file"], int(match["line"]), reason[0] if reason else "")
+
+
+# Dynamo's source of an input, step by step: the frame's local or global, a module's submodule, parameter
+# or buffer (what `self.fc.weight` is stored as), an attribute, an item.
+_SOURCE_ROOT = re.compile(r"^[LG]\['(?P<name>[^'\]]+)'\]")
+_SOURCE_MEMBER = re.compile(r"^\._(?:modules|parameters|buffers)\['(?:(?P<name>[A-Za-z_]\w*)|(?P<index>\d+))'\]")
+_SOURCE_ATTRIBUTE = re.compile(r"^\.[A-Za-z_]\w*")
+_SOURCE_ITEM = re.compile(r"^\[(?:-?\d+|'[^'\]]*')\]")
+
+
+def source_name(source: str) -> str:
+    """An input as the user's code names it, from Dynamo's guard source: `L['self']._modules['fc'].
+    _parameters['weight']` is `self.fc.weight`, a ModuleList's child `self.blocks[0]`, `L['args'][0]` is
+    `args[0]`; a source in another form (`___as_tensor(...)`, a call) is kept as it is."""
+    root = _SOURCE_ROOT.match(source)
+    if root is None:
+        return source
+    name, rest = root["name"], source[root.end() :]
+    while rest:
+        member = _SOURCE_MEMBER.match(rest)
+        if member is not None:  # a Sequential's or ModuleList's child is indexed: `self.blocks[0]`
+            name += f".{member['name']}" if member["name"] else f"[{member['index']}]"
+            rest = rest[member.end() :]
+            continue
+        step = _SOURCE_ATTRIBUTE.match(rest) or _SOURCE_ITEM.match(rest)
+        if step is None:
+            return source  # a form this reading does not know: the source as torch wrote it
+        name, rest = name + step.group(0), rest[step.end() :]
+    return name

@@ -99,6 +99,7 @@ class ScriptEntry:
     recompiles_recorded: int
     sites: list[SiteEntry]
     notes: list[str]
+    compile_s: float | None = None  # the first calls' time (compile and first run); None: not timed or not kept
 
 
 @dataclass
@@ -163,6 +164,14 @@ class TargetEntry:
     # ("set": true for those the replay set); None: not recorded (a probe before casekit recorded them)
     dynamo: dict[str, dict[str, Any]] | None = None
     libraries: dict[str, str] = field(default_factory=dict)  # what the scripts imported: dist -> version
+    # the label as asked, when the build that ran names it otherwise ('venv:torch-2.13' ran 2.13.0): the key
+    # a shard plan (`matrix`, `layout`) knows the target by; None: the label
+    asked: str | None = None
+
+    @property
+    def planned(self) -> str:
+        """The label a shard plan knows this target by."""
+        return self.asked or self.label
 
 
 @dataclass
@@ -223,7 +232,12 @@ class ReplayDocument:
 def _target_json(target: TargetEntry) -> dict[str, Any]:
     """A target as JSON; what a probe before settings were recorded did not say is left out, not null."""
     data = dataclasses.asdict(target)
-    for key in ("dynamo", "libraries", "display"):  # display: the label says it all but for an interpreter path
+    for key in (
+        "dynamo",
+        "libraries",
+        "display",
+        "asked",
+    ):  # display: the label says it all but for an interpreter path
         if not data[key]:
             del data[key]
     return data
@@ -256,6 +270,7 @@ def _result_json(result: ResultEntry) -> dict[str, Any]:
                 for site in script.sites
             ],
             "notes": list(script.notes),
+            **({"compile_s": script.compile_s} if script.compile_s is not None else {}),
         }
     return {
         "case": result.case,
@@ -319,6 +334,7 @@ def result_entry(result: CaseResult, perf: list[PerfResult] | None = None) -> Re
                 for p in script.sites
             ],
             notes=list(script.notes),
+            compile_s=observation.compile_s(),
         )
     rollback = result.rollback
     return ResultEntry(
@@ -353,6 +369,7 @@ def target_entry(run: TargetRun) -> TargetEntry:
         display=run.display,
         dynamo=run.environment.get("dynamo_settings"),
         libraries=run.libraries(),
+        asked=run.asked or None,
     )
 
 
@@ -481,6 +498,7 @@ def _script_entry(data: dict[str, Any], origin: Path | str, where: str) -> Scrip
             for j, site in enumerate(data["sites"])
         ],
         notes=list(data["notes"]),
+        compile_s=data.get("compile_s"),
     )
 
 
@@ -540,6 +558,7 @@ def _target_entry(data: dict[str, Any]) -> TargetEntry:
         display=data.get("display"),
         dynamo=data.get("dynamo"),
         libraries=dict(data.get("libraries") or {}),
+        asked=data.get("asked"),
     )
 
 

@@ -246,7 +246,10 @@ def run_replay(
     # a draft has no repro (its script only raises): skipped alike whether named with --case or not
     drafts = [c.id for c in cases if DRAFT_TAG in c.tags]
     if drafts:
-        notice(f"skipping {len(drafts)} draft case(s) without a repro: {', '.join(drafts)}")
+        notice(  # once, before the run: the report below holds the cases that ran
+            f"skipping {len(drafts)} draft case(s) without a repro: {', '.join(drafts)} "
+            "(capture one with `casekit capture SCRIPT --id ID --force`)"
+        )
         cases = [c for c in cases if c.id not in drafts]
         if not cases and not invalid and request.shard is None:
             raise CasekitError(
@@ -280,7 +283,7 @@ def run_replay(
     report = replay(selection.cases, selection.specs, request.options, archive, make_runner, progress)
     if selection.cells is not None:
         for run in report.targets:
-            run.results = [r for r in run.results if (r.case_id, run.label) in selection.cells]
+            run.results = [r for r in run.results if (r.case_id, run.planned) in selection.cells]
     failed = [f"{run.display or run.label}: {run.error}" for run in report.targets if run.error]  # for people
     unrecorded = [f"could not record the replay of {run.record_error}" for run in report.targets if run.record_error]
     outcome = ReplayOutcome(
@@ -313,9 +316,10 @@ def _sliced(document: ReplayDocument, request: ReplayRequest, selection: _Select
 
 
 def per_target_documents(document: ReplayDocument) -> dict[str, ReplayDocument]:
-    """A (shard's) document split by target: label -> that target's entry and results, and the slice fields."""
+    """A (shard's) document split by target: the label its plan knows it by (`planned`: a retry whose
+    environment failed replaces the same file) -> that target's entry and results, and the slice fields."""
     return {
-        target.label: dataclasses.replace(
+        target.planned: dataclasses.replace(
             document, targets=[target], results=[r for r in document.results if r.target == target.label]
         )
         for target in document.targets

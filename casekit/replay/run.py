@@ -88,7 +88,7 @@ class TargetRun:
     """One target's outcome: its environment, every case result, warnings."""
 
     spec: TargetSpec
-    label: str
+    label: str  # the key of the build that ran ('venv:torch-2.13.0'); the asked label until it ran
     environment: dict[str, Any] = field(default_factory=dict)
     results: list[CaseResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -99,6 +99,22 @@ class TargetRun:
     record_error: str | None = None  # why the others did not (a full disk...): each is as it was
     display: str | None = None  # the target for people here (`python:/home/me/...`); None: the label
     perf: list[PerfResult] = field(default_factory=list)  # replay --perf: its cases' scripts timed
+    asked: str = ""  # the label as asked ('venv:torch-2.13'): a shard plan's key; "" when it is the label
+
+    @property
+    def planned(self) -> str:
+        """The label a shard plan knows this target by (the one asked, before the build was resolved)."""
+        return self.asked or self.label
+
+    def name_by_build(self) -> None:
+        """Once a build ran, the target is known by it: `--torch 2.13` that ran 2.13.0 is `venv:torch-2.13.0`,
+        as `--torch 2.13.0` is, in the JSON, the bundles' history and every report."""
+        built = registry.as_built(self.spec, self.environment.get("torch"))
+        label, shown = registry.label(built), registry.display(built)
+        if label != self.label:
+            self.asked = self.asked or self.label
+            self.label = label
+        self.display = shown if shown != label else None
 
     def libraries(self) -> dict[str, str]:
         """The library versions this target's scripts imported (torch aside): one environment, one version each."""
@@ -304,6 +320,8 @@ def run_target(
         # what the probe saw wins: the exact build (2.5.1+cu124), not the version the runner asked for
         run.environment = {**runner.describe(), **batch.environment}
         run.import_s = batch.import_s
+        run.name_by_build()
+        label = run.label
         by_id = {case.id: case for case in cases}
         for job in jobs:
             case_id, role = job.id.rsplit(".", 1)
@@ -351,9 +369,9 @@ def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
         reasons=list(result.reasons),
         graphs={which: script.observation.graphs for which, script in result.scripts.items()},
         compile_s={
-            which: round(sum(e.first_call_s for e in script.observation.entries if e.first_call_s is not None), 4)
+            which: seconds
             for which, script in result.scripts.items()
-            if any(e.first_call_s is not None for e in script.observation.entries)
+            if (seconds := script.observation.compile_s()) is not None
         },
         fallbacks={
             which: [f"{f.function} ({f.file}:{f.line})" for f in script.observation.fallback_frames]
@@ -385,6 +403,19 @@ def record_history(archive: Archive, run: TargetRun) -> None:
         run.record_error = f"{run.label}: {left} of {len(run.results)} bundle(s) not recorded: {error}"
 
 
+def _one_per_build(by_build: dict[str, TargetRun], run: TargetRun) -> tuple[TargetRun, TargetRun | None]:
+    """The run that holds `run`'s label and the one it displaces (None: the label was free): of two
+    requests of one build, the first that ran wins over a later one, and one that ran over one that failed."""
+    first = by_build.get(run.label)
+    if first is None:
+        by_build[run.label] = run
+        return run, None
+    if first.error and not run.error:
+        by_build[run.label] = run
+        return run, first
+    return first, run
+
+
 def replay(
     cases: list[Case],
     specs: list[TargetSpec],
@@ -399,6 +430,7 @@ def replay(
     workers = max(1, min(len(specs), options.parallel or (os.cpu_count() or 1)))
     lock = threading.Lock()
     runs: list[TargetRun | None] = [None] * len(specs)
+    by_build: dict[str, TargetRun] = {}  # label -> the run that holds it: two requests of one build are one target
 
     def locked_progress(message: str) -> None:
         with lock:
@@ -406,10 +438,17 @@ def replay(
 
     def one(index: int) -> None:
         run = run_target(specs[index], cases, options, make_runner, locked_progress, targets_sharing=workers)
-        if options.record and archive is not None:
-            with lock:
-                record_history(archive, run)
-        runs[index] = run
+        with lock:
+            kept, dropped = _one_per_build(by_build, run)
+            if dropped is not None:
+                kept.warnings.append(
+                    f"{dropped.planned} ran the same build as {kept.planned}: one target, {kept.label}, holds its results"
+                )
+                runs[:] = [None if other is dropped else other for other in runs]
+            if kept is run:
+                if options.record and archive is not None:
+                    record_history(archive, run)
+                runs[index] = run
 
     if workers == 1:
         for index in range(len(specs)):

@@ -170,6 +170,13 @@ class MergedReport:
     worst: Severity
     warnings: list[str] = field(default_factory=list)
     retries: list[str] = field(default_factory=list)  # one line per shard whose kept result is a later attempt
+    files_read: int = 0  # result files read: a folder given counts each of its files
+    files_kept: int = 0  # of those, the ones merged (an earlier attempt at a shard is read, then left out)
+
+    def files_said(self) -> str:
+        """'6 file(s)', or '6 file(s) (2 earlier attempt(s) left out)'."""
+        left_out = self.files_read - self.files_kept
+        return f"{self.files_read} file(s)" + (f" ({left_out} earlier attempt(s) left out)" if left_out else "")
 
     def exit_code(self, fail_on: FailOn | str) -> ExitCode:
         """The same rule as replay: a target whose environment failed is a problem (2), whatever the verdicts."""
@@ -267,7 +274,10 @@ class _Slice:
 
 
 def _slice_of(path: Path, data: ReplayDocument) -> _Slice:
-    labels = sorted({target.label for target in data.targets} | {r.target for r in data.results})
+    # the plan's key: the label as asked (the build that ran may name the target otherwise, and a shard
+    # whose environment failed knows only the label asked)
+    planned = {target.label: target.planned for target in data.targets}
+    labels = sorted(set(planned.values()) | {planned.get(r.target, r.target) for r in data.results})
     if len(labels) != 1:
         raise ShardError(
             f"{path}: a per-target result file (it has an 'attempt') must hold one target, not {len(labels)}"
@@ -393,11 +403,15 @@ def merge_reports(
     worst = merged.worst_severity()
     if merged.failed_targets() and worst.rank < Severity.ERROR.rank:
         worst = Severity.ERROR  # a target whose environment failed says nothing good about its cases
-    return MergedReport(merged, worst, warnings, retries)
+    return MergedReport(merged, worst, warnings, retries, files_read=len(documents), files_kept=len(kept))
 
 
 def without_volatile(document: ReplayDocument) -> dict[str, Any]:
     """The document as JSON data without timings, for comparing two runs of the same matrix."""
     out = canonical(document).to_json()
     out["targets"] = [{k: v for k, v in t.items() if k not in VOLATILE_TARGET_FIELDS} for t in out["targets"]]
+    for result in out["results"]:  # a script's first-call time is a timing too
+        for script in result["scripts"].values():
+            if script is not None:
+                script.pop("compile_s", None)
     return out

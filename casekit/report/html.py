@@ -29,9 +29,9 @@ from casekit.model import (
     Verdict,
 )
 from casekit.observe.reasons import describe_category, registry
-from casekit.report.pictures import bisect_svg, heatmap_section, step_side, timeline_section
+from casekit.report.pictures import bisect_svg, end_words, heatmap_section, sides_of, step_side, timeline_section
 from casekit.report.summary import ArchiveSummary, CaseSummary, Cell
-from casekit.report.text import class_counts, fullgraph_kind
+from casekit.report.text import class_counts, fullgraph_kind, guard_failures
 
 GB_ID = re.compile(r"^GB\d{4}$")
 GB_SITE = "https://meta-pytorch.github.io/compile-graph-break-site/gb/{}.html"
@@ -344,7 +344,7 @@ def recompiles_html(observation: ScriptObservation) -> str:
     if observation.recompiles:
         rows = "".join(
             f"<tr><td><code>{h(r.function)}</code></td><td><code>{h(r.file)}:{h(r.line)}</code></td>"
-            f"<td>{'<br>'.join(h(reason) for reason in r.reasons) or '-'}</td></tr>"
+            f"<td>{'<br>'.join(h(failure) for failure in guard_failures(r, observation)) or '-'}</td></tr>"
             for r in observation.recompiles
         )
         parts.append(
@@ -387,7 +387,7 @@ def checks_html(observation: ScriptObservation) -> str:
                 ("fullgraph=True", f"{fullgraph_kind(observation)}{where}: {observation.fullgraph.type}: {first}")
             )
         else:
-            facts.append(("fullgraph=True", "compiles as one graph"))
+            facts.append(("fullgraph=True", fullgraph_kind(observation)))
     if observation.error:
         where = f" at {observation.error.location.where()}" if observation.error.location else ""
         facts.append(("error", f"{observation.error.type}{where}: {observation.error.message}"))
@@ -541,14 +541,16 @@ def _bisect_section(doc: dict[str, Any], anchor: str = "bisect", heading: str = 
         for n, s in enumerate(doc.get("steps") or [], start=1)
     )
     changes = "".join(f"<li>{h(c)}</li>" for c in doc.get("changes") or [])
-    verdict = f"last good <code>{h(doc.get('last_good'))}</code>, first bad <code>{h(doc.get('first_bad'))}</code>"
+    last, first = end_words(str(doc.get("result")))
+    verdict = f"{last} <code>{h(doc.get('last_good'))}</code>, {first} <code>{h(doc.get('first_bad'))}</code>"
     if doc.get("ambiguous"):
         verdict += f" (ambiguous: {h(', '.join(map(str, doc['ambiguous'])))})"
+    (before, _), (after, _) = sides_of(doc)
     notes = "".join(f'<p class="muted">{h(w)}</p>' for w in doc.get("warnings") or [])
     picture = bisect_svg(doc).replace("bisect-svg-t", f"{anchor}-svg-t").replace("bisect-svg-d", f"{anchor}-svg-d")
     return (
         f'<section id="{h(anchor)}"><h2>{h(heading)}</h2><p>{verdict}; predicate <code>{h(doc.get("predicate"))}</code>, '
-        f"good = <code>{h(doc.get('good_outcome'))}</code>, bad = <code>{h(doc.get('bad_outcome'))}</code></p>"
+        f"{h(before)} = <code>{h(doc.get('good_outcome'))}</code>, {h(after)} = <code>{h(doc.get('bad_outcome'))}</code></p>"
         f'{_compare_html(doc)}{notes}<figure class="picture">{picture}</figure>'
         "<h3>Steps in the order tried</h3><table><thead><tr><th>#</th><th>candidate</th>"
         f"<th>outcome</th><th>detail</th><th>seconds</th></tr></thead><tbody>{rows}</tbody></table>"
@@ -577,7 +579,7 @@ def render_bisect_many_html(many_doc: dict[str, Any], generated: str = "") -> st
     index = "".join(
         f'<li><a href="#case-{n}">{h(doc.get("subject"))}</a>: '
         + (
-            f"first bad <code>{h(doc.get('first_bad'))}</code>"
+            f"{end_words(str(doc.get('result')))[1]} <code>{h(doc.get('first_bad'))}</code>"
             if doc.get("first_bad")
             else "no change between the ends"
         )

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 from casekit.model import Case, ReplayRecord, ScriptRole, ScriptStatus, Severity, SiteClass, Verdict
+from casekit.progress import fit_label
 from casekit.versions import version_order
 
 FONT = 'font-family="-apple-system, Segoe UI, Helvetica, Arial, sans-serif"'
@@ -291,15 +292,51 @@ def _replay_column(record: ReplayRecord, label: str) -> TimelineColumn:
 
 
 def _column_labels(records: Sequence[ReplayRecord]) -> list[str]:
-    """The torch release; with the replay date when the same release appears more than once."""
-    seen: dict[str, int] = {}
+    """The torch release; when it appears more than once, what tells the columns apart: the target (by the
+    part of its label the others do not share) where targets differ, else the replay's date."""
+    by_torch: dict[str, list[ReplayRecord]] = {}
     for record in records:
-        seen[record.torch] = seen.get(record.torch, 0) + 1
+        by_torch.setdefault(record.torch, []).append(record)
+    labels = []
+    for record in records:
+        alike = by_torch[record.torch]
+        if len(alike) == 1:
+            labels.append(record.torch)
+            continue
+        targets = [other.target for other in alike]
+        when = record.at[5:16].replace("T", " ") if record.at else "results"
+        if targets.count(record.target) == 1:
+            others = sorted({t for t in targets if t != record.target})
+            when = fit_label(record.target, _HEAD_CHARS, others).replace(" ", "_")
+        labels.append(f"{record.torch} {when}")
+    return labels
+
+
+def _replay_key(record: ReplayRecord) -> tuple[object, ...]:
+    """What a replay found, whenever it was recorded: two records with this key are one replay."""
+    sites = sorted((v.script, v.site_class, v.where, v.category) for v in record.sites)
+    return (
+        record.target,
+        record.torch,
+        record.verdict,
+        record.severity,
+        sorted(record.statuses.items()),
+        sites,
+        sorted((record.graphs or {}).items()),
+    )
+
+
+def given_apart(history: Sequence[ReplayRecord], given: Sequence[ReplayRecord]) -> list[ReplayRecord]:
+    """The replays given with `report --results` that the history does not already hold: `replay --record
+    --json X` then `report --results X` (the README's flow) is one replay, drawn once, from the history,
+    which knows when it ran. A result is that replay when it is the latest record of its target."""
+    latest: dict[str, ReplayRecord] = {}
+    for record in sorted(history, key=lambda r: r.at):
+        latest[record.target] = record
     return [
-        record.torch
-        if seen[record.torch] == 1
-        else f"{record.torch} {record.at[5:16].replace('T', ' ') if record.at else 'results'}"
-        for record in records
+        record
+        for record in given
+        if record.target not in latest or _replay_key(latest[record.target]) != _replay_key(record)
     ]
 
 
@@ -316,7 +353,8 @@ def timeline_from_case(case: Case, results: Sequence[ReplayRecord] = ()) -> Time
         which: {f"{f.function} ({f.file}:{f.line})" for f in observation.fallback_frames}
         for which, observation in case.observations.items()
     }
-    records = sorted([*case.replays, *results], key=lambda r: (version_order(r.torch), r.at, r.target))
+    given = given_apart(case.replays, results)
+    records = sorted([*case.replays, *given], key=lambda r: (version_order(r.torch), r.at, r.target))
     for record, label in zip(records, _column_labels(records), strict=True):
         column = _replay_column(record, label)
         _fallback_marks(column, record, recorded)
@@ -401,6 +439,7 @@ def _width_of(labels: Iterable[str], per_char: float, least: int, most: int) -> 
 # ------------------------------------------------------------------ the timeline picture
 
 COL_W = 100
+_HEAD_CHARS = 15  # what a column head's line holds at its size
 ROW_H = 26
 HEAD_H = 58
 CHART_H = 54
@@ -431,7 +470,7 @@ def _header(column: TimelineColumn, x: float) -> str:
     release, _, when = column.label.partition(" ")  # "2.13.0+cpu 11-30 23:55" when the release repeats
     lines = [(release, 12, True), *([(when, 10, False)] if when else []), (column.verdict or "capture", 11, False)]
     texts = "".join(
-        text(x + COL_W / 2, 19 + 14 * i, clip(line, 15), anchor="middle", size=size, bold=bold, fill=ink)
+        text(x + COL_W / 2, 19 + 14 * i, clip(line, _HEAD_CHARS), anchor="middle", size=size, bold=bold, fill=ink)
         for i, (line, size, bold) in enumerate(lines)
     )
     return (
@@ -492,12 +531,14 @@ def _bisect_line(timeline: Timeline, doc: dict[str, Any], left: float, bottom: f
     for position, (index, column) in enumerate(replays):
         if version_order(column.torch) >= first_bad and position > 0:
             x = left + index * COL_W
-            tip = f"bisect: {doc.get('last_good')} -> {doc.get('first_bad')} ({doc.get('predicate')})"
+            last, first = end_words(str(doc.get("result")))
+            tip = f"bisect: {last} {doc.get('last_good')} -> {first} {doc.get('first_bad')} ({doc.get('predicate')})"
             note = "bisect: " + clip(str(doc.get("first_bad")), 12)
+            ink = sides_of(doc)[1][1][1]
             return (
                 f'<g class="bisect-boundary"><title>{esc(tip)}</title>'
-                f'<line x1="{x:.1f}" y1="2" x2="{x:.1f}" y2="{bottom:.1f}" stroke="#cf222e" stroke-width="2" stroke-dasharray="6 3"/>'
-                f"{text(x + 3, HEAD_H + 10, note, size=10, fill='#cf222e')}</g>"
+                f'<line x1="{x:.1f}" y1="2" x2="{x:.1f}" y2="{bottom:.1f}" stroke="{ink}" stroke-width="2" stroke-dasharray="6 3"/>'
+                f"{text(x + 3, HEAD_H + 10, note, size=10, fill=ink)}</g>"
             )
     return ""
 
@@ -637,15 +678,42 @@ def _heat_cell(cell: HeatCell | None, case_id: str, target: str, x: float, y: fl
 
 # ------------------------------------------------------------------ a bisection
 
-OUTCOME_FILL = {"good": ("#aceebb", "#0f5323"), "bad": ("#ff8182", "#5d0011"), "unknown": ("#eaeef2", "#57606a")}
+_GREEN, _RED = ("#aceebb", "#0f5323"), ("#ff8182", "#5d0011")
+_AMBER, _BLUE = ("#ffd8b5", "#762c00"), ("#b6e3ff", "#0a3069")
+_UNKNOWN = ("#eaeef2", "#57606a")
+# How the two sides of a bisection are named and coloured, by which way the outcome moved (the document's
+# "result"): the release that fixed a break is not "bad", and it is not red.
+SIDES: dict[str, tuple[tuple[str, tuple[str, str]], tuple[str, tuple[str, str]]]] = {
+    "regression": (("good", _GREEN), ("bad", _RED)),
+    "fix": (("unfixed", _AMBER), ("fixed", _GREEN)),
+    "change": (("unchanged", _UNKNOWN), ("changed", _BLUE)),
+}
+
+
+def sides_of(doc: dict[str, Any]) -> tuple[tuple[str, tuple[str, str]], tuple[str, tuple[str, str]]]:
+    """(word, (fill, ink)) of the side the good end is on, then of the side it changed to."""
+    return SIDES.get(str(doc.get("result")), SIDES["regression"])
+
+
+def end_words(result: str) -> tuple[str, str]:
+    """'last good' / 'first bad', or for a fix 'last unfixed' / 'first fixed', as every view says it."""
+    (before, _), (after, _) = SIDES.get(result, SIDES["regression"])
+    return f"last {before}", f"first {after}"
 
 
 def step_side(doc: dict[str, Any], outcome: str) -> str:
+    """The side a step's outcome is on, in the words of the bisection's direction ('fixed', 'bad', ...)."""
+    (before, _), (after, _) = sides_of(doc)
     if outcome == doc.get("good_outcome"):
-        return "good"
+        return before
     if outcome == doc.get("bad_outcome"):
-        return "bad"
+        return after
     return "unknown"
+
+
+def _side_colours(doc: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    (before, first), (after, second) = sides_of(doc)
+    return {before: first, after: second, "unknown": _UNKNOWN}
 
 
 def bisect_svg(doc: dict[str, Any]) -> str:
@@ -656,37 +724,40 @@ def bisect_svg(doc: dict[str, Any]) -> str:
     steps = {str(s.get("target")): (n, s) for n, s in enumerate(doc.get("steps") or [], start=1)}
     cell_w = 84 if len(candidates) <= 14 else 56
     width = max(460, int(16 + max(1, len(candidates)) * cell_w + 16))
+    last, first = end_words(str(doc.get("result")))
+    colours = _side_colours(doc)
+    ink = sides_of(doc)[1][1][1]  # where it changes, in the colour of what it changed to
     desc = (
-        f"bisection of {doc.get('subject')} by {doc.get('predicate')}: last good {doc.get('last_good')}, "
-        f"first bad {doc.get('first_bad')}; {len(steps)} of {len(candidates)} candidate(s) tried"
+        f"bisection of {doc.get('subject')} by {doc.get('predicate')}: {last} {doc.get('last_good')}, "
+        f"{first} {doc.get('first_bad')}; {len(steps)} of {len(candidates)} candidate(s) tried"
     )
     out = []
     for i, candidate in enumerate(candidates):
         x = 16 + i * cell_w
         tried = steps.get(candidate)
         if tried is None:
-            fill, ink, word, tip = "#ffffff", "#8c959f", "not tried", f"{candidate}: not tried"
+            fill, ink_of_step, word, tip = "#ffffff", "#8c959f", "not tried", f"{candidate}: not tried"
         else:
             number, step = tried
             side = step_side(doc, str(step.get("outcome")))
-            fill, ink = OUTCOME_FILL[side]
+            fill, ink_of_step = colours[side]
             word = f"#{number} {side}"
             tip = f"step {number}: {labels.get(candidate, candidate)} -> {step.get('outcome')} ({side}); {step.get('detail', '')}"
         out.append(
             f'<g class="bisect-step"><title>{esc(tip)}</title>'
             f'<rect x="{x + 2}" y="40" width="{cell_w - 4}" height="40" rx="4" fill="{fill}" stroke="#d0d7de"/>'
-            f"{text(x + cell_w / 2, 64, clip(word, 12), anchor='middle', size=11, fill=ink, bold=True)}"
+            f"{text(x + cell_w / 2, 64, clip(word, 12), anchor='middle', size=11, fill=ink_of_step, bold=True)}"
             f"{text(x + cell_w / 2, 98, clip(labels.get(candidate, candidate), cell_w // 7), anchor='middle', size=10)}</g>"
         )
         if candidate == doc.get("first_bad") and i > 0:
             out.append(
                 f'<g class="bisect-boundary"><title>the outcome changes between {esc(doc.get("last_good"))} and {esc(candidate)}</title>'
-                f'<line x1="{x:.1f}" y1="30" x2="{x:.1f}" y2="108" stroke="#cf222e" stroke-width="3" stroke-dasharray="6 3"/>'
-                f"{text(x, 24, 'changes here', anchor='middle', size=11, fill='#cf222e', bold=True)}</g>"
+                f'<line x1="{x:.1f}" y1="30" x2="{x:.1f}" y2="108" stroke="{ink}" stroke-width="3" stroke-dasharray="6 3"/>'
+                f"{text(x, 24, 'changes here', anchor='middle', size=11, fill=ink, bold=True)}</g>"
             )
     swatches = [
         (f'<rect x="-7" y="-7" width="14" height="14" fill="{f}" stroke="#d0d7de"/>', n)
-        for n, (f, _) in OUTCOME_FILL.items()
+        for n, (f, _) in colours.items()
     ]
     swatches.append(('<rect x="-7" y="-7" width="14" height="14" fill="#ffffff" stroke="#d0d7de"/>', "not tried"))
     return finish_svg(out, width, 108, swatches, (f"Bisection of {doc.get('subject')}", desc, "bisect-svg"))

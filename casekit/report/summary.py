@@ -32,7 +32,7 @@ from casekit.scrub import without_addresses
 from casekit.versions import version_order
 
 if TYPE_CHECKING:
-    from casekit.replay.document import ReplayDocument, ResultEntry
+    from casekit.replay.document import ReplayDocument, ResultEntry, RollbackEntry
 
 
 @dataclass
@@ -167,6 +167,7 @@ def record_from_result(result: ResultEntry, torch: str) -> ReplayRecord:
         ],
         reasons=list(result.reasons),
         graphs={which: script.graphs for which, script in result.scripts.items()},
+        compile_s={which: script.compile_s for which, script in result.scripts.items() if script.compile_s is not None},
         fallbacks={which: list(script.fallback_frames) for which, script in result.scripts.items()},
     )
 
@@ -176,6 +177,21 @@ def attribution(axis: str, cause: str) -> str:
     if not cause:
         return ""
     return f"changed by {axis}: {cause}" if axis else f"cause unknown: {cause}"
+
+
+def rollback_line(rollback: RollbackEntry, reasons: Sequence[str]) -> str:
+    """'rollback (verified): post-fix with fullgraph=False runs and matches eager ...': the way back and its
+    proof; why the fix broke is the verdict's reason, said once there (a document keeps it in the detail
+    too, from before the check ran)."""
+    verified = rollback.verified
+    state = "not checked" if verified is None else ("verified" if verified else "NOT verified")
+    detail = rollback.detail
+    for reason in reasons:
+        if detail == reason:
+            detail = "the check did not run"
+        elif detail.startswith(reason + "; "):
+            detail = detail[len(reason) + 2 :]
+    return f"rollback ({state}): {detail}"
 
 
 def cells_from_results(data: ReplayDocument, source: str) -> list[Cell]:
@@ -196,9 +212,7 @@ def cells_from_results(data: ReplayDocument, source: str) -> list[Cell]:
             details += [f"{which}: {note}" for note in script.notes]
         rollback = result.rollback
         if rollback and rollback.needed:
-            verified = rollback.verified
-            state = "not checked" if verified is None else ("verified" if verified else "NOT verified")
-            details.append(f"rollback ({state}): {rollback.detail}")
+            details.append(rollback_line(rollback, result.reasons))
         cells.append(
             Cell(
                 case_id=result.case,

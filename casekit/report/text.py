@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from casekit.archive.index import CaseDigest
@@ -12,6 +12,7 @@ from casekit.classify import describe_fallback, ran_compiled
 from casekit.model import (
     SITE_CLASS_ORDER,
     Case,
+    Recompile,
     ScriptObservation,
     ScriptRole,
     Severity,
@@ -20,8 +21,9 @@ from casekit.model import (
     Spread,
     Verdict,
 )
+from casekit.observe.logs import guard_reasons, source_name
 from casekit.observe.reasons import describe_category
-from casekit.report.summary import attribution
+from casekit.report.summary import attribution, rollback_line
 from casekit.scrub import shorten, without_addresses
 from casekit.terminal import one_line
 
@@ -104,9 +106,8 @@ def observation_summary(label: str, observation: ScriptObservation) -> str:
             f"  {describe_fallback(fallback.function, where, since=False)}: {without_addresses(fallback.reason)}"
         )
     for recompile in observation.recompiles:
-        lines.append(
-            f"  recompile: {recompile.function} ({recompile.file}:{recompile.line}): {'; '.join(recompile.reasons)}"
-        )
+        reasons = "; ".join(guard_failures(recompile, observation))
+        lines.append(f"  recompile: {recompile.function} ({recompile.file}:{recompile.line}): {reasons}")
     if observation.error:
         where = f" at {observation.error.location.where()}" if observation.error.location else ""
         lines.append(
@@ -120,7 +121,7 @@ def observation_summary(label: str, observation: ScriptObservation) -> str:
                 f"  fullgraph=True: {fullgraph_kind(observation)}{where}: {observation.fullgraph.type}: {first}"
             )
         else:
-            lines.append("  fullgraph=True: compiles as one graph")
+            lines.append(f"  fullgraph=True: {fullgraph_kind(observation)}")
     check = observation.check
     if check.compared:
         verdict = "match" if check.allclose else "DIFFER"
@@ -215,6 +216,91 @@ def replay_table(results: Iterable[ResultEntry], marks: dict[str, str] | None = 
     return table(["case", "verdict", "severity", "status", "sites"], rows)
 
 
+# What a fullgraph=True trace keeps in its one graph where the default run breaks: Dynamo lets a one-graph
+# trace hold a data-dependent value and a data-dependent shape (torch/_dynamo/output_graph.py:
+# allow_scalar_outputs=one_graph or capture_scalar_outputs, and the same for dynamic output shapes), as
+# those two settings would; seen on torch 2.13.0 for .item(), .tolist(), nonzero, unique and boolean masks.
+FULLGRAPH_KEEPS = {
+    "GB0124": ("the value `.item()` returns", "capture_scalar_outputs"),
+    "GB0033": ("a data-dependent value (`.tolist()`, a tensor's number)", "capture_scalar_outputs"),
+    "GB0036": ("a data-dependent shape (`nonzero`, `unique`, a boolean mask)", "capture_dynamic_output_shape_ops"),
+}
+
+
+def _why_one_graph(sites: Sequence[Site]) -> str:
+    """Why fullgraph=True compiled one graph although the default run broke (nothing when it did not)."""
+    if not sites:
+        return ""
+    kept: dict[str, list[str]] = {}
+    for site in sites:
+        if site.category in FULLGRAPH_KEEPS:
+            kept.setdefault(site.category, []).append(site.where())
+    kinds = [
+        f"{FULLGRAPH_KEEPS[category][0]} at {', '.join(wheres)} (as {FULLGRAPH_KEEPS[category][1]}=True would)"
+        for category, wheres in kept.items()
+    ]
+    others = [site.where() for site in sites if site.category not in FULLGRAPH_KEEPS]
+    parts = [f"fullgraph=True keeps in its graph what the default fullgraph=False breaks on: {', '.join(kinds)}"]
+    parts = (parts if kinds else []) + (
+        [f"the break(s) at {', '.join(others)} did not stop fullgraph=True on this release"] if others else []
+    )
+    return f", though the default run breaks {len(sites)} time(s): " + "; ".join(parts)
+
+
+_COMPILE_ID = re.compile(r"^(?P<frame>\d+)/(?P<compile>\d+): (?P<guard>.*)$", re.S)
+_FLOAT_GUARD = re.compile(
+    r"^(?P<name>\S+) == (?P<value>[-+]?(?:\d+\.\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?\d+[eE][-+]?\d+)$"
+)
+_STACK_VALUE = re.compile(r"^___stack\d+$")
+
+
+def guard_failures(recompile: Recompile, observation: ScriptObservation) -> list[str]:
+    """Each failed guard of a recompile, as a person reads it (`guard_failure`); a bundle recorded before
+    the guard was kept apart from torch's source comment and user stack is read the same way."""
+    return [guard_failure(reason, recompile, observation) for reason in guard_reasons(recompile.reasons)]
+
+
+def guard_failure(reason: str, recompile: Recompile, observation: ScriptObservation) -> str:
+    """One failed guard as a person reads it: torch's "1/0: G" is the guard G of compile [1/0] (frame 1, its
+    first compile), not a fraction; a guard on a float's value says which value changed."""
+    match = _COMPILE_ID.match(reason)
+    guard = match["guard"] if match else reason
+    said = f"guard of compile [{match['frame']}/{match['compile']}] failed: {guard}" if match else reason
+    why = _float_guard_why(guard, recompile, observation)
+    return f"{said} ({why})" if why else said
+
+
+def _float_guard_why(guard: str, recompile: Recompile, observation: ScriptObservation) -> str:
+    found = _FLOAT_GUARD.match(guard.strip())
+    if found is None:
+        return ""
+    how = "Dynamo guards a Python float by its value, so another value compiles again"
+    name = found["name"]
+    if not _STACK_VALUE.match(name):
+        named = source_name(name)
+        bound = re.compile(rf"^\s*{re.escape(named)}\s*=[^=]")  # the variable a `.item()` line assigned
+        item = next(
+            (
+                site
+                for site in observation.sites
+                if site.category == "GB0124" and site.function == recompile.function and bound.match(site.source)
+            ),
+            None,
+        )
+        said = f", the value `.item()` returned at {item.where()}," if item is not None else ""
+        return f"recompiled because the float `{named}`{said} changed: {how}"
+    # a value left on the stack at a break: the resume function restarts on the break's line, and the call
+    # that broke there returned it
+    here = f"{recompile.file}:{recompile.line}"
+    broke = next((site for site in observation.sites if site.where() == here), None)
+    if broke is not None and broke.category == "GB0124":
+        return f"recompiled because the value `.item()` returned at {here} changed: {how}"
+    if broke is not None:
+        line = f" (`{shorten(broke.source, 48)}`)" if broke.source else ""
+        return f"recompiled because the value returned on the break's line {here}{line} changed: {how}"
+    return f"recompiled because a float the code before {here} returned changed: {how}"
+
+
 _NOW_FALLS_BACK = re.compile(r"^(?P<function>\S+) \((?P<where>[^()]*)\) now falls back to eager entirely$")
 _NO_LONGER = re.compile(r"^(?P<function>\S+) no longer falls back to eager entirely \(fallback cleared\)$")
 
@@ -225,10 +311,11 @@ _BREAK_ERRORS = ("Unsupported", "UserError")
 
 
 def fullgraph_kind(observation: ScriptObservation) -> str:
-    """'first break as an error' when fullgraph=True stopped at a graph break, else 'compile error'."""
+    """'first break as an error' when fullgraph=True stopped at a graph break, else 'compile error';
+    'compiles as one graph', and why when the default run broke all the same."""
     error = observation.fullgraph
     if error is None:
-        return "compiles as one graph"
+        return "compiles as one graph" + _why_one_graph(observation.sites)
     text = f"{error.type} {error.message}".lower()
     if error.type.rsplit(".", 1)[-1] in _BREAK_ERRORS or "graph break" in text:
         return "first break as an error"
@@ -273,9 +360,7 @@ def result_text(result: ResultEntry) -> str:
         lines += [f"  {which} note: {without_addresses(_reworded(note))}" for note in script.notes]
     rollback = result.rollback
     if rollback:
-        verified = rollback.verified
-        state = "verified" if verified else ("NOT verified" if verified is False else "not checked")
-        lines.append(f"  rollback ({state}): {rollback.detail}")
+        lines.append("  " + rollback_line(rollback, reasons))
         if rollback.notes:
             lines.append("  rollback notes: " + rollback.notes.strip().replace("\n", "\n    "))
     return "\n".join(lines)

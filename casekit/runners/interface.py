@@ -15,9 +15,11 @@ import abc
 import datetime as dt
 import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
+
+from packaging.version import InvalidVersion, Version
 
 from casekit.errors import RunnerError
 from casekit.model import IncludedFile
@@ -251,6 +253,19 @@ class Runner(abc.ABC):
         """A short, stable key: 'venv:torch-2.13.0-cu124'; '@host' when the target runs elsewhere."""
         parts = [f"torch-{describe(spec.channel, spec.torch)}", *(part for part in (spec.cuda, spec.image) if part)]
         return f"{spec.runner}:" + "-".join(parts) + (f"@{host_key(spec.host)}" if spec.host else "")
+
+    @classmethod
+    def as_built(cls, spec: TargetSpec, torch_seen: object) -> TargetSpec:
+        """The spec naming the exact build that ran (`torch_seen`, what the probe reported: '2.13.0+cpu'),
+        so that `--torch 2.13` and `--torch 2.13.0` give one label when they are one build. An image the
+        user named is its own build, and a runner of interpreters names no version: both stay as asked."""
+        if cls.versions is not VersionSource.INDEX or spec.image is not None or not isinstance(torch_seen, str):
+            return spec
+        try:
+            public = Version(torch_seen).public
+        except InvalidVersion:
+            return spec  # a probe that could not say: the request is all there is
+        return replace(spec, torch=public)
 
     @classmethod
     def display_of(cls, spec: TargetSpec) -> str:

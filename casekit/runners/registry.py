@@ -84,6 +84,11 @@ def label(spec: TargetSpec) -> str:
     return runner_class(spec.runner).label_of(spec) + variant_suffix(spec.dynamo, spec.packages)
 
 
+def as_built(spec: TargetSpec, torch_seen: object) -> TargetSpec:
+    """The spec of the build that ran (its exact torch version), whose label is the target's key."""
+    return runner_class(spec.runner).as_built(spec, torch_seen)
+
+
 def display(spec: TargetSpec) -> str:
     """The target as progress lines and notices show it."""
     return runner_class(spec.runner).display_of(spec) + variant_suffix(spec.dynamo, spec.packages)
