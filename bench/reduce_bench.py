@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from casekit.reduce.choice import BreakChoice
+from casekit.reduce.judge.choice import BreakChoice
 from casekit.reduce.run import ReduceRequest, check_on_release, reduce_script
 from casekit.runners.interface import ProbeJob
 from casekit.runners.python import PythonRunner
@@ -63,6 +63,16 @@ REPROS = (
         what="6 files (--include): lengths.tolist() in a layer",
     ),
     Repro("bigbird_eval", HERE / "bigbird_eval" / "bigbird_eval.py", what="transformers BigBird: logger.warning"),
+    Repro(
+        "decoder_lm",
+        HERE / "decoder_lm" / "decoder_lm.py",
+        what="decoder-only LM, comments, the break three calls deep: nonzero()",
+    ),
+    Repro(
+        "train_loader",
+        HERE / "train_loader" / "train_loader.py",
+        what="training script: DataLoader, metrics logger, float(tensor) in forward",
+    ),
 )
 
 
@@ -117,8 +127,13 @@ def bench_one(repro: Repro, args: argparse.Namespace, out_root: Path) -> dict[st
         jobs=args.jobs,
         max_seconds=args.budget,
     )
-    said = []
-    result = reduce_script(request, runner, lambda message: said.append(message))
+    started = time.monotonic()
+
+    def said(message: str) -> None:  # each phase with its time: where a reduction's time goes
+        if args.phases:
+            print(f"  {time.monotonic() - started:6.1f} s  {message}", flush=True)
+
+    result = reduce_script(request, runner, said)
     files = sorted(out.rglob("*.py"))
     lines_before = result.lines_before
     lines_after = sum(code_lines(path) for path in files)
@@ -164,6 +179,7 @@ def main() -> int:
     parser.add_argument("--only", action="append", help="run only this repro (repeatable)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--keep", type=Path, help="write the reduced files under this folder")
+    parser.add_argument("--phases", action="store_true", help="print each phase of a reduction with its start time")
     args = parser.parse_args()
     chosen = [r for r in REPROS if not args.only or r.name in args.only]
     out_root = args.keep or Path(tempfile.mkdtemp(prefix="reduce-bench-"))

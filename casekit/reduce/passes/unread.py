@@ -17,7 +17,7 @@ import ast
 import copy
 from collections.abc import Mapping
 
-from casekit.reduce.coverage import place_made_up_passes
+from casekit.reduce.passes.base import Search, place_made_up_passes
 
 BODIES = ("body", "orelse", "finalbody")
 
@@ -90,11 +90,20 @@ def _bound(statement: ast.stmt) -> list[str] | None:
         names = [(a.asname or a.name).split(".")[0] for a in statement.names]
         return None if "*" in names else names
     if isinstance(statement, ast.Assign):
-        if all(isinstance(t, ast.Name) for t in statement.targets):
-            return [t.id for t in statement.targets if isinstance(t, ast.Name)]
-        return None
+        groups = [_names_of(t) for t in statement.targets]
+        return None if any(g is None for g in groups) else [name for group in groups if group for name in group]
     if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
         return [statement.target.id]
+    return None
+
+
+def _names_of(target: ast.expr) -> list[str] | None:
+    """The plain names a target binds (`x`, `step, batch`), or None when it also stores elsewhere."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Tuple | ast.List):
+        names = [_names_of(t) for t in target.elts]
+        return None if any(n is None for n in names) else [name for group in names if group for name in group]
     return None
 
 
@@ -175,3 +184,17 @@ def without_unread(
     place_made_up_passes(pruned)
     out[script] = pruned
     return out
+
+
+def run(search: Search) -> None:
+    """The script without what nothing reads any more, bold variant first: once a cut has taken the loop
+    around the compiled call, what fed it is unread."""
+    facts = search.facts
+    if search.trees.get(facts.script) is None:
+        return
+    for drop_calls in (True, False):
+        trees = without_unread(search.trees, facts.script, drop_calls, facts.compiled_calls)
+        tree, current = trees[facts.script], search.trees[facts.script]
+        if tree is not None and current is not None and ast.dump(tree) != ast.dump(current):
+            if search.ask(trees):
+                return

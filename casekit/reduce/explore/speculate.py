@@ -8,11 +8,14 @@ one batch (one probe request, runs side by side). Then, from the head: a "not
 kept" answer proves the next explorer's assumption, so the head is dropped and
 the next one takes its place; a "kept" answer drops every explorer after the
 head (they assumed wrongly) and the head goes on. The order of answers is the
-one a single explorer would have seen: the result does not depend on `jobs`.
+one a single explorer would have seen: the result does not depend on `jobs`
+(the explorer runs with a fixed hash seed, so no pass's set order differs from
+one reduction to the next either).
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -20,8 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from casekit.reduce.candidate import Candidate
-from casekit.reduce.wire import ChannelClosed, receive, send
+from casekit.reduce.explore.wire import ChannelClosed, receive, send
+from casekit.reduce.source.candidate import Candidate
 
 JudgeBatch = Callable[[Sequence[Candidate]], list[bool]]
 
@@ -86,9 +89,10 @@ class SpeculativeSearch:
         """Search until the explorer is done (True) or `should_stop` says so (False)."""
         ours, theirs = socket.socketpair()
         process = subprocess.Popen(
-            [sys.executable, "-m", "casekit.reduce.explorer", str(theirs.fileno())],
+            [sys.executable, "-m", "casekit.reduce.explore.explorer", str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONHASHSEED": "0"},
         )
         theirs.close()
         chain = [_Explorer(ours)]

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import ast
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
-from casekit.reduce.coverage import place_made_up_passes
+from casekit.reduce.passes.base import Search, Trees, place_made_up_passes
+from casekit.reduce.passes.loops import run_once
+from casekit.reduce.passes.unread import without_unread
 
 BODIES = ("body", "orelse", "finalbody")
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -93,7 +95,9 @@ def _cut(body: list[ast.stmt], lines: set[int], unroll: set[int], in_loop: bool 
     for inner in _bodies_of(statement):
         own_loop = isinstance(statement, LOOPS) and inner is statement.body and not unrolled
         _cut(inner, lines, unroll, own_loop or in_loop)
-    if unrolled and isinstance(statement, LOOPS):
+    if unrolled and isinstance(statement, ast.For):  # once: its target bound to the first item, then its body
+        body[last : last + 1] = run_once(statement)
+    elif unrolled and isinstance(statement, LOOPS):
         body[last : last + 1] = statement.body  # once, in place of the loop (its `else` goes)
     return True
 
@@ -105,7 +109,7 @@ def _first_line(node: ast.AST) -> int:
 def completed_path(
     trees: Mapping[str, ast.Module | None],
     path: Iterable[tuple[str, int]],
-    callers: Mapping[tuple[str, int], set[tuple[str, int]]],
+    callers: Mapping[tuple[str, int], Collection[tuple[str, int]]],
     most: int = 64,
 ) -> list[tuple[str, int]]:
     """The path with every caller that led to its frames (the eager run's `callers`: a function's first
@@ -126,15 +130,35 @@ def completed_path(
     return out
 
 
+def _calls_in(value: ast.expr) -> list[ast.Call]:
+    """The calls of an expression that no other call of it holds (`x + self.attn(self.norm(x))`: the
+    attention's call), in reading order."""
+    if isinstance(value, ast.Call):
+        return [value]
+    found: list[ast.Call] = []
+    for child in ast.iter_child_nodes(value):
+        if isinstance(child, ast.expr) and not isinstance(child, ast.Lambda):
+            found.extend(_calls_in(child))
+    return found
+
+
 def _without_results(body: list[ast.stmt], lines: set[int]) -> None:
     """Each simple statement holding one of `lines` that keeps or returns a value (`x, aux = block(x)`,
-    `return self.head(h)`) becomes the bare expression: the callee no longer returns one."""
-    for i, statement in enumerate(body):
+    `return self.head(h)`, `x = x + self.attn(h)`) becomes its calls alone, each a statement: the callee
+    no longer returns a value, so nothing may use it."""
+    for i in reversed(range(len(body))):
+        statement = body[i]
         if not any(_spans(statement, line) for line in lines) or isinstance(statement, SCOPES):
             continue
         value = getattr(statement, "value", None)
-        if isinstance(statement, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.Return) and value is not None:
-            body[i] = ast.copy_location(ast.Expr(value=value), statement)
+        if (
+            isinstance(statement, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.Return | ast.Expr)
+            and value is not None
+        ):
+            calls = _calls_in(value)
+            if calls or not isinstance(statement, ast.Expr):
+                alone: list[ast.stmt] = [ast.copy_location(ast.Expr(value=call), statement) for call in calls]
+                body[i : i + 1] = alone or [ast.copy_location(ast.Pass(), statement)]
         for inner in _bodies_of(statement):
             _without_results(inner, lines)
 
@@ -171,3 +195,33 @@ def without_what_follows(
         place_made_up_passes(cut)
         out[name] = cut
     return out
+
+
+def run(search: Search) -> None:
+    """The cut's variants, boldest first (the first kept wins): in every frame of the path or only after
+    the compiled call, the loops around that call once or not, and what is then unread out with or
+    without its calls."""
+    facts = search.facts
+    path = completed_path(search.trees, facts.kept_path, facts.callers)
+    drivers = [(call.file, call.line) for call in facts.calls]
+    seen: list[Trees] = []
+    for frames, unroll, drop_calls in (
+        (path, True, True),
+        (path, False, True),
+        (path, False, False),
+        ((), False, False),
+    ):
+        cut = without_what_follows(search.trees, frames, drivers, unroll)
+        trees = without_unread(cut, facts.script, drop_calls, facts.compiled_calls)
+        if any(_same(trees, earlier) for earlier in seen) or _same(trees, search.trees):
+            continue
+        seen.append(trees)
+        if search.ask(trees):
+            return
+
+
+def _same(one: Trees, other: Trees) -> bool:
+    return all(
+        (a is None) == (b is None) and (a is None or b is None or ast.dump(a) == ast.dump(b))
+        for a, b in ((one.get(n), other.get(n)) for n in {*one, *other})
+    )

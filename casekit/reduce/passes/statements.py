@@ -18,6 +18,8 @@ import ast
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from casekit.reduce.passes.base import Search, copy_tree
+
 BODY_FIELDS = ("body", "orelse", "finalbody")
 HOISTABLE = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)
 
@@ -124,6 +126,14 @@ def _reduce_body(tree: ast.Module, path: Path, ask: Callable[[ast.Module], bool]
             continue
         index -= 1
     return tree
+
+
+def run(search: Search) -> None:
+    """One round over every file, importers first (a file's definition goes once its use has gone)."""
+    for name in search.facts.order:
+        tree = search.trees.get(name)
+        if tree is not None:
+            reduce_statements(tree, lambda candidate: search.ask({name: candidate}), copy_tree, rounds=1)  # noqa: B023 - used at once
 
 
 def importers_first(script: str, texts: dict[str, str]) -> list[str]:
