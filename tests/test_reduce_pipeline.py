@@ -20,8 +20,9 @@ from casekit.reduce.explore.search import TreeSearch
 from casekit.reduce.explore.speculate import SpeculativeSearch
 from casekit.reduce.facts import Facts
 from casekit.reduce.passes.statements import importers_first
-from casekit.reduce.pipeline import PIPELINE, Rounds, run_pipeline, steps_for
+from casekit.reduce.pipeline import PIPELINE, Rounds, run_pipeline, steps_for, tidy_steps
 from casekit.reduce.source.candidate import Candidate
+from casekit.reduce.source.format import formatted
 from casekit.reduce.source.lines import count_code_lines
 
 ORIGINAL = textwrap.dedent(
@@ -163,7 +164,7 @@ def test_the_result_is_finished_with_the_kept_lines_comments_and_formatted() -> 
     assert text.startswith('"""A model in miniature')  # the module's
     assert "# the layer's width" not in text  # its line went
     assert '"Never called."' not in text
-    assert "'" not in text  # formatted: ruff's double quotes, not ast.unparse's single ones
+    assert formatted(text) == text and formatted(ast.unparse(ast.parse(text))) != ast.unparse(ast.parse(text))
 
 
 @pytest.mark.process
@@ -190,3 +191,22 @@ def test_the_explorers_find_what_one_search_finds_whatever_the_jobs(jobs: int) -
     assert texts[-1] == ast.unparse(local.trees["m.py"]) + "\n"  # type: ignore[arg-type]
     if jobs > 1:
         assert search.stats.speculated > 0
+
+
+@pytest.mark.process
+def test_when_the_time_for_reducing_is_up_only_the_tidy_steps_are_judged() -> None:
+    """Time is up from the start: every reducing step's question is refused unrun, and the explorer goes on
+    to the tidy steps, which are judged: the result is the original, finished (its comments, formatted)."""
+    oracle = FakeOracle()
+    kept: list[Candidate] = []
+    phases: list[str] = []
+    start = {"facts": facts_for(ORIGINAL), "trees": {"m.py": ast.parse(ORIGINAL)}, "steps": steps_for(True)}
+    search = SpeculativeSearch(
+        start, oracle.batch, 2, kept.append, phases.append, cut_short=lambda: True, finishing=tidy_steps()
+    )
+    assert search.run()
+    assert phases[-1] in tidy_steps()
+    assert 0 < len(oracle.asked) <= 5  # only the tidy steps' candidates ran
+    final = kept[-1].files["m.py"].text  # type: ignore[union-attr]
+    assert "graph_break()  # BUG: the break" in final and "def unused_helper(x):" in final
+    assert formatted(final) == final and 'f"l{i}"' in final  # formatted: ruff's quotes, not ast.unparse's

@@ -31,7 +31,7 @@ from casekit.reduce.passes import (
     unrun,
     variables,
 )
-from casekit.reduce.passes.base import Search
+from casekit.reduce.passes.base import Search, Skipped
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class Step:
     name: str
     run: Callable[[Search], None]
     inputs: bool = False  # it shrinks or rewrites the inputs: left out with --no-inputs
+    tidy: bool = False  # it finishes the result: it runs even when the time for reducing is up
 
 
 @dataclass(frozen=True)
@@ -78,11 +79,12 @@ PIPELINE: tuple[Step | Rounds, ...] = (
     Rounds("what the parameters fed", (STATEMENTS, UNREAD, FILES), most=2),
     VARIABLES,
     Step("shapes, loop counts and sizes", sizes.every_size, inputs=True),
-    # tidy: the result as a maintainer would file it
-    Step("stand-in values written as the kind they stand for", stand_ins.run),
-    Step("the compile call as the original wrote it", compile_call.run),
-    Step("docstrings of the kept definitions", docstrings.run),
-    Step("comments of the kept lines, formatted", finish.run),
+    # tidy: the result as a maintainer would file it (these run even when the time for reducing is up)
+    Step("unused parameters left, with their arguments", parameters.run, tidy=True),
+    Step("stand-in values written as the kind they stand for", stand_ins.run, tidy=True),
+    Step("the compile call as the original wrote it", compile_call.run, tidy=True),
+    Step("docstrings of the kept definitions", docstrings.run, tidy=True),
+    Step("comments of the kept lines, formatted", finish.run, tidy=True),
 )
 
 
@@ -96,22 +98,29 @@ def steps_for(shrink_inputs: bool) -> tuple[str, ...]:
     return tuple(names)
 
 
+def tidy_steps() -> frozenset[str]:
+    """The steps that finish the result (the reducer judges them even when the time for reducing is up)."""
+    return frozenset(e.name for e in PIPELINE if isinstance(e, Step) and e.tidy)
+
+
 def run_pipeline(search: Search, names: Iterable[str]) -> None:
-    """Run the named steps of the pipeline, in its order (the explorer's side)."""
+    """Run the named steps of the pipeline, in its order (the explorer's side). When the reducer answers
+    that the time for reducing is up (`Skipped`), only the tidy steps still run."""
     wanted = frozenset(names)
+    skipping = False
     for entry in PIPELINE:
-        if isinstance(entry, Rounds):
-            steps = [s for s in entry.steps if s.name in wanted]
-            for _ in range(entry.most if steps else 0):
+        steps = [s for s in (entry.steps if isinstance(entry, Rounds) else (entry,)) if s.name in wanted]
+        steps = [s for s in steps if s.tidy or not skipping]
+        try:
+            for _ in range(entry.most if isinstance(entry, Rounds) else 1):
                 before = _dump(search)
                 for step in steps:
                     search.say(step.name)
                     step.run(search)
-                if _dump(search) == before:
+                if not steps or _dump(search) == before:
                     break
-        elif entry.name in wanted:
-            search.say(entry.name)
-            entry.run(search)
+        except Skipped:
+            skipping = True
 
 
 def _dump(search: Search) -> list[str]:

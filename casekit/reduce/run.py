@@ -28,7 +28,7 @@ from casekit.reduce.judge.oracle import Oracle
 from casekit.reduce.judge.probe import CandidateProbe, Layout
 from casekit.reduce.output import Best, Output
 from casekit.reduce.passes.statements import importers_first
-from casekit.reduce.pipeline import steps_for
+from casekit.reduce.pipeline import steps_for, tidy_steps
 from casekit.reduce.request import Inputs, ReduceRequest, check_out, check_site, read_inputs, refuse_original
 from casekit.reduce.result import ReduceResult, ReduceStopped
 from casekit.reduce.source.candidate import Candidate, render_candidate
@@ -38,6 +38,9 @@ from casekit.runners.interface import ProbeScheduling, ProbeSession, ProgressFn,
 from casekit.timeouts import check_timeout, reduce_run_timeout
 
 __all__ = ["ReduceRequest", "check_on_release", "default_jobs", "reduce_script"]
+
+TIDY_BATCHES = 12  # batches the tidy stage may need once the time for reducing is up
+TIDY_SHARE = 0.2  # of --max-time at most, kept for it
 
 
 def default_jobs() -> int:
@@ -157,6 +160,13 @@ def _reduce(
         best.tick(candidates.stats.run)
         return answers
 
+    def cut_short() -> bool:
+        """Time to finish: what is left is kept for the tidy steps' few candidates (at the recent pace)."""
+        if deadline is None or request.max_seconds is None:
+            return False
+        keep = min(TIDY_BATCHES * candidates.stats.recent, TIDY_SHARE * request.max_seconds)
+        return time.monotonic() > deadline - keep
+
     search = SpeculativeSearch(
         {"facts": original.facts, "trees": trees, "steps": steps_for(request.shrink_inputs)},
         judge,
@@ -164,6 +174,8 @@ def _reduce(
         best.keep,
         best.phase,
         lambda: deadline is not None and time.monotonic() > deadline,
+        cut_short,
+        tidy_steps(),
     )
     try:
         if not search.run():

@@ -22,6 +22,7 @@ from typing import Any
 
 from casekit.reduce.explore.search import TreeSearch
 from casekit.reduce.explore.wire import ChannelClosed, receive, send
+from casekit.reduce.passes.base import Skipped
 from casekit.reduce.passes.minimize import use_fast_copy
 from casekit.reduce.pipeline import run_pipeline
 from casekit.reduce.source.candidate import Candidate
@@ -56,6 +57,8 @@ class Explorer:
                 os._exit(0)
             kind = message[0]
             if kind == "answer":
+                if len(message) > 2 and message[2]:
+                    raise Skipped  # time is up for reducing: on to the steps that finish the result
                 return bool(message[1])
             if kind == "fork" and self.fork():
                 return False  # the copy: it goes on as if the answer were "not kept"

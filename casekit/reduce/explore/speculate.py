@@ -83,6 +83,10 @@ class SpeculativeSearch:
     on_kept: Callable[[Candidate], None] = lambda candidate: None
     on_phase: Callable[[str], None] = lambda phase: None
     should_stop: Callable[[], bool] = lambda: False
+    # time is up for reducing: every question of a step not in `finishing` is refused without a run, and
+    # the explorer told to go on to the steps that finish the result (the tidy stage)
+    cut_short: Callable[[], bool] = lambda: False
+    finishing: frozenset[str] = frozenset()
     stats: SearchStats = field(default_factory=SearchStats)
 
     def run(self) -> bool:
@@ -106,6 +110,9 @@ class SpeculativeSearch:
                     self.on_phase(said)
                 if self.should_stop():
                     return False
+                if chain[0].phase not in self.finishing and self.cut_short():
+                    self._skip(chain)
+                    continue
                 self._extend(chain)
                 pending = [e for e in chain if e.asked is not None and e.answer is None]
                 for explorer, answer in zip(pending, self.judge([e.asked for e in pending]), strict=True):  # type: ignore[misc]
@@ -122,6 +129,15 @@ class SpeculativeSearch:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+    def _skip(self, chain: list[_Explorer]) -> None:
+        """Refuse the head's question without a run and tell it to skip to the finishing steps."""
+        for copy in chain[1:]:
+            copy.drop()
+        del chain[1:]
+        head = chain[0]
+        head.tell("answer", False, True)
+        head.listen()
 
     def _extend(self, chain: list[_Explorer]) -> None:
         """Fork the last explorer until `jobs` questions are out (or a copy finishes its search)."""

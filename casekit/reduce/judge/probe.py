@@ -75,6 +75,7 @@ class CandidateStats:
     kept: int = 0
     batches: int = 0
     seconds: float = 0.0  # in the probe
+    recent: float = 0.0  # a batch's seconds lately (a moving average: candidates shrink as the search goes)
     refusals: dict[str, int] = field(default_factory=dict)  # the oracle's reasons, first words
 
 
@@ -128,7 +129,9 @@ class CandidateProbe:
         finally:
             for job in jobs:
                 shutil.rmtree(job.script.parent, ignore_errors=True)
-        self.stats.seconds += time.monotonic() - started
+        took = time.monotonic() - started
+        self.stats.seconds += took
+        self.stats.recent = took if not self.stats.batches else 0.7 * self.stats.recent + 0.3 * took
         self.stats.batches += 1
         observations = []
         for job, candidate in zip(jobs, candidates, strict=True):

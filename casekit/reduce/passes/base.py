@@ -17,6 +17,11 @@ from casekit.reduce.facts import Facts
 Trees = dict[str, ast.Module | None]  # file -> its tree (None: an included file left out)
 
 
+class Skipped(BaseException):
+    """The reducer's time for reducing is up: the step asking stops, and only the finishing steps run.
+    A BaseException, so that no pass (nor pysource-minimize) takes it for a failed candidate."""
+
+
 class Search(Protocol):
     """The search a pass runs in (the explorer's, or a test's in-process one)."""
 
@@ -24,7 +29,8 @@ class Search(Protocol):
     trees: Trees  # the best so far: every kept candidate replaces it
 
     def ask(self, trees: Mapping[str, ast.Module | None]) -> bool:
-        """Is the candidate made of `trees` (files not named: as they are) kept by the oracle?"""
+        """Is the candidate made of `trees` (files not named: as they are) kept by the oracle? (Skipped:
+        the time for reducing is up.)"""
         ...
 
     def say(self, phase: str) -> None:

@@ -115,7 +115,7 @@ def _named_other(call: ast.Call, trees: Trees) -> bool:
     if not isinstance(call.func, ast.Name):
         return False
     return any(
-        isinstance(n, FUNCTIONS | ast.ClassDef) and n.name == call.func.id
+        isinstance(n, (*FUNCTIONS, ast.ClassDef)) and n.name == call.func.id
         for tree in trees.values()
         if tree is not None
         for n in ast.walk(tree)

@@ -133,8 +133,8 @@ def kind_of(expr: ast.expr | None, tree: ast.Module, depth: int = 0) -> str:
             return INT
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in TORCH_MODULES:
             return TENSOR
-        if isinstance(func, ast.Attribute) and name in TENSOR_METHODS:
-            return TENSOR
+        if isinstance(func, ast.Attribute) and (name in TENSOR_METHODS or _tensorish(func.value, tree, depth)):
+            return INT if name in ("item", "tolist") else TENSOR  # a tensor's method makes a tensor
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
             return TENSOR  # a submodule's call: `self.norm(x)`
         return UNKNOWN
