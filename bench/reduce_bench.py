@@ -41,6 +41,7 @@ from pathlib import Path
 from casekit.reduce.checklist import checklist
 from casekit.reduce.judge.choice import BreakChoice
 from casekit.reduce.run import ReduceRequest, check_on_release, reduce_script
+from casekit.reduce.source.lines import count_code_lines
 from casekit.runners.interface import ProbeJob
 from casekit.runners.python import PythonRunner
 from casekit.runners.registry import interpreter_target
@@ -81,8 +82,8 @@ REPROS = (
 
 
 def code_lines(path: Path) -> int:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return sum(1 for line in lines if line.strip() and not line.strip().startswith("#"))
+    """Lines of code as the reduction counts them: no blank line, comment or docstring."""
+    return count_code_lines(path.read_text(encoding="utf-8"))
 
 
 def naive_seconds(repro: Repro, timeout: float) -> float:
