@@ -137,10 +137,10 @@ def _reduce(
     started: float,
     progress: ProgressFn,
 ) -> ReduceResult:
-    observed, layout, oracle = original.observed, original.layout, original.oracle
+    observed = original.observed
     slowest = max(observed.eager_wall_s or 0.0, observed.compiled_wall_s or 0.0)
     timeout = reduce_run_timeout(slowest, request.timeout)
-    candidates = CandidateProbe(probe, layout, oracle, timeout, progress, request.backend)
+    candidates = CandidateProbe(probe, original.layout, original.oracle, timeout, progress, request.backend)
     trees = {n: index.tree for n, index in inputs.indexes.items()}
     normalized = render_candidate(trees, inputs.indexes)
     check = candidates.judge([normalized])[0]
@@ -162,10 +162,13 @@ def _reduce(
 
     def cut_short() -> bool:
         """Time to finish: what is left is kept for the tidy steps' few candidates (at the recent pace)."""
+        nonlocal stopped
         if deadline is None or request.max_seconds is None:
             return False
         keep = min(TIDY_BATCHES * candidates.stats.recent, TIDY_SHARE * request.max_seconds)
-        return time.monotonic() > deadline - keep
+        if time.monotonic() > deadline - keep:
+            stopped = "time limit"
+        return stopped is not None
 
     search = SpeculativeSearch(
         {"facts": original.facts, "trees": trees, "steps": steps_for(request.shrink_inputs)},
@@ -186,18 +189,32 @@ def _reduce(
     if stopped == "interrupted":
         raise ReduceStopped(signum, result)
     if best.improved:
-        progress("confirming the result in a fresh probe (no preloaded library, as replay runs it)")
-        result.confirmed, final = confirm(best.best, layout, oracle, runner, timeout, request.backend, progress)
-        result.kept_now = result.confirmed.site if result.confirmed else None
-        if final is not None:
-            result.breaks_after = len(final.sites)
+        _confirm_and_file(result, request, best.best, original, runner, progress)
         result.seconds = time.monotonic() - started
-        if request.capture is not None and result.confirmed and result.confirmed.kept:
-            from casekit.reduce.filing import capture_reduced
-
-            case = capture_reduced(result, request.capture, request.script, runner, progress)
-            result.case_id, result.case_path = case.id, request.capture.archive.path_for(case.id)
     return result
+
+
+def _confirm_and_file(
+    result: ReduceResult,
+    request: ReduceRequest,
+    best: Candidate,
+    original: _Original,
+    runner: Runner,
+    progress: ProgressFn,
+) -> None:
+    """The result confirmed in a fresh probe, then filed as a case when --capture asks (and it kept the break)."""
+    progress("confirming the result in a fresh probe (no preloaded library, as replay runs it)")
+    judgement, final = confirm(
+        best, original.layout, original.oracle, runner, result.timeout, request.backend, progress
+    )
+    result.confirmed, result.kept_now = judgement, judgement.site if judgement else None
+    if final is not None:
+        result.breaks_after = len(final.sites)
+    if request.capture is not None and judgement.kept:
+        from casekit.reduce.filing import capture_reduced
+
+        case = capture_reduced(result, request.capture, request.script, runner, progress)
+        result.case_id, result.case_path = case.id, request.capture.archive.path_for(case.id)
 
 
 def _result(
