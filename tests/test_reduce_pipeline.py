@@ -20,7 +20,7 @@ from casekit.reduce.explore.search import TreeSearch
 from casekit.reduce.explore.speculate import SpeculativeSearch
 from casekit.reduce.facts import Facts
 from casekit.reduce.passes.statements import importers_first
-from casekit.reduce.pipeline import PIPELINE, Rounds, run_pipeline, steps_for, tidy_steps
+from casekit.reduce.pipeline import PIPELINE, Rounds, last_step, run_pipeline, steps_for, tidy_steps
 from casekit.reduce.source.candidate import Candidate
 from casekit.reduce.source.format import formatted
 from casekit.reduce.source.lines import count_code_lines
@@ -210,3 +210,18 @@ def test_when_the_time_for_reducing_is_up_only_the_tidy_steps_are_judged() -> No
     final = kept[-1].files["m.py"].text  # type: ignore[union-attr]
     assert "graph_break()  # BUG: the break" in final and "def unused_helper(x):" in final
     assert formatted(final) == final and 'f"l{i}"' in final  # formatted: ruff's quotes, not ast.unparse's
+
+
+@pytest.mark.process
+def test_past_the_deadline_only_the_last_step_is_judged_and_the_result_is_still_written_out() -> None:
+    oracle = FakeOracle()
+    kept: list[Candidate] = []
+    start = {"facts": facts_for(ORIGINAL), "trees": {"m.py": ast.parse(ORIGINAL)}, "steps": steps_for(True)}
+    search = SpeculativeSearch(
+        start, oracle.batch, 2, kept.append, should_stop=lambda: True, finishing=tidy_steps(), last=last_step()
+    )
+    assert search.run()
+    assert len(oracle.asked) == 1 and len(kept) == 1  # the finished original, nothing else ran
+    assert "graph_break()  # BUG: the break" in oracle.asked[0]
+    stopped = SpeculativeSearch(start, oracle.batch, 2, kept.append, should_stop=lambda: True)
+    assert not stopped.run() and len(oracle.asked) == 1  # the control: without `last`, nothing is judged

@@ -98,6 +98,11 @@ def steps_for(shrink_inputs: bool) -> tuple[str, ...]:
     return tuple(names)
 
 
+def last_step() -> frozenset[str]:
+    """The step that writes the result out as it is filed: judged even past the deadline (one candidate)."""
+    return frozenset({PIPELINE[-1].name}) if isinstance(PIPELINE[-1], Step) else frozenset()
+
+
 def tidy_steps() -> frozenset[str]:
     """The steps that finish the result (the reducer judges them even when the time for reducing is up)."""
     return frozenset(e.name for e in PIPELINE if isinstance(e, Step) and e.tidy)

@@ -28,7 +28,7 @@ from casekit.reduce.judge.oracle import Oracle
 from casekit.reduce.judge.probe import CandidateProbe, Layout
 from casekit.reduce.output import Best, Output
 from casekit.reduce.passes.statements import importers_first
-from casekit.reduce.pipeline import steps_for, tidy_steps
+from casekit.reduce.pipeline import last_step, steps_for, tidy_steps
 from casekit.reduce.request import Inputs, ReduceRequest, check_out, check_site, read_inputs, refuse_original
 from casekit.reduce.result import ReduceResult, ReduceStopped
 from casekit.reduce.source.candidate import Candidate, render_candidate
@@ -39,7 +39,7 @@ from casekit.timeouts import check_timeout, reduce_run_timeout
 
 __all__ = ["ReduceRequest", "check_on_release", "default_jobs", "reduce_script"]
 
-TIDY_BATCHES = 12  # batches the tidy stage may need once the time for reducing is up
+TIDY_BATCHES = 16  # batches the tidy stage may need once the time for reducing is up
 TIDY_SHARE = 0.2  # of --max-time at most, kept for it
 
 
@@ -179,6 +179,7 @@ def _reduce(
         lambda: deadline is not None and time.monotonic() > deadline,
         cut_short,
         tidy_steps(),
+        last_step(),
     )
     try:
         if not search.run():

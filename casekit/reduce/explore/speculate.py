@@ -87,10 +87,13 @@ class SpeculativeSearch:
     # the explorer told to go on to the steps that finish the result (the tidy stage)
     cut_short: Callable[[], bool] = lambda: False
     finishing: frozenset[str] = frozenset()
+    # past `should_stop`, only these steps are still judged (the last one, which writes the result out)
+    last: frozenset[str] = frozenset()
     stats: SearchStats = field(default_factory=SearchStats)
 
     def run(self) -> bool:
-        """Search until the explorer is done (True) or `should_stop` says so (False)."""
+        """Search until the explorer is done (True) or `should_stop` says so (False; with `last`, the search
+        goes on to the last steps, every other question refused unrun)."""
         ours, theirs = socket.socketpair()
         process = subprocess.Popen(
             [sys.executable, "-m", "casekit.reduce.explore.explorer", str(theirs.fileno())],
@@ -108,9 +111,12 @@ class SpeculativeSearch:
                 if chain[0].phase != said:
                     said = chain[0].phase
                     self.on_phase(said)
-                if self.should_stop():
+                stopping = self.should_stop()
+                if stopping and not self.last:
                     return False
-                if chain[0].phase not in self.finishing and self.cut_short():
+                if chain[0].phase not in self.last and (
+                    stopping or chain[0].phase not in self.finishing and self.cut_short()
+                ):
                     self._skip(chain)
                     continue
                 self._extend(chain)
