@@ -269,3 +269,14 @@ def test_members_nothing_reads_go_and_their_classes_become_unread() -> None:
     out = ast.unparse(trees["m.py"])  # type: ignore[arg-type]
     assert "self.ffn" not in out and "num_parameters" not in out
     assert "self.attn = 1" in out and "def forward" in out and "register_buffer('cos'" in out
+
+
+def test_a_statement_that_is_a_library_zero_alone_goes() -> None:
+    tree = ast.parse("def f(x):\n    y = x\n    return y\n")
+    function = tree.body[0]
+    assert isinstance(function, ast.FunctionDef)
+    function.body.insert(1, ast.Expr(value=ast.Constant(0)))  # what pysource-minimize leaves of a statement
+    assert "\n    0\n" in ast.unparse(tree)
+    cleaned = stand_ins.without_bare_stand_ins({"m.py": tree})
+    assert cleaned is not None and "0" not in ast.unparse(cleaned["m.py"])  # type: ignore[arg-type]
+    assert stand_ins.without_bare_stand_ins({"m.py": ast.parse("0\n")}) is None  # the user's own 0 stays

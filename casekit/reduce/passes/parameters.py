@@ -14,6 +14,7 @@ so a call found wrongly costs one run, never a wrong result.
 from __future__ import annotations
 
 import ast
+import builtins
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -103,23 +104,39 @@ def _named(call: ast.Call, unused: Unused) -> bool:
 
 
 def _calls_of(trees: Trees, unused: Unused, callers: frozenset[tuple[str, int]]) -> Iterator[ast.Call]:
+    through_instance = unused.owner is not None and unused.name == "forward"  # nn.Module.__call__ calls it
+    known = _known_names(trees) if through_instance else frozenset()
     for file, tree in trees.items():
         for node in ast.walk(tree) if tree is not None else ():
             if isinstance(node, ast.Call) and _fits(node, unused):
-                if _named(node, unused) or ((file, node.lineno) in callers and not _named_other(node, trees)):
+                if _named(node, unused) or (
+                    through_instance and (file, node.lineno) in callers and _instance_call(node, known)
+                ):
                     yield node
 
 
-def _named_other(call: ast.Call, trees: Trees) -> bool:
-    """A call by the name of a function or class of the files (a call of that one, not of an instance)."""
-    if not isinstance(call.func, ast.Name):
-        return False
-    return any(
-        isinstance(n, (*FUNCTIONS, ast.ClassDef)) and n.name == call.func.id
-        for tree in trees.values()
-        if tree is not None
-        for n in ast.walk(tree)
-    )
+def _known_names(trees: Trees) -> frozenset[str]:
+    """What a call by name cannot be an instance's call of: the files' functions, classes and imports,
+    and the builtins (`range(...)`, `torch.compile(...)` on a caller's line are not the module's call)."""
+    names = set(dir(builtins))
+    for tree in trees.values():
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, (*FUNCTIONS, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return frozenset(names)
+
+
+def _instance_call(call: ast.Call, known: frozenset[str]) -> bool:
+    """A call of something held in a name or an attribute (`block(x)`, `self.attn(h)`), not of a function,
+    a class, a builtin or a module's attribute."""
+    root = call.func
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if isinstance(root, ast.Name):
+        return root.id not in known or root.id == "self"
+    return isinstance(root, ast.Call | ast.Subscript)  # `torch.compile(m)(x)`, `self.blocks[0](x)`
 
 
 def without_parameters(trees: Trees, chosen: list[Unused], search: Search) -> Trees:

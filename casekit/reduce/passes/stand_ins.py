@@ -230,7 +230,30 @@ def replaced(trees: Trees, stand_in: StandIn, value: ast.expr) -> Trees | None:
     return None
 
 
+def without_bare_stand_ins(trees: Trees) -> Trees | None:
+    """A copy of the trees without the statements that are a library `0` alone (None: there is none)."""
+    out = dict(trees)
+    changed = False
+    for file, tree in trees.items():
+        if tree is None:
+            continue
+        new = copy_tree(tree)
+        for node in ast.walk(new):
+            for field in ("body", "orelse", "finalbody"):
+                body = getattr(node, field, None)
+                if isinstance(body, list) and any(isinstance(s, ast.Expr) and is_stand_in(s.value) for s in body):
+                    body[:] = [s for s in body if not (isinstance(s, ast.Expr) and is_stand_in(s.value))]
+                    if not body and field == "body" and not isinstance(node, ast.Module):
+                        body.append(ast.Pass(lineno=0, col_offset=0, end_lineno=0, end_col_offset=0))
+                    changed = True
+        out[file] = new
+    return out if changed else None
+
+
 def run(search: Search) -> None:
+    bare = without_bare_stand_ins(search.trees)
+    if bare is not None:
+        search.ask(bare)  # a `0` alone does nothing: a statement the library emptied
     originals = {name: ast.parse(text) for name, text in search.facts.originals.items()}
     for stand_in in stand_ins(search.trees, originals):
         if stand_in.kind == INT:
