@@ -215,3 +215,20 @@ def test_files_are_reduced_importers_first_so_a_use_goes_before_its_definition()
     assert order[:2] == ["main.py", "pkg/model.py"]
     assert order.index("pkg/layers.py") > order.index("pkg/model.py") < order.index("pkg/util.py")
     assert sorted(order) == sorted(texts) and order[-1] in ("pkg/unused.py", "pkg/__init__.py")
+
+
+def test_a_statement_on_the_break_s_call_path_is_never_asked_about_without_it() -> None:
+    ask, asked = needs("breaks_here(y)")
+    on_path = next(
+        n.lineno for n in ast.walk(ast.parse(SCRIPT)) if isinstance(n, ast.Assign) and "breaks_here" in ast.unparse(n)
+    )
+
+    def stays(statement: ast.stmt) -> bool:
+        return statement.lineno <= on_path <= (statement.end_lineno or statement.lineno)
+
+    reduced = ast.unparse(reduce_statements(ast.parse(SCRIPT), ask, copy.deepcopy, stays=stays))
+    assert "z = breaks_here(y)" in reduced
+    assert all("breaks_here(y)" in text for text in asked)  # no question without it: no run wasted
+    control_ask, control_asked = needs("breaks_here(y)")
+    reduce_statements(ast.parse(SCRIPT), control_ask, copy.deepcopy)
+    assert any("breaks_here(y)" not in text for text in control_asked)  # without `stays`, such runs are asked

@@ -32,7 +32,8 @@ SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
 
-def _spans(node: ast.AST, line: int) -> bool:
+def spans(node: ast.AST, line: int) -> bool:
+    """Whether `node` holds `line` (its decorators included)."""
     start = _first_line(node)
     return start <= line <= (getattr(node, "end_lineno", None) or start)
 
@@ -42,7 +43,7 @@ def _innermost_scope(tree: ast.Module, line: int) -> ast.AST:
     scope: ast.AST = tree
     node: ast.AST = tree
     while True:
-        inner = next((c for c in _statements_of(node) if _spans(c, line)), None)
+        inner = next((c for c in _statements_of(node) if spans(c, line)), None)
         if inner is None:
             return scope
         if isinstance(inner, SCOPES):
@@ -83,7 +84,7 @@ def _cut(body: list[ast.stmt], lines: set[int], unroll: set[int], in_loop: bool 
     """Cut `body` (in place) after its last statement holding one of `lines`, and recurse into it; a loop
     holding a line in `unroll` is replaced by its body. A loop's body keeps a tail that can end the loop
     (`while True: ... break`), since without it the loop would never end. True when `body` holds a line."""
-    last = max((i for i, s in enumerate(body) if any(_spans(s, line) for line in lines)), default=None)
+    last = max((i for i, s in enumerate(body) if any(spans(s, line) for line in lines)), default=None)
     if last is None:
         return False
     statement = body[last]
@@ -91,7 +92,7 @@ def _cut(body: list[ast.stmt], lines: set[int], unroll: set[int], in_loop: bool 
         del body[last + 1 :]
     if isinstance(statement, SCOPES):
         return True  # another frame's lines: its own cut is made from its own scope
-    unrolled = isinstance(statement, LOOPS) and any(_spans(statement, line) for line in unroll)
+    unrolled = isinstance(statement, LOOPS) and any(spans(statement, line) for line in unroll)
     for inner in _bodies_of(statement):
         own_loop = isinstance(statement, LOOPS) and inner is statement.body and not unrolled
         _cut(inner, lines, unroll, own_loop or in_loop)
@@ -148,7 +149,7 @@ def _without_results(body: list[ast.stmt], lines: set[int]) -> None:
     no longer returns a value, so nothing may use it."""
     for i in reversed(range(len(body))):
         statement = body[i]
-        if not any(_spans(statement, line) for line in lines) or isinstance(statement, SCOPES):
+        if not any(spans(statement, line) for line in lines) or isinstance(statement, SCOPES):
             continue
         value = getattr(statement, "value", None)
         if (
