@@ -280,3 +280,23 @@ def test_a_statement_that_is_a_library_zero_alone_goes() -> None:
     cleaned = stand_ins.without_bare_stand_ins({"m.py": tree})
     assert cleaned is not None and "0" not in ast.unparse(cleaned["m.py"])  # type: ignore[arg-type]
     assert stand_ins.without_bare_stand_ins({"m.py": ast.parse("0\n")}) is None  # the user's own 0 stays
+
+
+def test_pysource_minimize_is_patched_only_where_its_private_seam_is_the_one_casekit_knows(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import copy as copy_module
+
+    from pysource_minimize import _minimize_base
+
+    from casekit.errors import CasekitError
+    from casekit.reduce.passes import minimize
+
+    monkeypatch.setattr(_minimize_base, "copy", copy_module)
+    minimize.use_fast_copy()
+    assert _minimize_base.copy is minimize._FastCopy  # the seam as pinned: replaced
+    monkeypatch.setattr(_minimize_base, "copy", object())  # a release where the seam moved
+    try:
+        minimize.use_fast_copy()
+    except CasekitError as error:
+        assert "pins 0.11.0" in str(error)
+    else:
+        raise AssertionError("a moved seam was patched")
