@@ -14,6 +14,9 @@ For each, this run measures:
   own seconds per candidate; the ratio is printed;
 - the reduced script run by plain `python` with TORCH_LOGS=graph_breaks: whether
   torch's own log shows the kept break's graph-break id;
+- the checklist every result must pass (`casekit.reduce.checklist`): no unused
+  parameter, no stand-in of the wrong kind, the compile call as the original
+  wrote it, the kept lines' comments and the kept definitions' docstrings, formatted;
 - with --second-python PATH (e.g. a torch 2.5.1 venv): whether the reduced
   files still pair with the original on that release (`check_on_release`:
   both run there, the kept break found in the original by casekit's pairing,
@@ -35,8 +38,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from casekit.reduce.choice import BreakChoice
+from casekit.reduce.checklist import checklist
+from casekit.reduce.judge.choice import BreakChoice
 from casekit.reduce.run import ReduceRequest, check_on_release, reduce_script
+from casekit.reduce.source.lines import count_code_lines
 from casekit.runners.interface import ProbeJob
 from casekit.runners.python import PythonRunner
 from casekit.runners.registry import interpreter_target
@@ -63,12 +68,22 @@ REPROS = (
         what="6 files (--include): lengths.tolist() in a layer",
     ),
     Repro("bigbird_eval", HERE / "bigbird_eval" / "bigbird_eval.py", what="transformers BigBird: logger.warning"),
+    Repro(
+        "decoder_lm",
+        HERE / "decoder_lm" / "decoder_lm.py",
+        what="decoder-only LM, comments, the break three calls deep: nonzero()",
+    ),
+    Repro(
+        "train_loader",
+        HERE / "train_loader" / "train_loader.py",
+        what="training script: DataLoader, metrics logger, float(tensor) in forward",
+    ),
 )
 
 
 def code_lines(path: Path) -> int:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return sum(1 for line in lines if line.strip() and not line.strip().startswith("#"))
+    """Lines of code as the reduction counts them: no blank line, comment or docstring."""
+    return count_code_lines(path.read_text(encoding="utf-8"))
 
 
 def naive_seconds(repro: Repro, timeout: float) -> float:
@@ -117,8 +132,13 @@ def bench_one(repro: Repro, args: argparse.Namespace, out_root: Path) -> dict[st
         jobs=args.jobs,
         max_seconds=args.budget,
     )
-    said = []
-    result = reduce_script(request, runner, lambda message: said.append(message))
+    started = time.monotonic()
+
+    def said(message: str) -> None:  # each phase with its time: where a reduction's time goes
+        if args.phases:
+            print(f"  {time.monotonic() - started:6.1f} s  {message}", flush=True)
+
+    result = reduce_script(request, runner, said)
     files = sorted(out.rglob("*.py"))
     lines_before = result.lines_before
     lines_after = sum(code_lines(path) for path in files)
@@ -133,12 +153,16 @@ def bench_one(repro: Repro, args: argparse.Namespace, out_root: Path) -> dict[st
         "candidates": result.candidates,
         "candidates_per_s": round(result.per_second, 3),
         "wall_s": round(result.seconds, 1),
+        "load": os.getloadavg(),
         "stopped": result.stopped,
         "kept": f"{result.kept.where()} {result.kept.gb_id or result.kept.category}",
         "confirmed": bool(result.confirmed and result.confirmed.kept),
         "out": str(out),
     }
     row["standalone"] = standalone(repro, out, result.kept.gb_id)
+    if result.best is not None and result.original_files is not None:
+        originals = {n: r.text for n, r in result.original_files.files.items() if r is not None}
+        row["checklist"] = checklist(result.best, originals) if result.improved else ["not reduced"]
     naive = naive_seconds(repro, result.timeout)
     own = result.seconds / max(result.candidates, 1)
     row["naive_s_per_candidate"] = round(naive, 2)
@@ -164,10 +188,11 @@ def main() -> int:
     parser.add_argument("--only", action="append", help="run only this repro (repeatable)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--keep", type=Path, help="write the reduced files under this folder")
+    parser.add_argument("--phases", action="store_true", help="print each phase of a reduction with its start time")
     args = parser.parse_args()
     chosen = [r for r in REPROS if not args.only or r.name in args.only]
     out_root = args.keep or Path(tempfile.mkdtemp(prefix="reduce-bench-"))
-    print(f"casekit reduce bench: {len(chosen)} repros, budget {args.budget:g} s each, load {os.getloadavg()[0]:.1f}")
+    print(f"casekit reduce bench: {len(chosen)} repros, budget {args.budget:g} s each, load {os.getloadavg()}")
     rows = []
     for repro in chosen:
         row = bench_one(repro, args, out_root)
@@ -179,10 +204,11 @@ def main() -> int:
             f"kept {row['kept']}, confirmed {row['confirmed']}; naive {row['naive_s_per_candidate']} s/candidate vs "
             f"{row['reduce_s_per_candidate']} ({row['naive_over_reduce']}x)"
             + f"; python {repro.script.name} alone: {row['standalone']}"
-            + (f"; second release: {row['second_release']}" if "second_release" in row else ""),
+            + (f"; second release: {row['second_release']}" if "second_release" in row else "")
+            + f"; checklist: {'; '.join(row.get('checklist') or []) or 'passes'}",
             flush=True,
         )
-    print(f"reduced files under {out_root}; load after {os.getloadavg()[0]:.1f}")
+    print(f"reduced files under {out_root}; load after {os.getloadavg()}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

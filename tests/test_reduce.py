@@ -115,7 +115,7 @@ def test_a_model_is_reduced_keeping_its_break_and_the_result_runs_standalone(tmp
     assert "confirmed in a fresh probe" in summary
     # each pass that asks something shows as it starts (this model has no config class: no literals pass)
     for phase in ("whole statements, halves first", "single-use variables", "expressions, arguments, the rest"):
-        assert f"reducing code: {phase}" in done.stderr, done.stderr[-3000:]
+        assert f"reducing {phase}" in done.stderr, done.stderr[-3000:]
     reduced = (out / "model.py").read_text()
     # the same call path through the user's code must stay (main -> Model.forward -> Block.forward)
     assert code_lines(reduced) <= code_lines(SCRIPT) * 0.75, reduced
@@ -412,3 +412,81 @@ def test_a_candidate_that_writes_outside_is_held_by_the_sandbox(tmp_path: Path, 
     else:  # the control: the same reduction unsandboxed runs a candidate that writes there (later
         # candidates may have dropped the write() and only truncate it: the file's existence is the escape)
         assert outside.exists()
+
+
+# ------------------------------------------------------------ the result as written, whatever --jobs
+
+TIDY = """\
+\"\"\"A tiny model whose break is three calls deep.\"\"\"
+
+import torch
+import torch.nn as nn
+
+
+class Scale(nn.Module):
+    \"\"\"Scales by a learned factor.\"\"\"
+
+    def __init__(self, dim, unused_flag):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x, step):
+        # BUG: a Python number read from a tensor breaks the graph
+        factor = x.abs().max().item()
+        return x * self.weight / factor  # normalised
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.scale = Scale(dim, True)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x, step):
+        h = self.scale(x, step)
+        return self.out(h)
+
+
+def main():
+    model = Model(8)
+    compiled = torch.compile(model)  # inductor, as the team runs it
+    for step in range(3):
+        print(step, compiled(torch.randn(4, 8), step).shape)
+
+
+main()
+"""
+
+
+def _reduce_in_process(tmp_path: Path, jobs: int):  # type: ignore[no-untyped-def]
+    from casekit.reduce.run import ReduceRequest, reduce_script
+    from casekit.runners.python import PythonRunner
+    from casekit.runners.registry import interpreter_target
+
+    script = tmp_path / "tiny.py"
+    script.write_text(TIDY)
+    request = ReduceRequest(script=script, out=tmp_path / f"out{jobs}", jobs=jobs, max_seconds=400)
+    return reduce_script(request, PythonRunner(interpreter_target()), lambda message: None)
+
+
+@pytest.mark.process
+def test_the_result_passes_the_checklist_and_is_the_same_whatever_the_jobs(tmp_path: Path) -> None:
+    from casekit.reduce.checklist import checklist
+
+    texts = {}
+    for jobs in (1, 2, 4):
+        result = _reduce_in_process(tmp_path, jobs)
+        assert result.confirmed is not None and result.confirmed.kept and result.stopped is None
+        texts[jobs] = (tmp_path / f"out{jobs}" / "tiny.py").read_text()
+    assert texts[1] == texts[2] == texts[4], texts
+    reduced = texts[1]
+    assert result.best is not None
+    assert checklist(result.best, {"tiny.py": TIDY}) == [], reduced
+    # what the checklist means here, said plainly
+    assert "# BUG: a Python number read from a tensor breaks the graph" in reduced
+    assert '"""Scales by a learned factor."""' in reduced
+    assert "unused_flag" not in reduced and "Scale(8, True)" not in reduced
+    assert 'backend="eager"' in reduced and "without inductor" in reduced  # the original named no backend
+    assert code_lines(reduced) < code_lines(TIDY)
+    shown = run_alone(tmp_path / "out1" / "tiny.py", tmp_path)
+    assert shown.returncode == 0 and "Graph break" in shown.stderr and "item()" in shown.stderr, shown.stderr[-2000:]

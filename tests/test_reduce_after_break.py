@@ -6,8 +6,8 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from casekit.reduce.after_break import completed_path, without_what_follows
-from casekit.reduce.unread import without_unread
+from casekit.reduce.passes.after_break import completed_path, without_what_follows
+from casekit.reduce.passes.unread import without_unread
 
 MODEL = textwrap.dedent(
     """
@@ -76,7 +76,11 @@ def test_each_frame_on_the_path_ends_with_its_path_statement() -> None:
 def test_the_bold_variant_runs_the_loop_around_the_compiled_call_once_and_unread_takes_its_feed() -> None:
     trees = without_what_follows({"m.py": ast.parse(MODEL)}, PATH, DRIVER, unroll_drivers=True)
     text = ast.unparse(trees["m.py"])  # type: ignore[arg-type]
-    assert "enumerate(data)" not in text and "\n    model(torch.randn(3))" in text
+    # once: the loop's target bound to its first item, then its body
+    assert (
+        "for step, batch" not in text
+        and "\n    step, batch = next(iter(enumerate(data)))\n    model(torch.randn(3))" in text
+    )
     assert "for block in self.blocks:" in text  # only loops around the driver's call run once
     lean = ast.unparse(without_unread(trees, "m.py", True, frozenset({(29, 14)}))["m.py"])  # type: ignore[arg-type]
     assert "data" not in lean and "def report" not in lean

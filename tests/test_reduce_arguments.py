@@ -10,8 +10,9 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from casekit.reduce.arguments import literal_for, recorded_calls, with_made_up_inputs
-from casekit.reduce.unread import without_unread
+from casekit.reduce.facts import recorded_calls
+from casekit.reduce.passes.made_up_inputs import literal_for, with_made_up_inputs
+from casekit.reduce.passes.unread import without_unread
 
 SCRIPT = textwrap.dedent(
     """

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from casekit.probe import LineTrace
-from casekit.reduce.coverage import without_unrun
+from casekit.reduce.passes.unrun import without_unrun
 
 SOURCE = """\
 import math

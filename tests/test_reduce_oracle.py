@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from casekit.model import Frame, ScriptObservation, ScriptStatus, Site
-from casekit.reduce.candidate import Candidate
-from casekit.reduce.candidates import CandidateProbe, Layout
-from casekit.reduce.choice import BreakChoice, ReduceRefused, choose_break
-from casekit.reduce.lines import OriginalIndex, Rendered, identity_map
-from casekit.reduce.oracle import Oracle, OracleOptions
+from casekit.reduce.judge.choice import BreakChoice, ReduceRefused, choose_break
+from casekit.reduce.judge.oracle import Oracle, OracleOptions
+from casekit.reduce.judge.probe import CandidateProbe, Layout
+from casekit.reduce.source.candidate import Candidate
+from casekit.reduce.source.lines import OriginalIndex, Rendered, identity_map
 from casekit.runners.interface import ScriptEntry
 from casekit.runners.sandbox import Sandbox
 from casekit.runners.warm import WarmSession

@@ -10,8 +10,8 @@ import ast
 import copy
 import textwrap
 
-from casekit.reduce.constants import class_literals, inline_literals
-from casekit.reduce.statements import body_paths, reduce_statements
+from casekit.reduce.passes.literals import class_literals, inline_literals
+from casekit.reduce.passes.statements import body_paths, reduce_statements
 
 SCRIPT = textwrap.dedent(
     """
@@ -154,7 +154,7 @@ VARIABLES = textwrap.dedent(
 
 
 def test_single_use_variables_are_written_where_they_are_read_at_that_place() -> None:
-    from casekit.reduce.variables import inline_variables, single_use
+    from casekit.reduce.passes.variables import inline_variables, single_use
 
     tree = ast.parse(VARIABLES)
     assert sorted(line for line, _ in single_use(tree)) == [3, 4, 8]  # not `total` (assigned twice)
@@ -183,7 +183,7 @@ def test_single_use_variables_are_written_where_they_are_read_at_that_place() ->
 
 
 def test_a_field_read_that_no_method_sets_any_more_is_seen_without_running() -> None:
-    from casekit.reduce.explorer import unset_attributes
+    from casekit.reduce.explore.search import unset_attributes
 
     model = textwrap.dedent(
         """
@@ -201,7 +201,7 @@ def test_a_field_read_that_no_method_sets_any_more_is_seen_without_running() -> 
 
 
 def test_files_are_reduced_importers_first_so_a_use_goes_before_its_definition() -> None:
-    from casekit.reduce.statements import importers_first
+    from casekit.reduce.passes.statements import importers_first
 
     texts = {
         "pkg/layers.py": "import torch\n",
@@ -215,3 +215,20 @@ def test_files_are_reduced_importers_first_so_a_use_goes_before_its_definition()
     assert order[:2] == ["main.py", "pkg/model.py"]
     assert order.index("pkg/layers.py") > order.index("pkg/model.py") < order.index("pkg/util.py")
     assert sorted(order) == sorted(texts) and order[-1] in ("pkg/unused.py", "pkg/__init__.py")
+
+
+def test_a_statement_on_the_break_s_call_path_is_never_asked_about_without_it() -> None:
+    ask, asked = needs("breaks_here(y)")
+    on_path = next(
+        n.lineno for n in ast.walk(ast.parse(SCRIPT)) if isinstance(n, ast.Assign) and "breaks_here" in ast.unparse(n)
+    )
+
+    def stays(statement: ast.stmt) -> bool:
+        return statement.lineno <= on_path <= (statement.end_lineno or statement.lineno)
+
+    reduced = ast.unparse(reduce_statements(ast.parse(SCRIPT), ask, copy.deepcopy, stays=stays))
+    assert "z = breaks_here(y)" in reduced
+    assert all("breaks_here(y)" in text for text in asked)  # no question without it: no run wasted
+    control_ask, control_asked = needs("breaks_here(y)")
+    reduce_statements(ast.parse(SCRIPT), control_ask, copy.deepcopy)
+    assert any("breaks_here(y)" not in text for text in control_asked)  # without `stays`, such runs are asked

@@ -73,8 +73,8 @@ def reduce(
     original's as replay pairs them (same id, same call site) and no new break appears. Candidates
     run sandboxed, as replay runs scripts. The best result so far is always in --out: Ctrl-C or
     --max-time keeps it."""
-    from casekit.reduce.choice import BreakChoice
-    from casekit.reduce.oracle import OracleOptions
+    from casekit.reduce.judge.choice import BreakChoice
+    from casekit.reduce.judge.oracle import OracleOptions
     from casekit.reduce.result import CaptureOptions, ReduceStopped
     from casekit.reduce.run import ReduceRequest, reduce_script
     from casekit.reduce.summary import summary_lines

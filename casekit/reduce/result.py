@@ -8,9 +8,9 @@ from pathlib import Path
 from casekit.archive.store import Archive
 from casekit.errors import Stopped
 from casekit.model import Site
-from casekit.reduce.candidate import Candidate
-from casekit.reduce.candidates import Layout
-from casekit.reduce.oracle import Judgement
+from casekit.reduce.judge.oracle import Judgement
+from casekit.reduce.judge.probe import Layout
+from casekit.reduce.source.candidate import Candidate
 
 
 @dataclass(frozen=True)

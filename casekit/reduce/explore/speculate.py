@@ -8,11 +8,14 @@ one batch (one probe request, runs side by side). Then, from the head: a "not
 kept" answer proves the next explorer's assumption, so the head is dropped and
 the next one takes its place; a "kept" answer drops every explorer after the
 head (they assumed wrongly) and the head goes on. The order of answers is the
-one a single explorer would have seen: the result does not depend on `jobs`.
+one a single explorer would have seen: the result does not depend on `jobs`
+(the explorer runs with a fixed hash seed, so no pass's set order differs from
+one reduction to the next either).
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -20,8 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from casekit.reduce.candidate import Candidate
-from casekit.reduce.wire import ChannelClosed, receive, send
+from casekit.reduce.explore.wire import ChannelClosed, receive, send
+from casekit.reduce.source.candidate import Candidate
 
 JudgeBatch = Callable[[Sequence[Candidate]], list[bool]]
 
@@ -80,15 +83,23 @@ class SpeculativeSearch:
     on_kept: Callable[[Candidate], None] = lambda candidate: None
     on_phase: Callable[[str], None] = lambda phase: None
     should_stop: Callable[[], bool] = lambda: False
+    # time is up for reducing: every question of a step not in `finishing` is refused without a run, and
+    # the explorer told to go on to the steps that finish the result (the tidy stage)
+    cut_short: Callable[[], bool] = lambda: False
+    finishing: frozenset[str] = frozenset()
+    # past `should_stop`, only these steps are still judged (the last one, which writes the result out)
+    last: frozenset[str] = frozenset()
     stats: SearchStats = field(default_factory=SearchStats)
 
     def run(self) -> bool:
-        """Search until the explorer is done (True) or `should_stop` says so (False)."""
+        """Search until the explorer is done (True) or `should_stop` says so (False; with `last`, the search
+        goes on to the last steps, every other question refused unrun)."""
         ours, theirs = socket.socketpair()
         process = subprocess.Popen(
-            [sys.executable, "-m", "casekit.reduce.explorer", str(theirs.fileno())],
+            [sys.executable, "-m", "casekit.reduce.explore.explorer", str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONHASHSEED": "0"},
         )
         theirs.close()
         chain = [_Explorer(ours)]
@@ -100,8 +111,14 @@ class SpeculativeSearch:
                 if chain[0].phase != said:
                     said = chain[0].phase
                     self.on_phase(said)
-                if self.should_stop():
+                stopping = self.should_stop()
+                if stopping and not self.last:
                     return False
+                if chain[0].phase not in self.last and (
+                    stopping or chain[0].phase not in self.finishing and self.cut_short()
+                ):
+                    self._skip(chain)
+                    continue
                 self._extend(chain)
                 pending = [e for e in chain if e.asked is not None and e.answer is None]
                 for explorer, answer in zip(pending, self.judge([e.asked for e in pending]), strict=True):  # type: ignore[misc]
@@ -118,6 +135,15 @@ class SpeculativeSearch:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+    def _skip(self, chain: list[_Explorer]) -> None:
+        """Refuse the head's question without a run and tell it to skip to the finishing steps."""
+        for copy in chain[1:]:
+            copy.drop()
+        del chain[1:]
+        head = chain[0]
+        head.tell("answer", False, True)
+        head.listen()
 
     def _extend(self, chain: list[_Explorer]) -> None:
         """Fork the last explorer until `jobs` questions are out (or a copy finishes its search)."""

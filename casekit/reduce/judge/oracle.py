@@ -121,8 +121,9 @@ class Oracle:
             self.chosen.gb_id,
             self.chosen.kind,
         ):
-            was = self.chosen.gb_id or self.chosen.category
-            return Judgement(False, f"the break changed id: {was} -> {observed.gb_id or observed.category}", observed)
+            was = f"{self.chosen.gb_id or self.chosen.category} ({self.chosen.kind})"
+            now = f"{observed.gb_id or observed.category} ({observed.kind})"
+            return Judgement(False, f"the break changed id: {was} -> {now}", observed)
         if _user_path(observed, self.user_files) != _user_path(self.chosen, self.user_files):
             before = " > ".join(f"{f}:{n}" for f, n in _user_path(self.chosen, self.user_files))
             after = " > ".join(f"{f}:{n}" for f, n in _user_path(observed, self.user_files))

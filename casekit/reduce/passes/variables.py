@@ -16,6 +16,8 @@ import ast
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from casekit.reduce.passes.base import Search, copy_tree
+
 Copy = Callable[[Any], Any]
 SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)
 NESTED = (
@@ -129,3 +131,10 @@ def inline_variables(tree: ast.Module, ask: Callable[[ast.Module], bool], copy: 
         candidate = written_in(tree, place, copy)
         if candidate is not None and ask(candidate):
             tree = candidate
+
+
+def run(search: Search) -> None:
+    for name in search.facts.order:
+        tree = search.trees.get(name)
+        if tree is not None:
+            inline_variables(tree, lambda candidate: search.ask({name: candidate}), copy_tree)  # noqa: B023 - used at once

@@ -19,58 +19,12 @@ from __future__ import annotations
 import ast
 import copy
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from casekit.reduce.facts import RecordedCall
+from casekit.reduce.passes.base import Search
+
 FLOATS = frozenset({"float16", "bfloat16", "float32", "float64", "complex64", "complex128"})
-MAX_SITES = 4  # the sites called most; a script rarely calls its compiled model from more places
-
-
-@dataclass(frozen=True)
-class RecordedCall:
-    """Where a compiled entry point was called from, and the description of what it was given."""
-
-    file: str
-    line: int
-    end_line: int | None
-    col: int | None
-    end_col: int | None
-    args: tuple[Any, ...]
-    kwargs: tuple[tuple[str, Any], ...]
-
-    @property
-    def place(self) -> tuple[str, int, int | None, int | None, int | None]:
-        return (self.file, self.line, self.end_line, self.col, self.end_col)
-
-
-def recorded_calls(raw: Mapping[str, Any]) -> list[RecordedCall]:
-    """The compiled run's calls that name their site (the probe's `call_sites` job flag), one per site
-    (its first call), the sites called most first."""
-    runs = raw.get("runs") if isinstance(raw, Mapping) else None
-    compiled = runs.get("compiled") if isinstance(runs, Mapping) else None
-    calls = compiled.get("calls") if isinstance(compiled, Mapping) else None
-    first: dict[tuple[str, int, int | None, int | None, int | None], RecordedCall] = {}
-    counts: dict[tuple[str, int, int | None, int | None, int | None], int] = {}
-    for call in calls if isinstance(calls, list) else []:
-        site = call.get("site") if isinstance(call, Mapping) else None
-        if not isinstance(site, Mapping) or not isinstance(site.get("file"), str) or not _int(site.get("line")):
-            continue
-        args, kwargs = call.get("args"), call.get("kwargs")
-        if not isinstance(args, list) or not isinstance(kwargs, Mapping):
-            continue
-        recorded = RecordedCall(
-            file=site["file"],
-            line=site["line"],
-            end_line=site.get("end_line") if _int(site.get("end_line")) else None,
-            col=site.get("col") if _int(site.get("col")) else None,
-            end_col=site.get("end_col") if _int(site.get("end_col")) else None,
-            args=tuple(args),
-            kwargs=tuple((str(k), v) for k, v in kwargs.items()),
-        )
-        first.setdefault(recorded.place, recorded)
-        counts[recorded.place] = counts.get(recorded.place, 0) + 1
-    ranked = sorted(first.values(), key=lambda c: -counts[c.place])
-    return ranked[:MAX_SITES]
 
 
 def _int(value: object) -> bool:
@@ -220,3 +174,13 @@ def with_made_up_inputs(
             node = _calls_at(copied, call)[position]
             if _replace(node, call, variant):
                 yield {**trees, call.file: copied}
+
+
+def run(search: Search) -> None:
+    """Each recorded call site in turn: its arguments as literals, random values first, then ones and
+    zeros (values can matter: a mask made from the ids); the first kept wins."""
+    for call in search.facts.calls:
+        tried = [trees for variant in (0, 1) for trees in with_made_up_inputs(search.trees, [call], variant)]
+        for trees in tried:
+            if search.ask(trees):
+                break

@@ -17,6 +17,8 @@ import ast
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from casekit.reduce.passes.base import Search, copy_tree
+
 Trees = dict[str, ast.Module | None]
 Copy = Callable[[Any], Any]
 
@@ -115,3 +117,7 @@ def inline_literals(trees: Trees, ask: Callable[[Trees], bool], copy: Copy) -> T
             half = len(names) // 2
             pending[:0] = [names[:half], names[half:]]
     return trees
+
+
+def run(search: Search) -> None:
+    inline_literals(search.trees, search.ask, copy_tree)

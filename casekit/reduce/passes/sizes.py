@@ -4,21 +4,19 @@ The integers that size things are found by where they stand: the arguments of
 a tensor factory (`torch.randn(4, 16, 32)`, `size=`), of `range(...)`, a
 call's integer keywords (`Config(hidden=64, layers=4)`) and the integer
 fields of a module or class body (a config dataclass's defaults). Each is
-tried at 1, then halved while kept. dtype, device and `requires_grad` are not
+tried at 1, else halved while kept. dtype, device and `requires_grad` are not
 integers and are never touched (the oracle also refuses a candidate whose
-inputs changed them). Several literals are tried side by side, each on its own
-from the best so far; those kept together are then tried combined.
+inputs changed them). Loop counts go first, alone (every later candidate runs
+faster: one layer, one step); shapes and sizes once the code is small.
 """
 
 from __future__ import annotations
 
 import ast
-import copy
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from casekit.reduce.candidate import Candidate, render_candidate
-from casekit.reduce.lines import OriginalIndex, RenderError
+from casekit.reduce.passes.base import Search, copy_tree
 
 TENSOR_FACTORIES = frozenset(
     {"randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "randperm", "eye", "normal", "linspace"}
@@ -109,7 +107,7 @@ def with_values(
     """A copy of the trees with some literals set (line numbers kept: only values change)."""
     out = dict(trees)
     for name in {literal.file for literal, _ in changes}:
-        tree = copy.deepcopy(trees[name])
+        tree = copy_tree(trees[name])
         nodes = list(ast.walk(tree)) if tree is not None else []
         for literal, value in changes:
             if literal.file == name:
@@ -120,60 +118,20 @@ def with_values(
     return out
 
 
-@dataclass
-class ShrinkStats:
-    tried: int = 0
-    kept: int = 0
+def shrink(search: Search, kinds: frozenset[str]) -> None:
+    """Each sizing integer of the best so far in turn: 1, else halves while the oracle keeps them."""
+    for literal in sizing_literals(search.trees, kinds):
+        now = value_of(search.trees, literal)
+        if search.ask(with_values(search.trees, [(literal, 1)])):
+            continue
+        target = now // 2
+        while target >= 2 and search.ask(with_values(search.trees, [(literal, target)])):
+            target //= 2
 
 
-def shrink_inputs(
-    best: Candidate,
-    indexes: Mapping[str, OriginalIndex],
-    judge: Callable[[Sequence[Candidate]], list[bool]],
-    jobs: int,
-    kinds: frozenset[str] = frozenset({"shape", "loop", "size"}),
-    on_kept: Callable[[Candidate], None] = lambda candidate: None,
-    should_stop: Callable[[], bool] = lambda: False,
-) -> tuple[Candidate, ShrinkStats]:
-    """Shrink every sizing integer of `best` as far as the oracle keeps it; the best candidate found."""
-    stats = ShrinkStats()
-    queue: list[tuple[Literal, int]] = [(lit, 1) for lit in sizing_literals(best.trees, kinds)]
+def loops(search: Search) -> None:
+    shrink(search, frozenset({"loop"}))
 
-    def build(changes: Sequence[tuple[Literal, int]]) -> Candidate | None:
-        try:
-            return render_candidate(with_values(best.trees, changes), indexes)
-        except (RenderError, SyntaxError, ValueError):
-            return None
 
-    while queue and not should_stop():
-        batch, queue = queue[:jobs], queue[jobs:]
-        built = [(change, build([change])) for change in batch]
-        runnable = [(change, candidate) for change, candidate in built if candidate is not None]
-        answers = judge([candidate for _, candidate in runnable]) if runnable else []
-        stats.tried += len(runnable)
-        kept = [(change, candidate) for (change, candidate), answer in zip(runnable, answers, strict=True) if answer]
-        refused = [change for (change, _), answer in zip(runnable, answers, strict=True) if not answer]
-        accepted: list[tuple[Literal, int]] = []
-        if len(kept) > 1:
-            combined = build([change for change, _ in kept])
-            stats.tried += 1
-            if combined is not None and judge([combined])[0]:
-                best, accepted = combined, [change for change, _ in kept]
-            else:
-                (first, candidate), others = kept[0], kept[1:]
-                best, accepted = candidate, [first]
-                queue = [change for change, _ in others] + queue  # tried again from the new best
-        elif kept:
-            (change, candidate) = kept[0]
-            best, accepted = candidate, [change]
-        if accepted:
-            stats.kept += len(accepted)
-            on_kept(best)
-        for literal, value in accepted:
-            if value > 1 and value // 2 >= 2:  # 1 was refused before: halve again
-                queue.append((literal, value // 2))
-        for literal, value in refused:
-            now = value_of(best.trees, literal)
-            if value == 1 and now >= 4:  # not down to 1: try half way
-                queue.append((literal, now // 2))
-    return best, stats
+def every_size(search: Search) -> None:
+    shrink(search, frozenset({"shape", "loop", "size"}))

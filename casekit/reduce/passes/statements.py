@@ -18,12 +18,16 @@ import ast
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from casekit.reduce.passes.after_break import completed_path, spans
+from casekit.reduce.passes.base import Search, copy_tree
+
 BODY_FIELDS = ("body", "orelse", "finalbody")
 HOISTABLE = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)
 
 Step = tuple[str, int | None]  # a field of a node, and an index into it when it is a list
 Path = tuple[Step, ...]  # from the module to a statement list (the last step names the list's field)
 Copy = Callable[[Any], Any]
+Stays = Callable[[ast.stmt], bool]  # a statement no candidate may take out
 
 
 def _key(node: ast.AST, field: str) -> tuple[str, int, int, str]:
@@ -56,13 +60,18 @@ def statements_at(tree: ast.Module, path: Path) -> list[ast.stmt]:
     return node  # type: ignore[no-any-return]
 
 
-def without(tree: ast.Module, path: Path, start: int, stop: int, copy: Copy) -> ast.Module:
-    """A copy of `tree` without statements [start, stop) of the list at `path` (`pass` if none is left)."""
+def without(
+    tree: ast.Module, path: Path, start: int, stop: int, copy: Copy, stays: Stays = lambda statement: False
+) -> ast.Module | None:
+    """A copy of `tree` without statements [start, stop) of the list at `path` (`pass` if none is left),
+    those `stays` names excepted (None: nothing would go)."""
+    if all(stays(s) for s in statements_at(tree, path)[start:stop]):
+        return None
     new = copy(tree)
     statements = statements_at(new, path)
     owner = statements_at(new, path[:-1]) if len(path) > 1 else new
     removed = statements[start:stop]
-    del statements[start:stop]
+    statements[start:stop] = [s for s in removed if stays(s)]
     if not statements and not isinstance(owner, ast.Module):
         place = removed[0]
         statements.append(ast.Pass(lineno=place.lineno, col_offset=place.col_offset))
@@ -80,7 +89,13 @@ def hoisted(tree: ast.Module, path: Path, index: int, copy: Copy) -> ast.Module 
     return new
 
 
-def reduce_statements(tree: ast.Module, ask: Callable[[ast.Module], bool], copy: Copy, rounds: int = 3) -> ast.Module:
+def reduce_statements(
+    tree: ast.Module,
+    ask: Callable[[ast.Module], bool],
+    copy: Copy,
+    rounds: int = 3,
+    stays: Stays = lambda statement: False,
+) -> ast.Module:
     """Delete what `ask` lets go, body by body; the smallest tree kept. `ask` answers for a whole tree.
 
     Rounds until one deletes nothing: a field set in `__init__` can go only once the line of `forward`
@@ -94,21 +109,23 @@ def reduce_statements(tree: ast.Module, ask: Callable[[ast.Module], bool], copy:
                 break
             path, key = found
             done.add(key)
-            tree = _reduce_body(tree, path, ask, copy)
+            tree = _reduce_body(tree, path, ask, copy, stays)
         if ast.dump(tree) == before:
             break
     return tree
 
 
-def _reduce_body(tree: ast.Module, path: Path, ask: Callable[[ast.Module], bool], copy: Copy) -> ast.Module:
+def _reduce_body(
+    tree: ast.Module, path: Path, ask: Callable[[ast.Module], bool], copy: Copy, stays: Stays
+) -> ast.Module:
     size = len(statements_at(tree, path))
     chunk = max(1, size // 2)
     while True:
         stop = len(statements_at(tree, path))
         while stop > 0:
             start = max(0, stop - chunk)
-            candidate = without(tree, path, start, stop, copy)
-            if ask(candidate):
+            candidate = without(tree, path, start, stop, copy, stays)
+            if candidate is not None and ask(candidate):
                 tree = candidate
             stop = start
         if chunk == 1:
@@ -124,6 +141,26 @@ def _reduce_body(tree: ast.Module, path: Path, ask: Callable[[ast.Module], bool]
             continue
         index -= 1
     return tree
+
+
+def run(search: Search) -> None:
+    """One round over every file, importers first (a file's definition goes once its use has gone). A
+    statement that holds a line of the kept break's call path stays: without it the break cannot be
+    reached from the same calls, and the oracle would refuse it after a run."""
+    facts = search.facts
+    path = completed_path(search.trees, facts.kept_path, facts.callers)
+    for name in facts.order:
+        tree = search.trees.get(name)
+        if tree is None:
+            continue
+        lines = [line for file, line in path if file == name]
+        reduce_statements(
+            tree,
+            lambda candidate: search.ask({name: candidate}),  # noqa: B023 - used at once
+            copy_tree,
+            rounds=1,
+            stays=lambda statement: any(spans(statement, line) for line in lines),  # noqa: B023 - used at once
+        )
 
 
 def importers_first(script: str, texts: dict[str, str]) -> list[str]:

@@ -21,16 +21,19 @@ from __future__ import annotations
 
 import ast
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
-from casekit.reduce.coverage import place_made_up_passes
+from casekit.reduce.passes.base import Search, Trees, place_made_up_passes
+from casekit.reduce.passes.loops import run_once
+from casekit.reduce.passes.unread import without_unread
 
 BODIES = ("body", "orelse", "finalbody")
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
 
-def _spans(node: ast.AST, line: int) -> bool:
+def spans(node: ast.AST, line: int) -> bool:
+    """Whether `node` holds `line` (its decorators included)."""
     start = _first_line(node)
     return start <= line <= (getattr(node, "end_lineno", None) or start)
 
@@ -40,7 +43,7 @@ def _innermost_scope(tree: ast.Module, line: int) -> ast.AST:
     scope: ast.AST = tree
     node: ast.AST = tree
     while True:
-        inner = next((c for c in _statements_of(node) if _spans(c, line)), None)
+        inner = next((c for c in _statements_of(node) if spans(c, line)), None)
         if inner is None:
             return scope
         if isinstance(inner, SCOPES):
@@ -81,7 +84,7 @@ def _cut(body: list[ast.stmt], lines: set[int], unroll: set[int], in_loop: bool 
     """Cut `body` (in place) after its last statement holding one of `lines`, and recurse into it; a loop
     holding a line in `unroll` is replaced by its body. A loop's body keeps a tail that can end the loop
     (`while True: ... break`), since without it the loop would never end. True when `body` holds a line."""
-    last = max((i for i, s in enumerate(body) if any(_spans(s, line) for line in lines)), default=None)
+    last = max((i for i, s in enumerate(body) if any(spans(s, line) for line in lines)), default=None)
     if last is None:
         return False
     statement = body[last]
@@ -89,11 +92,13 @@ def _cut(body: list[ast.stmt], lines: set[int], unroll: set[int], in_loop: bool 
         del body[last + 1 :]
     if isinstance(statement, SCOPES):
         return True  # another frame's lines: its own cut is made from its own scope
-    unrolled = isinstance(statement, LOOPS) and any(_spans(statement, line) for line in unroll)
+    unrolled = isinstance(statement, LOOPS) and any(spans(statement, line) for line in unroll)
     for inner in _bodies_of(statement):
         own_loop = isinstance(statement, LOOPS) and inner is statement.body and not unrolled
         _cut(inner, lines, unroll, own_loop or in_loop)
-    if unrolled and isinstance(statement, LOOPS):
+    if unrolled and isinstance(statement, ast.For):  # once: its target bound to the first item, then its body
+        body[last : last + 1] = run_once(statement)
+    elif unrolled and isinstance(statement, LOOPS):
         body[last : last + 1] = statement.body  # once, in place of the loop (its `else` goes)
     return True
 
@@ -105,7 +110,7 @@ def _first_line(node: ast.AST) -> int:
 def completed_path(
     trees: Mapping[str, ast.Module | None],
     path: Iterable[tuple[str, int]],
-    callers: Mapping[tuple[str, int], set[tuple[str, int]]],
+    callers: Mapping[tuple[str, int], Collection[tuple[str, int]]],
     most: int = 64,
 ) -> list[tuple[str, int]]:
     """The path with every caller that led to its frames (the eager run's `callers`: a function's first
@@ -126,15 +131,35 @@ def completed_path(
     return out
 
 
+def _calls_in(value: ast.expr) -> list[ast.Call]:
+    """The calls of an expression that no other call of it holds (`x + self.attn(self.norm(x))`: the
+    attention's call), in reading order."""
+    if isinstance(value, ast.Call):
+        return [value]
+    found: list[ast.Call] = []
+    for child in ast.iter_child_nodes(value):
+        if isinstance(child, ast.expr) and not isinstance(child, ast.Lambda):
+            found.extend(_calls_in(child))
+    return found
+
+
 def _without_results(body: list[ast.stmt], lines: set[int]) -> None:
     """Each simple statement holding one of `lines` that keeps or returns a value (`x, aux = block(x)`,
-    `return self.head(h)`) becomes the bare expression: the callee no longer returns one."""
-    for i, statement in enumerate(body):
-        if not any(_spans(statement, line) for line in lines) or isinstance(statement, SCOPES):
+    `return self.head(h)`, `x = x + self.attn(h)`) becomes its calls alone, each a statement: the callee
+    no longer returns a value, so nothing may use it."""
+    for i in reversed(range(len(body))):
+        statement = body[i]
+        if not any(spans(statement, line) for line in lines) or isinstance(statement, SCOPES):
             continue
         value = getattr(statement, "value", None)
-        if isinstance(statement, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.Return) and value is not None:
-            body[i] = ast.copy_location(ast.Expr(value=value), statement)
+        if (
+            isinstance(statement, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.Return | ast.Expr)
+            and value is not None
+        ):
+            calls = _calls_in(value)
+            if calls or not isinstance(statement, ast.Expr):
+                alone: list[ast.stmt] = [ast.copy_location(ast.Expr(value=call), statement) for call in calls]
+                body[i : i + 1] = alone or [ast.copy_location(ast.Pass(), statement)]
         for inner in _bodies_of(statement):
             _without_results(inner, lines)
 
@@ -171,3 +196,33 @@ def without_what_follows(
         place_made_up_passes(cut)
         out[name] = cut
     return out
+
+
+def run(search: Search) -> None:
+    """The cut's variants, boldest first (the first kept wins): in every frame of the path or only after
+    the compiled call, the loops around that call once or not, and what is then unread out with or
+    without its calls."""
+    facts = search.facts
+    path = completed_path(search.trees, facts.kept_path, facts.callers)
+    drivers = [(call.file, call.line) for call in facts.calls]
+    seen: list[Trees] = []
+    for frames, unroll, drop_calls in (
+        (path, True, True),
+        (path, False, True),
+        (path, False, False),
+        ((), False, False),
+    ):
+        cut = without_what_follows(search.trees, frames, drivers, unroll)
+        trees = without_unread(cut, facts.script, drop_calls, facts.compiled_calls)
+        if any(_same(trees, earlier) for earlier in seen) or _same(trees, search.trees):
+            continue
+        seen.append(trees)
+        if search.ask(trees):
+            return
+
+
+def _same(one: Trees, other: Trees) -> bool:
+    return all(
+        (a is None) == (b is None) and (a is None or b is None or ast.dump(a) == ast.dump(b))
+        for a, b in ((one.get(n), other.get(n)) for n in {*one, *other})
+    )

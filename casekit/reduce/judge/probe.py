@@ -20,10 +20,10 @@ from pathlib import Path
 
 from casekit.model import IncludedFile, ScriptObservation, ScriptSource
 from casekit.observe.batch import observe_batch
-from casekit.reduce.candidate import Candidate
-from casekit.reduce.lines import OriginalIndex
-from casekit.reduce.oracle import Judgement, Oracle, Placement
-from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProbeSession, ProgressFn
+from casekit.reduce.judge.oracle import Judgement, Oracle, Placement
+from casekit.reduce.source.candidate import Candidate
+from casekit.reduce.source.lines import OriginalIndex
+from casekit.runners.interface import ProbeJob, ProbeSession, ProgressFn
 from casekit.scrub import temp_prefix
 
 
@@ -44,48 +44,6 @@ class CandidateJob(ProbeJob):
         request["trace_lines"] = self.trace_lines
         request["call_sites"] = self.call_sites
         return request
-
-
-def lines_run(batch: ProbeBatchResult, job_id: str) -> dict[str, set[int]]:
-    """The lines the eager run ran, per file of the job (relative paths), when it traced them."""
-    raw = batch.results.get(job_id) or {}
-    runs = raw.get("runs") if isinstance(raw, dict) else None
-    eager = runs.get("eager") if isinstance(runs, dict) else None
-    traced = eager.get("lines_run") if isinstance(eager, dict) else None
-    if not isinstance(traced, dict):
-        return {}
-    return {
-        name: {n for n in lines if isinstance(n, int)}
-        for name, lines in traced.items()
-        if isinstance(name, str) and isinstance(lines, list)
-    }
-
-
-def callers_seen(batch: ProbeBatchResult, job_id: str) -> dict[tuple[str, int], set[tuple[str, int]]]:
-    """Who called each function of the job's files in the eager run: (file, the function's first line)
-    -> {(file, line)}, the nearest caller in those files (when the run traced its lines)."""
-    raw = batch.results.get(job_id) or {}
-    runs = raw.get("runs") if isinstance(raw, dict) else None
-    eager = runs.get("eager") if isinstance(runs, dict) else None
-    edges = eager.get("callers") if isinstance(eager, dict) else None
-    out: dict[tuple[str, int], set[tuple[str, int]]] = {}
-    for edge in edges if isinstance(edges, list) else []:
-        if isinstance(edge, list) and len(edge) == 4:
-            name, first, outer, line = edge
-            if isinstance(name, str) and isinstance(outer, str) and isinstance(first, int) and isinstance(line, int):
-                out.setdefault((name, first), set()).add((outer, line))
-    return out
-
-
-def library_modules(batch: ProbeBatchResult, job_id: str) -> list[str]:
-    """The installed modules a run reported importing (every mode's), for the probe to preload."""
-    raw = batch.results.get(job_id) or {}
-    runs = raw.get("runs") if isinstance(raw, dict) else None
-    names: set[str] = set()
-    for run in (runs if isinstance(runs, dict) else {}).values():
-        if isinstance(run, dict) and isinstance(run.get("library_modules"), list):
-            names.update(n for n in run["library_modules"] if isinstance(n, str))
-    return sorted(names)
 
 
 @dataclass(frozen=True)
@@ -117,6 +75,7 @@ class CandidateStats:
     kept: int = 0
     batches: int = 0
     seconds: float = 0.0  # in the probe
+    recent: float = 0.0  # a batch's seconds lately (a moving average: candidates shrink as the search goes)
     refusals: dict[str, int] = field(default_factory=dict)  # the oracle's reasons, first words
 
 
@@ -170,7 +129,9 @@ class CandidateProbe:
         finally:
             for job in jobs:
                 shutil.rmtree(job.script.parent, ignore_errors=True)
-        self.stats.seconds += time.monotonic() - started
+        took = time.monotonic() - started
+        self.stats.seconds += took
+        self.stats.recent = took if not self.stats.batches else 0.7 * self.stats.recent + 0.3 * took
         self.stats.batches += 1
         observations = []
         for job, candidate in zip(jobs, candidates, strict=True):

@@ -17,7 +17,7 @@ import ast
 import copy
 from collections.abc import Mapping
 
-from casekit.reduce.coverage import place_made_up_passes
+from casekit.reduce.passes.base import Search, place_made_up_passes
 
 BODIES = ("body", "orelse", "finalbody")
 
@@ -90,11 +90,20 @@ def _bound(statement: ast.stmt) -> list[str] | None:
         names = [(a.asname or a.name).split(".")[0] for a in statement.names]
         return None if "*" in names else names
     if isinstance(statement, ast.Assign):
-        if all(isinstance(t, ast.Name) for t in statement.targets):
-            return [t.id for t in statement.targets if isinstance(t, ast.Name)]
-        return None
+        groups = [_names_of(t) for t in statement.targets]
+        return None if any(g is None for g in groups) else [name for group in groups if group for name in group]
     if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
         return [statement.target.id]
+    return None
+
+
+def _names_of(target: ast.expr) -> list[str] | None:
+    """The plain names a target binds (`x`, `step, batch`), or None when it also stores elsewhere."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Tuple | ast.List):
+        names = [_names_of(t) for t in target.elts]
+        return None if any(n is None for n in names) else [name for group in names if group for name in group]
     return None
 
 
@@ -175,3 +184,116 @@ def without_unread(
     place_made_up_passes(pruned)
     out[script] = pruned
     return out
+
+
+PROTOCOL_METHODS = frozenset({"forward", "extra_repr", "reset_parameters"})  # called by the library, unread
+
+
+def _store_root(target: ast.expr) -> str | None:
+    """The attribute of `self` a store target writes into (`self.head` of `self.head.weight = w`)."""
+    chain = target
+    while isinstance(chain, ast.Attribute | ast.Subscript):
+        if isinstance(chain, ast.Attribute) and isinstance(chain.value, ast.Name) and chain.value.id == "self":
+            return chain.attr
+        chain = chain.value
+    return None
+
+
+def _attribute_reads(trees: Mapping[str, ast.Module | None]) -> set[str]:
+    """Attribute names read anywhere, the reads that only lead to a store (`self.head` in `self.head.weight
+    = w`) excepted; identifier strings count (`register_buffer("cos", ...)`, getattr)."""
+    read: set[str] = set()
+    for tree in trees.values():
+        leading: set[int] = set()
+        for node in ast.walk(tree) if tree is not None else ():
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AugAssign | ast.AnnAssign)
+                else []
+            )
+            for target in targets:
+                chain = target.value if isinstance(target, ast.Attribute | ast.Subscript) else None
+                while isinstance(chain, ast.Attribute | ast.Subscript):
+                    leading.add(id(chain))
+                    chain = chain.value
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and id(node) not in leading:
+                read.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                read.add(node.id)  # a method passed by name inside its class: rare, kept
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+                read.add(node.value)
+    return read
+
+
+def _prune_members(body: list[ast.stmt], read: set[str], in_class: bool) -> bool:
+    kept: list[ast.stmt] = []
+    changed = False
+    for statement in body:
+        if isinstance(statement, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            roots = [_store_root(t) for t in targets]
+            if all(r is not None and r not in read for r in roots):
+                changed = True
+                continue
+        if in_class and isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+            name = statement.name
+            if (
+                name not in read
+                and name not in PROTOCOL_METHODS
+                and not (name.startswith("__") and name.endswith("__"))
+            ):
+                changed = True
+                continue
+        for field in BODIES:
+            inner = getattr(statement, field, None)
+            if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                if _prune_members(inner, read, isinstance(statement, ast.ClassDef)):
+                    changed = True
+                    if not inner and field == "body":
+                        inner.append(ast.Pass())
+        kept.append(statement)
+    body[:] = kept
+    return changed
+
+
+def without_unread_members(trees: Mapping[str, ast.Module | None]) -> dict[str, ast.Module | None]:
+    """A copy of the trees without what no code reads of its objects: `self.<name> = ...` where no file
+    reads `.name` (a submodule built but no longer called: what follows the break went), and methods no
+    file names (`forward` and the dunders stay: the library calls them)."""
+    out = {name: copy.deepcopy(tree) for name, tree in trees.items()}
+    while True:
+        read = _attribute_reads(out)
+        changed = False
+        for tree in out.values():
+            if tree is not None and _prune_members(tree.body, read, False):
+                changed = True
+        if not changed:
+            break
+    for tree in out.values():
+        if tree is not None:
+            place_made_up_passes(tree)
+    return out
+
+
+def run(search: Search) -> None:
+    """The script without what nothing reads any more, bold variant first: once a cut has taken the loop
+    around the compiled call, what fed it is unread."""
+    facts = search.facts
+    if search.trees.get(facts.script) is None:
+        return
+    members = without_unread_members(search.trees)
+    variants = [without_unread(members, facts.script, True, facts.compiled_calls)]  # the objects' too, first
+    variants += [without_unread(search.trees, facts.script, drop, facts.compiled_calls) for drop in (True, False)]
+    seen = {_dump(search.trees)}
+    for trees in variants:
+        if _dump(trees) not in seen:
+            seen.add(_dump(trees))
+            if search.ask(trees):
+                return
+
+
+def _dump(trees: Mapping[str, ast.Module | None]) -> str:
+    return "\0".join(ast.dump(tree) if tree is not None else "-" for tree in trees.values())

@@ -16,6 +16,8 @@ import ast
 import copy
 from collections.abc import Mapping
 
+from casekit.reduce.passes.base import Search, place_made_up_passes
+
 BODIES = ("body", "orelse", "finalbody")
 
 
@@ -76,9 +78,8 @@ def without_unrun(
     return out
 
 
-def place_made_up_passes(tree: ast.Module) -> None:
-    """A `pass` a pass made up (for a body it emptied) takes its parent's place in the original's lines."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Pass) and not hasattr(node, "lineno"):
-            node.lineno = node.end_lineno = 0
-            node.col_offset = node.end_col_offset = 0
+def run(search: Search) -> None:
+    """One candidate without every statement the original never ran."""
+    facts = search.facts
+    if facts.ran:
+        search.ask(without_unrun(search.trees, {n: set(lines) for n, lines in facts.ran.items()}, facts.script))

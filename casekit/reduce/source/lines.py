@@ -13,8 +13,11 @@ from the rendered text so each rendered line is found in it.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+from casekit.reduce.source.comments import Comments, read_comments
 
 LineMap = tuple[int, ...]  # index i: the canonical original line of rendered line i + 1 (0: none)
 
@@ -25,7 +28,7 @@ def _statements(tree: ast.AST) -> Iterator[ast.stmt]:
             yield node
 
 
-def _span(node: ast.stmt) -> tuple[int, int]:
+def span(node: ast.stmt) -> tuple[int, int]:
     """First and last line of a statement, decorators included (a frame may name a decorator's line)."""
     start = node.lineno
     for decorator in getattr(node, "decorator_list", ()):
@@ -33,7 +36,7 @@ def _span(node: ast.stmt) -> tuple[int, int]:
     return start, getattr(node, "end_lineno", None) or node.lineno
 
 
-def _own_expressions(node: ast.stmt) -> Iterator[ast.AST]:
+def own_expressions(node: ast.stmt) -> Iterator[ast.AST]:
     """The expressions of a statement that are not inside one of its nested statements."""
     pending: list[ast.AST] = [child for child in ast.iter_child_nodes(node) if not isinstance(child, ast.stmt)]
     while pending:
@@ -51,7 +54,7 @@ class OriginalIndex:
         self.tree = tree if tree is not None else ast.parse(text)
         self._canonical: dict[int, tuple[int, int]] = {}  # line -> (canonical line, span size)
         for node in _statements(self.tree):
-            start, end = _span(node)
+            start, end = span(node)
             size = end - start
             for line in range(start, end + 1):
                 known = self._canonical.get(line)
@@ -72,12 +75,36 @@ class OriginalIndex:
         return self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
 
     def code_lines(self) -> int:
-        """Lines that hold code: what "lines before -> after" counts (no blank line, no comment)."""
+        """Lines that hold code: what "lines before -> after" counts (no blank line, comment or docstring)."""
         return count_code_lines(self.text)
+
+    @functools.cached_property
+    def comments(self) -> Comments:
+        return read_comments(self.text, self.tree, self.canonical)
 
 
 def count_code_lines(text: str) -> int:
-    return sum(1 for line in text.splitlines() if line.strip() and not line.strip().startswith("#"))
+    """Lines holding code: not blank, not a comment, not a docstring (documentation, as comments are)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        tree = None
+    documentation: set[int] = set()
+    for node in ast.walk(tree) if tree is not None else ():
+        body = getattr(node, "body", None)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body:
+            first = body[0]
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                documentation.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    return sum(
+        1
+        for number, line in enumerate(text.splitlines(), 1)
+        if line.strip() and not line.strip().startswith("#") and number not in documentation
+    )
 
 
 def identity_map(index: OriginalIndex) -> LineMap:
@@ -97,38 +124,12 @@ class RenderError(ValueError):
     """A tree whose rendering does not parse back to the same shape (it cannot be placed)."""
 
 
-def render(tree: ast.Module, index: OriginalIndex) -> Rendered:
-    """`tree` (nodes carrying the original's line numbers) as source, each rendered line mapped.
+@dataclass(frozen=True)
+class Placed:
+    """A rendered statement: its lines in the text, its canonical original line, its node."""
 
-    The rendered text is parsed again; both trees have one shape, so walking them side by side pairs
-    each rendered statement with the node it came from. A rendered statement maps to the most
-    specific original statement among its own node and its expressions: a statement the reducer
-    made up (an `x.item()` left alone where `y = x.item()` stood) has no line of its own, its
-    expression does."""
-    for node in ast.walk(tree):
-        if getattr(node, "type_comment", None) is not None:
-            setattr(node, "type_comment", None)  # noqa: B010 - the library turns `x: int = 1` into `x = 1  # type: ` on the way
-    text = ast.unparse(tree)
-    again = ast.parse(text)
-    placed: list[tuple[int, int, int]] = []  # (rendered start, rendered end, canonical original line)
-    for rendered, original in zip(ast.walk(again), ast.walk(tree), strict=False):
-        if type(rendered) is not type(original):
-            raise RenderError(f"{type(rendered).__name__} rendered where {type(original).__name__} was")
-        if not isinstance(rendered, ast.stmt):
-            continue
-        assert isinstance(original, ast.stmt)
-        lines = [getattr(original, "lineno", 0)] + [
-            getattr(expression, "lineno", 0) for expression in _own_expressions(original)
-        ]
-        known = [(index.specificity(line), index.canonical(line)) for line in lines if line]
-        best = min(((size, line) for size, line in known if line is not None), default=None)
-        start, end = _span(rendered)
-        placed.append((start, end, best[1] if best else 0))
-    size = len(text.splitlines())
-    mapped = [0] * size
-    narrowest = [1 << 30] * size
-    for start, end, canonical in placed:
-        for line in range(start, min(end, size) + 1):
-            if end - start <= narrowest[line - 1]:
-                mapped[line - 1], narrowest[line - 1] = canonical, end - start
-    return Rendered(text + "\n", tuple(mapped))
+    start: int
+    end: int
+    canonical: int  # 0: none
+    node: ast.stmt  # the candidate's node (its notes, its kind)
+    header_end: int  # a compound statement's last header line; a simple one's last line

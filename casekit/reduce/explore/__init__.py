@@ -1,0 +1,1 @@
+"""The search: the explorer process that runs the pipeline, its question, and the speculation that forks it."""

@@ -1,0 +1,1 @@
+"""A candidate's files: trees rendered and placed in the original's lines, finished with its comments."""
