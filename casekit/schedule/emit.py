@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import shlex
 import unicodedata
@@ -36,6 +37,12 @@ K8S_TARGETS = "/casekit/targets"  # an emptyDir in each pod: the target's interp
 K8S_ARCHIVE = "/casekit/archive"
 K8S_RESULTS = "/casekit/results"
 DEFAULT_KUBECTL_IMAGE = "bitnami/kubectl:1.31"
+# Slurm's --time for an array task: the plan's dearest shard, twice over (the recorded run times come
+# from another machine, under other load), plus what a task pays before its first run (building a
+# managed env: a first download of torch, an install); rounded up to whole minutes.
+SLURM_TIME_MARGIN = 2.0
+SLURM_SETUP_S = 1800.0
+SLURM_MERGE_TIME = "00:20:00"  # the merge reads result files: seconds, even for thousands of shards
 
 
 @dataclass(frozen=True)
@@ -219,6 +226,25 @@ def _summary(plan: Schedule) -> str:
     )
 
 
+def slurm_time(seconds: float) -> str:
+    """Seconds as Slurm's --time reads them, rounded up to a whole minute: 'HH:MM:00', or 'D-HH:MM:00'."""
+    minutes = max(1, math.ceil(seconds / 60))
+    days, minutes = divmod(minutes, 24 * 60)
+    clock = f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+    return f"{days}-{clock}" if days else clock
+
+
+def task_time_limit(plan: Schedule) -> float:
+    """The seconds an array task may take: the dearest shard with its margin, and the set-up."""
+    return plan.max_s * SLURM_TIME_MARGIN + SLURM_SETUP_S
+
+
+def _sets_time(option: str) -> bool:
+    """Whether an --sbatch option is Slurm's time limit ('--time=2:00:00', '--time 60', '-t 60', '-t60')."""
+    flag = option.split("=", 1)[0].split(None, 1)[0] if option.strip() else ""
+    return flag == "--time" or flag.startswith("-t") and not flag.startswith("--")
+
+
 class SlurmEmitter:
     """A Slurm batch script: the array, the merge job after it (afterany), a resubmit by index."""
 
@@ -228,6 +254,16 @@ class SlurmEmitter:
     def emit(self, plan: Schedule, choice: TargetChoice, case_ids: tuple[str, ...], setup: JobSetup) -> str:
         check_values(user_values(choice, case_ids, setup), self.name)
         logs = f"{setup.results}/logs"
+        options = list(setup.sbatch)
+        if any(_sets_time(option) for option in options):
+            time_note = "--time: as given with --sbatch"
+        else:
+            limit = slurm_time(task_time_limit(plan))
+            options.insert(0, f"--time={limit}")
+            time_note = (
+                f"--time={limit}: the dearest shard's estimate ({plan.max_s:.0f} s) x{SLURM_TIME_MARGIN:g}, plus "
+                f"{SLURM_SETUP_S / 60:.0f} min to build its env; --sbatch --time=... sets another"
+            )
         environment = "\n".join(
             f'export {name}={shell_word(value)}"${{{name}:+:${name}}}"'
             if name == "PYTHONPATH"
@@ -239,10 +275,14 @@ class SlurmEmitter:
             summary=_summary(plan),
             file=shell_word(setup.file or self.default_file),
             sbatch_name=sbatch_word(setup.name),
-            sbatch_output=sbatch_word(f"{logs}/%x-%A_%a.out"),
+            # '%' starts a Slurm file-name pattern (%x, %A): a folder's own '%' is written '%%'
+            sbatch_output=sbatch_word(f"{logs.replace('%', '%%')}/%x-%A_%a.out"),
             merge_name=shell_word(f"{setup.name}-merge"),
+            merge_output=shell_word(f"{logs.replace('%', '%%')}/%x-%j.out"),
+            merge_time=SLURM_MERGE_TIME,
+            time_note=time_note,
             logs=shell_word(logs),
-            sbatch="\n".join(f"#SBATCH {sbatch_word(option)}" for option in setup.sbatch),
+            sbatch="\n".join(f"#SBATCH {sbatch_word(option)}" for option in options),
             shards=str(plan.count),
             environment=environment,
             casekit=shlex.join(setup.casekit),
