@@ -8,6 +8,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,7 @@ from casekit.runners.venv.cache import (
     prune_envs,
     select_for_pruning,
 )
+from tests.conftest import run_casekit
 
 TAGS = "cp311-cp311-manylinux_2_28_x86_64"
 BASE = "https://download.pytorch.org/whl"
@@ -466,3 +468,30 @@ def test_prune_selects_by_age_and_count_and_clears_the_download_caches(tmp_path:
     assert sorted(everything.removed) == [made[0].key, made[1].key] and list(envs.iterdir()) == [
         p for p in envs.iterdir() if p.name.endswith(".lock")
     ]
+
+
+@pytest.mark.process
+def test_with_the_users_uv_cache_the_figures_are_where_the_bytes_are(tmp_path: Path) -> None:
+    """UV_CACHE_DIR set: uv keeps its cache there and the envs hardlink into it. `envs list` shows that
+    cache's size (it said 0 B), and `envs prune --all` says what really went: the envs' own files, not
+    the bytes they share with the cache that stays (it said 996.5 MB where 152.6 MB went). That cache is
+    the user's: it stays, and the line says so and how to clear it."""
+    cache, users = tmp_path / "casekit", tmp_path / "users-uv"
+    (users / "wheels").mkdir(parents=True)
+    (users / "wheels" / "torch.so").write_bytes(b"t" * (4 << 20))  # what uv unpacked once
+    env = fake_env(cache / "envs", "torch-2.13.0-cpu-py3.11-00000001", used_days_ago=1)
+    os.link(users / "wheels" / "torch.so", env.path / "torch.so")  # how uv installs from its cache
+    (env.path / "own.py").write_bytes(b"o" * (1 << 20))  # a file of the env's own
+    variables = {"CASEKIT_CACHE": str(cache), "UV_CACHE_DIR": str(users)}
+    listed = run_casekit("envs", "list", env=variables)
+    assert listed.returncode == 0, listed.stderr
+    assert f"download cache (uv): 4.2 MB in {users} (yours, $UV_CACHE_DIR: left alone)" in listed.stdout, listed.stdout
+    pruned = run_casekit("envs", "prune", "--all", env=variables)
+    assert pruned.returncode == 0, pruned.stderr
+    freed = re.search(r"freed ([\d.]+) (KB|MB)", pruned.stdout)
+    assert freed and freed.group(2) == "MB" and 1.0 <= float(freed.group(1)) < 1.2, (
+        pruned.stdout
+    )  # own.py, not torch.so
+    assert f"left uv's cache {users} alone (4.2 MB): $UV_CACHE_DIR names it" in pruned.stdout, pruned.stdout
+    assert "`uv cache clean` clears it" in pruned.stdout
+    assert (users / "wheels" / "torch.so").is_file() and not env.path.exists()

@@ -388,3 +388,26 @@ def test_managed_torch_251_env_replays_a_graph_break(tmp_path: Path) -> None:
     compiled = result.results["item-break:pre"]["runs"]["compiled"]  # type: ignore[index]
     assert compiled["status"] == "ok"
     assert any(record["kind"] == "graph_breaks" for record in compiled["records"])
+
+
+@pytest.mark.process
+def test_uv_is_found_from_its_package_with_no_uv_on_path(tmp_path: Path) -> None:
+    """A pip or pipx install puts casekit's `uv` dependency in its venv, not on PATH: casekit still builds
+    with uv. Control: with the package out of reach too, pip builds, as it must when no uv runs."""
+    show = (
+        "import shutil; from casekit.runners.venv.install import choose_installer, uv_binary; "
+        "print(shutil.which('uv'), uv_binary(), choose_installer())"
+    )
+    bare = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    found = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, timeout=60, env=bare)
+    assert found.returncode == 0, found.stderr
+    which, binary, installer = found.stdout.split()
+    import uv
+
+    assert which == "None" and binary == uv.find_uv_bin() and installer == "uv"
+    hidden = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.modules['uv'] = None; " + show],
+        capture_output=True, text=True, timeout=60, env=bare,
+    )  # fmt: skip
+    assert hidden.returncode == 0, hidden.stderr
+    assert hidden.stdout.split() == ["None", "None", "pip"]

@@ -263,7 +263,7 @@ def test_bisect_nightlies_rolls_over_fetches_hidden_builds_and_names_the_commit_
     assert listed.returncode == 0, listed.stderr
     built = sorted(path.name for path in (hermetic / "envs").iterdir() if path.is_dir())
     assert len(built) >= 4 and all(key in listed.stdout for key in built), listed.stdout
-    assert "size" in listed.stdout and "last use" in listed.stdout and "download caches (uv, pip): " in listed.stdout
+    assert "size" in listed.stdout and "last use" in listed.stdout and "download cache (uv): " in listed.stdout
     before = disk_usage([hermetic]).total
     kept = run_casekit("envs", "prune", "--keep", "2", env=env)
     assert kept.returncode == 0, kept.stderr

@@ -113,7 +113,7 @@ def envs_list() -> None:
 
     from casekit.report.text import table
     from casekit.runners.venv import envs_dir, list_envs
-    from casekit.runners.venv.cache import disk_usage, last_used
+    from casekit.runners.venv.cache import disk_usage, last_used, measured_roots
     from casekit.settings import cache_root, download_caches
 
     envs = list_envs()
@@ -136,11 +136,15 @@ def envs_list() -> None:
         )
     if rows:
         typer.echo(table(["key", "torch", "size", "own", "last use", "state"], rows))
-    caches = disk_usage([path for path in download_caches() if path.is_dir()])
-    total = disk_usage([cache_root()]) if cache_root().is_dir() else caches
+    for cache in download_caches():
+        size = _size(disk_usage([cache.path]).total) if cache.path.is_dir() else "0 B"
+        whose = "casekit's; `casekit envs prune` clears it" if cache.own else f"yours, ${cache.variable}: left alone"
+        typer.echo(f"download cache ({cache.installer}): {size} in {cache.path} ({whose})")
+    total = disk_usage(measured_roots(cache_root()))
     typer.echo(
-        f"download caches (uv, pip): {_size(caches.total)}; everything under {cache_root()}: {_size(total.total)} "
-        "(hard links counted once; `casekit envs prune` reclaims)"
+        f"everything casekit's envs take: {_size(total.total)} under {cache_root()}"
+        + (" and the caches above" if len(measured_roots(cache_root())) > 1 else "")
+        + " (hard links counted once; `casekit envs prune` reclaims)"
     )
 
 
@@ -175,8 +179,9 @@ def envs_prune(
 ) -> None:
     """Remove envs (by age, by count, or all) and clear the download caches; say what that freed.
 
-    The download caches are uv's and pip's under $CASEKIT_CACHE, casekit's own. With both --keep and
-    --older-than, an env goes when both say so."""
+    The download caches are uv's and pip's under $CASEKIT_CACHE, casekit's own; one you named with
+    UV_CACHE_DIR or PIP_CACHE_DIR is yours and stays. With both --keep and --older-than, an env goes when
+    both say so."""
     from casekit.runners.venv.cache import parse_age, prune_envs
 
     age = parse_age(older_than) if older_than is not None else None
@@ -199,6 +204,12 @@ def envs_prune(
         f"removed {len(result.removed)} env(s), kept {len(result.kept)}{cleared}: freed {_size(result.freed)} "
         f"({_size(result.before)} -> {_size(result.after)} on disk)"
     )
+    clean = {"uv": "uv cache clean", "pip": "pip cache purge"}
+    for cache, size in result.caches_left:
+        typer.echo(
+            f"left {cache.installer}'s cache {cache.path} alone ({_size(size)}): ${cache.variable} names it, so it is "
+            f"yours; `{clean.get(cache.installer, 'its installer')}` clears it"
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -184,11 +184,10 @@ def installer_environment(root: Path) -> dict[str, str]:
             env["SSL_CERT_FILE"] = str(ca_bundle)
     if env.get("SSL_CERT_FILE") and not env.get("PIP_CERT"):
         env["PIP_CERT"] = env["SSL_CERT_FILE"]
-    # same filesystem as the envs, so uv hardlinks instead of copying gigabytes; both caches are
-    # casekit's own, so `casekit envs prune` can show and clear what casekit downloaded
-    uv_cache, pip_cache = settings.download_caches(root)
-    env.setdefault("UV_CACHE_DIR", str(uv_cache))
-    env.setdefault("PIP_CACHE_DIR", str(pip_cache))
+    # same filesystem as the envs, so uv hardlinks instead of copying gigabytes; casekit's own unless the
+    # user named theirs, so `casekit envs prune` can show and clear what casekit downloaded
+    for cache in settings.download_caches(root):
+        env[cache.variable] = str(cache.path)
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     return env
 
