@@ -126,7 +126,9 @@ def download_caches(root: Path | None = None) -> tuple[DownloadCache, ...]:
     for installer, variable in (("uv", "UV_CACHE_DIR"), ("pip", "PIP_CACHE_DIR")):
         given = os.environ.get(variable)
         path = Path(given).expanduser() if given else base / installer
-        found.append(DownloadCache(installer, path, variable, own=os.path.abspath(path) == os.path.abspath(base / installer)))
+        found.append(
+            DownloadCache(installer, path, variable, own=os.path.abspath(path) == os.path.abspath(base / installer))
+        )
     return tuple(found)
 
 

@@ -283,7 +283,7 @@ def test_the_k8s_jobs_commands_run_here_with_their_completion_index(tmp_path: Pa
         K8S_TARGETS: str(tmp_path / "targets"),
         K8S_ARCHIVE: str(archive),
         K8S_RESULTS: str(tmp_path / "results"),
-        "/opt/casekit-venv/bin/python": sys.executable,
+        "/opt/casekit-venv": sys.prefix,  # the image's venv: this interpreter's
     }
     (tmp_path / "targets").mkdir()
 

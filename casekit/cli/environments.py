@@ -45,6 +45,7 @@ def images_list() -> None:
         "casekit images build --torch 2.13.0",
         "casekit images build --torch 2.5.1 --cuda cu124",
         "casekit images build --torch 2.13.0 --base-image casekit-base:bookworm",
+        "casekit images build --torch 2.13.0 --registry registry.example/team/ --push   (for plan --emit k8s)",
     ),
 )
 def images_build(
@@ -60,15 +61,37 @@ def images_build(
             help="Base image [default: python:3.11-slim, or the CUDA base for --cuda]; casekit-base:bookworm on hosts without a registry (see containers/make-base-image.sh).",
         ),
     ] = None,
+    registry: Annotated[
+        str | None,
+        typer.Option(
+            "--registry",
+            help="Also build the job image `plan --emit k8s` names: this one with casekit in it, tagged under "
+            "this prefix (registry.example/team/).",
+        ),
+    ] = None,
+    push: Annotated[bool, typer.Option("--push", help="Push the --registry image (`docker login` first).")] = False,
 ) -> None:
-    """Build (or reuse) the replay image for a torch version."""
+    """Build (or reuse) the replay image for a torch version; with --registry, the job image the
+    Kubernetes manifest of `casekit plan --emit k8s` names, and with --push, push it there."""
+    from casekit.errors import CasekitError
     from casekit.runners.docker.images import ensure_image
+    from casekit.runners.docker.job_image import build_job_image, push_image
     from casekit.runners.registry import image_runner
 
+    if push and not registry:
+        raise CasekitError("--push pushes the --registry image: give --registry registry.example/team/")
     options = (("base_image", base_image),) if base_image else ()
+    spec = image_runner().target(torch=torch, cuda=cuda, index_url=index_url, options=options)
     with progress_view() as view:
-        image = ensure_image(image_runner().target(torch=torch, cuda=cuda, index_url=index_url, options=options), view)
-    typer.echo(f"ready: {', '.join(image.tags) or image.id}")
+        if registry:
+            name = build_job_image(spec, registry, view)
+            digest = push_image(name, view) if push else None
+        else:
+            image = ensure_image(spec, view)
+    if registry:
+        typer.echo(f"ready: {name}" + (f", pushed ({digest})" if digest else " (not pushed: --push pushes it)"))
+    else:
+        typer.echo(f"ready: {', '.join(image.tags) or image.id}")
 
 
 @images_app.command("prune", epilog=examples("casekit images prune"))

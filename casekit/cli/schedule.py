@@ -204,7 +204,9 @@ def plan(
                 write_atomic(target, text, executable=emitter.name == "slurm")
             except OSError as error:
                 raise CasekitError(f"--out {target}: cannot write: {error.strerror or error}") from None
-            notice(f"wrote {target} ({emitter.name}, {schedule.count} shard(s))")
+            notice(f"wrote {target} ({emitter.name}, {schedule.count} shard(s)); next:")
+            for step in emitter.steps(schedule, setup):
+                notice(f"  {step}")
     if schedule.invalid:
         report_invalid(list(schedule.invalid))
         raise typer.Exit(2)

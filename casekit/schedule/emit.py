@@ -28,12 +28,13 @@ from typing import Protocol
 from casekit.errors import CasekitError
 from casekit.replay.plan import TargetChoice
 from casekit.runners import registry
-from casekit.runners.docker.images import DEFAULT_BASE_IMAGE, DEFAULT_PYTHON, VENV_PYTHON, ImageRecipe
+from casekit.runners.docker.images import VENV_PYTHON, VENV_ROOT
+from casekit.runners.docker.job_image import job_image_name
 from casekit.runners.interface import TargetSpec
 from casekit.schedule.plan import Schedule
 
 PLACEHOLDER = re.compile(r"@@([a-z_]+)@@")
-K8S_TARGETS = "/casekit/targets"  # an emptyDir in each pod: the target's interpreter under a name of its own
+K8S_TARGETS = "/casekit/targets"  # an emptyDir in each pod: the target's venv under a name of its own
 K8S_ARCHIVE = "/casekit/archive"
 K8S_RESULTS = "/casekit/results"
 DEFAULT_KUBECTL_IMAGE = "bitnami/kubectl:1.31"
@@ -72,6 +73,10 @@ class Emitter(Protocol):
 
     def emit(self, plan: Schedule, choice: TargetChoice, case_ids: tuple[str, ...], setup: JobSetup) -> str:
         """The file's text for this plan; `choice` and `case_ids` are the replay options it was made for."""
+        ...
+
+    def steps(self, plan: Schedule, setup: JobSetup) -> list[str]:
+        """What to do with the file once written, in order, one line each (the exact commands)."""
         ...
 
 
@@ -292,6 +297,11 @@ class SlurmEmitter:
             fail_on=shell_word(setup.fail_on),
         )
 
+    def steps(self, plan: Schedule, setup: JobSetup) -> list[str]:
+        return [
+            f"bash {shell_word(setup.file or self.default_file)}   (submits {plan.count} array task(s), then the merge)"
+        ]
+
 
 def _dns_name(text: str, limit: int = 63) -> str:
     """A DNS-1123 label (Kubernetes object names): lower case, digits and '-', at most `limit` long."""
@@ -300,7 +310,8 @@ def _dns_name(text: str, limit: int = 63) -> str:
 
 
 def target_image(spec: TargetSpec, image_registry: str = "") -> str:
-    """The image a target's pods run: its --image, else casekit's replay image for it (`casekit images`)."""
+    """The image a target's pods run: its --image, else casekit's job image for it (the replay image with
+    casekit in it, `casekit images build --registry`), under `image_registry`."""
     if spec.image:
         return spec.image
     if registry.takes_interpreters(spec.runner):
@@ -308,15 +319,56 @@ def target_image(spec: TargetSpec, image_registry: str = "") -> str:
             f"--emit k8s runs each target in an image; {registry.label(spec)} is an interpreter on this machine: "
             "give targets as --torch VERSION (casekit's replay images) or --image IMAGE"
         )
-    base = dict(spec.options).get("base_image") or DEFAULT_BASE_IMAGE.format(python=DEFAULT_PYTHON)
-    recipe = ImageRecipe(torch=spec.torch, cuda=spec.cuda or "cpu", python=DEFAULT_PYTHON, base_image=base)
-    return image_registry + recipe.tag
+    return job_image_name(spec, image_registry)
+
+
+def image_build_command(spec: TargetSpec, image_registry: str) -> list[str] | None:
+    """The `casekit images build ... --registry R --push` that makes and pushes a target's job image under
+    the name `target_image` gives; None for an --image of the user's own (it must have casekit on PATH)."""
+    if spec.image:
+        return None
+    command = ["casekit", "images", "build", "--torch", spec.torch or "latest"]
+    for option, value in (("--cuda", spec.cuda), ("--index-url", spec.index_url)):
+        if value:
+            command += [option, value]
+    base = dict(spec.options).get("base_image")
+    if base:
+        command += ["--base-image", base]
+    return [*command, "--registry", image_registry, "--push"]
+
+
+def _k8s_steps(plan: Schedule, setup: JobSetup, file: str, name: str) -> list[str]:
+    """Every step a manifest needs before and after `kubectl apply`, with the exact commands."""
+    builds, own = [], []
+    for spec in plan.specs:
+        command = image_build_command(spec, setup.registry)
+        if command is not None:
+            builds.append("   " + shlex.join(command))
+        else:
+            own.append(f"   {spec.image}: your image; it must have casekit on PATH and {VENV_PYTHON}")
+    registry_note = "" if setup.registry else " (no --registry: the names are local, and a cluster rarely sees them)"
+    return [
+        f"1. a PersistentVolumeClaim {setup.claim!r} every pod here can mount (ReadWriteMany), holding the archive's "
+        f"bundles at {setup.archive + '/'!r} (kubectl cp them in through a pod that mounts it) and room for "
+        f"{setup.results + '/'!r}",
+        f"2. each target's image, casekit in it, pushed where the pods pull it{registry_note} (`docker login` first):",
+        *builds,
+        *own,
+        f"3. kubectl apply -f {shell_word(file)}",
+        f"4. kubectl logs -f job/{name}-merge   (the merged verdicts; {setup.results}/merged.json on the claim)",
+    ]
+
+
+def pod_venv(spec: TargetSpec) -> str:
+    """Where a target's pods show the image's venv under the target's own name (a link to the venv's folder:
+    a link to its python alone would be no venv, since Python finds pyvenv.cfg beside the path it is run by),
+    so each target keeps a label of its own when the results of all the images are merged."""
+    return f"{K8S_TARGETS}/{_dns_name(registry.label(spec).replace(':', '-'), 40)}"
 
 
 def pod_target(spec: TargetSpec) -> str:
-    """The interpreter path a target's pods name: the image's venv python under the target's own name,
-    so each target keeps a label of its own when the results of all the images are merged."""
-    return f"{K8S_TARGETS}/{_dns_name(registry.label(spec).replace(':', '-'), 40)}"
+    """The interpreter path a target's pods name: the python of `pod_venv`."""
+    return f"{pod_venv(spec)}/bin/python"
 
 
 def _job_document(spec: TargetSpec, shards: int, job: str, labels: str, command: str, setup: JobSetup) -> str:
@@ -355,17 +407,17 @@ class KubernetesEmitter:
         name = _dns_name(setup.name, 40)
         casekit = shlex.join(setup.casekit)
         allow = [item for item in choice.allow if not item.startswith("sandbox=")]
+        steps = _k8s_steps(plan, setup, setup.file or self.default_file, name)
         documents = [
             fill(
                 "k8s-rbac.yaml",
                 summary=_summary(plan),
-                file=shell_word(setup.file or self.default_file),
                 name=name,
                 labels=labels,
                 claim=yaml_comment(setup.claim),
                 results=yaml_comment(setup.results),
                 archive=yaml_comment(setup.archive),
-                registry_hint=yaml_comment(f"{setup.registry or ''}casekit-replay:TAG"),
+                steps="\n".join(f"#   {yaml_comment(step)}" for step in steps),
             )
         ]
         jobs, expected = [], []
@@ -381,7 +433,7 @@ class KubernetesEmitter:
             for case_id in case_ids:
                 flags += ["--case", case_id]
             command = (
-                f"ln -sfn {VENV_PYTHON} {target} && exec {casekit} replay --archive {K8S_ARCHIVE} "
+                f"ln -sfn {VENV_ROOT} {pod_venv(spec)} && exec {casekit} replay --archive {K8S_ARCHIVE} "
                 f"{shlex.join(flags)} --shard-from-env --results-dir {K8S_RESULTS} --no-record --fail-on never"
             )
             documents.append(_job_document(spec, shards, job, labels, command, setup))
@@ -413,6 +465,9 @@ class KubernetesEmitter:
         )
         return "".join(documents)
 
+    def steps(self, plan: Schedule, setup: JobSetup) -> list[str]:
+        return _k8s_steps(plan, setup, setup.file or self.default_file, _dns_name(setup.name, 40))
+
 
 class GitHubEmitter:
     """A workflow: one matrix job per shard (strategy.job-index / job-total), then the merge."""
@@ -431,6 +486,13 @@ class GitHubEmitter:
             flags=shlex.join(replay_flags(choice, case_ids)),
             fail_on=shell_word(setup.fail_on),
         )
+
+    def steps(self, plan: Schedule, setup: JobSetup) -> list[str]:
+        file = setup.file or self.default_file
+        return [
+            f"commit {file} under .github/workflows/ and set CASEKIT_SPEC in it to where your team gets casekit",
+            f"run it from the Actions tab (workflow_dispatch) or wait for its schedule: {plan.count} shard job(s)",
+        ]
 
 
 EMITTERS: dict[str, Emitter] = {
