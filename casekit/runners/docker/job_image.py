@@ -47,8 +47,9 @@ def _metadata(dist: importlib.metadata.Distribution) -> str:
     """The core metadata a wheel needs (name, version, Python, dependencies), from whatever the install
     recorded it in (a wheel's METADATA, a checkout's egg-info)."""
     lines = ["Metadata-Version: 2.1", "Name: casekit", f"Version: {dist.version}"]
-    if dist.metadata.get("Requires-Python"):
-        lines.append(f"Requires-Python: {dist.metadata['Requires-Python']}")
+    python = dist.metadata["Requires-Python"]
+    if python:
+        lines.append(f"Requires-Python: {python}")
     lines += [f"Provides-Extra: {extra}" for extra in dist.metadata.get_all("Provides-Extra") or ()]
     lines += [f"Requires-Dist: {requirement}" for requirement in dist.requires or ()]
     return "\n".join(lines) + "\n"
