@@ -53,11 +53,13 @@ links=()
 [[ -d "$TORCH_WHEELS" ]] && links=(--find-links "$TORCH_WHEELS")
 torch_spec="torch==2.13.0"
 compgen -G "$TORCH_WHEELS/torch-2.13.0+cpu-*.whl" >/dev/null && torch_spec="torch==2.13.0+cpu"
-step 0 uv tool install --quiet --with "$torch_spec" "${links[@]}" "$wheel"
+step 0 uv tool install --quiet --compile-bytecode --with "$torch_spec" "${links[@]}" "$wheel"
 export PATH="$WORK/bin:$PATH"
 [[ "$(command -v casekit)" == "$WORK/bin/casekit" ]] || fail "casekit is not the uv tool's: $(command -v casekit)"
 tool_python=$(head -1 "$WORK/bin/casekit" | sed 's/^#!//')
 "$tool_python" -c 'import pip' 2>/dev/null && fail "the uv tool environment has pip: this would not test the no-pip install"
+compgen -G "$UV_TOOL_DIR/casekit/lib/python*/site-packages/torch/__pycache__/__init__.cpython-*.pyc" >/dev/null \
+    || fail "the README's install (--compile-bytecode) left torch without bytecode"
 step 0 casekit --version
 
 # The placeholders of the README, made real.
@@ -178,7 +180,6 @@ middle="${middle:-2.6.0}"
     export PATH="$bare_path" CASEKIT_CACHE="$PIPX/cache" UV_CACHE_DIR="$first_cache/uv"
     [[ "$(command -v casekit)" == "$PIPX/bin/casekit" ]] || fail "casekit is not the pipx-style install's"
     step 0 casekit bisect item-branch --good 2.5.1 --bad 2.13.0 --versions "2.5.1,$middle,2.13.0" --no-cache
-    step 0 casekit envs list
 )
 envs=("$PIPX"/cache/envs/*/)
 (( ${#envs[@]} == 3 )) || fail "the bisect over 2.5.1,$middle,2.13.0 built ${#envs[@]} env(s), not 3"
@@ -187,9 +188,13 @@ for env in "${envs[@]}"; do
     linked=$(find "$env" -type f -links +1 | wc -l)
     (( linked > 1000 )) || fail "$env: only $linked file(s) hard-linked into uv's cache"
 done
-together=$(du -sb "$first_cache/uv" "$PIPX/cache" | awk 'NR == 2 {print $1}')  # beside the cache: what is not a link into it
+# what the three envs take: as files (what pip's copies would), on disk (each file once), and of that what
+# is their own (no other link: the rest is uv's cache, shared with every env built from it)
 apparent=$(du -sb --count-links "$PIPX/cache" | cut -f1)
-stamp "the three envs (2.5.1, $middle, 2.13.0): $(( apparent / 1000000 )) MB as files, $(( together / 1000000 )) MB of it on disk beside uv's cache (the rest is hard links into it)"
+unique=$(du -sb "$PIPX/cache" | cut -f1)
+own=$(find "$PIPX/cache" -type f -links 1 -printf '%b\n' | awk '{bytes += $1 * 512} END {print bytes + 0}')
+stamp "the three envs (2.5.1, $middle, 2.13.0): $(( apparent / 1000000 )) MB as files, $(( unique / 1000000 )) MB on disk" \
+    "(each file once), of which $(( own / 1000000 )) MB their own and the rest hard links into uv's cache"
 
 stamp "done: the README's session ran in a uv tool install, its bisect again in a pipx-style one; per step (exit, seconds, command):"
 cat "$WORK/timings.tsv"

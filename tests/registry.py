@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.loopback import serve
+
 
 @dataclass
 class Registry:
@@ -146,14 +148,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 def serving() -> Iterator[Registry]:
     """A registry on 127.0.0.1 (a free port) for the block; `registry.host` is its `host:port`."""
     registry = Registry()
-    handler = type("Handler", (_Handler,), {"registry": registry})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    registry.host = f"127.0.0.1:{server.server_address[1]}"
-    try:
+    with serve(type("Handler", (_Handler,), {"registry": registry})) as host:
+        registry.host = host
         yield registry
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()

@@ -87,7 +87,14 @@ def test_the_manifests_images_are_built_and_pushed_as_its_header_says_and_its_jo
         layers = [layer["digest"] for layer in manifest["layers"]]
         assert layers and all(digest in pushed.blobs for digest in layers) and not pushed.refused
     assert "casekit.casekit" in engine.images.get(container["image"]).labels
+    try:
+        _run_the_jobs(archive, results, container, documents)
+    finally:
+        engine.images.remove(container["image"])  # the tag only: the layers are the replay image's and casekit's
 
+
+def _run_the_jobs(archive: Path, results: Path, container: dict[str, Any], documents: list[dict[str, Any]]) -> None:
+    """The Indexed Job's one shard in its image as the pod runs it, then the merge Job's container."""
     claim = [f"{archive}:{K8S_ARCHIVE}:ro", f"{results}:{K8S_RESULTS}"]
     shard = _pod(
         ["docker", "run", "--rm", "--tmpfs", f"{K8S_TARGETS}:uid=10001"],

@@ -73,13 +73,17 @@ def write_casekit_wheel(folder: Path) -> Path:
     scripts = [f"{point.name} = {point.value}" for point in dist.entry_points if point.group == "console_scripts"]
     files[f"{info}/entry_points.txt"] = ("[console_scripts]\n" + "".join(f"{line}\n" for line in scripts)).encode()
     files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: casekit\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    record = [_record(name, data) for name, data in files.items()] + [f"{info}/RECORD,,"]
-    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
-    wheel = folder / f"casekit-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data in files.items():
+    return write_wheel(folder / f"casekit-{version}-py3-none-any.whl", files, info)
+
+
+def write_wheel(path: Path, files: dict[str, bytes], dist_info: str) -> Path:
+    """A wheel at `path` of `files` (archive name -> bytes, the dist-info's METADATA and WHEEL among them),
+    with the RECORD of them all written last."""
+    record = [_record(name, data) for name, data in files.items()] + [f"{dist_info}/RECORD,,"]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in {**files, f"{dist_info}/RECORD": ("\n".join(record) + "\n").encode()}.items():
             archive.writestr(name, data)
-    return wheel
+    return path
 
 
 def build_job_image(
