@@ -81,10 +81,12 @@ def archive_of(tmp_path: Path, case_ids: list[str] | None = None) -> Path:
 
 
 def two_targets(tmp_path: Path) -> list[str]:
-    """This interpreter under two labels: the real path and a symlink alias (one torch, two targets)."""
-    alias = tmp_path / "python-alias"
-    alias.symlink_to(Path(sys.executable).resolve())
-    return ["--python", sys.executable, "--python", str(alias)]
+    """This interpreter under two labels: its path and the same through a link to its environment's folder
+    (one torch, two targets). A link to the interpreter alone would be no venv: Python finds pyvenv.cfg
+    beside the path it is started by, so a venv's python linked elsewhere runs without the venv's torch."""
+    alias = tmp_path / "env-alias"
+    alias.symlink_to(sys.prefix)
+    return ["--python", sys.executable, "--python", str(alias / Path(sys.executable).relative_to(sys.prefix))]
 
 
 def emit_script(tmp_path: Path, archive: Path, targets: list[str]) -> Path:
