@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The README's "A session", top to bottom, as a new user runs it: the wheel installed with
 # `uv tool install --with torch` (an environment with no pip), from a folder outside the checkout.
+# Then the commands that differ for a pipx-style install (pip into a fresh venv, nothing of it on PATH
+# but `casekit`, so no uv there): a bisect over three releases, whose envs must be built with the uv
+# that comes with casekit's `uv` dependency and hard-linked into uv's cache; their disk is printed.
 # Every command of the README's session block runs here with the README's options (the test
 # tests/test_readme_session.py checks that none is missing); the placeholders are real files:
 # repro.py/repro_fixed.py (examples/starter/item-branch), a repro that imports model.py and reads
@@ -50,11 +53,13 @@ links=()
 [[ -d "$TORCH_WHEELS" ]] && links=(--find-links "$TORCH_WHEELS")
 torch_spec="torch==2.13.0"
 compgen -G "$TORCH_WHEELS/torch-2.13.0+cpu-*.whl" >/dev/null && torch_spec="torch==2.13.0+cpu"
-step 0 uv tool install --quiet --with "$torch_spec" "${links[@]}" "$wheel"
+step 0 uv tool install --quiet --compile-bytecode --with "$torch_spec" "${links[@]}" "$wheel"
 export PATH="$WORK/bin:$PATH"
 [[ "$(command -v casekit)" == "$WORK/bin/casekit" ]] || fail "casekit is not the uv tool's: $(command -v casekit)"
 tool_python=$(head -1 "$WORK/bin/casekit" | sed 's/^#!//')
 "$tool_python" -c 'import pip' 2>/dev/null && fail "the uv tool environment has pip: this would not test the no-pip install"
+compgen -G "$UV_TOOL_DIR/casekit/lib/python*/site-packages/torch/__pycache__/__init__.cpython-*.pyc" >/dev/null \
+    || fail "the README's install (--compile-bytecode) left torch without bytecode"
 step 0 casekit --version
 
 # The placeholders of the README, made real.
@@ -98,9 +103,9 @@ print(step(torch.ones(2)))
 EOF
 "$PYTHON" -m venv --system-site-packages "$WORK/home/envs/nightly"  # "an interpreter you already have" (this torch)
 NIGHTLY="$WORK/home/envs/nightly/bin/python"
-if ! "$NIGHTLY" -c 'import torch' 2>/dev/null; then  # $PYTHON is itself a venv (make setup's .venv): show its torch
-    torch_site=$("$PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
-    "$NIGHTLY" -c 'import sys, sysconfig; open(sysconfig.get_paths()["purelib"] + "/torch-from-host.pth", "w").write(sys.argv[1] + "\n")' "$torch_site"
+if ! "$NIGHTLY" -c 'import torch' 2>/dev/null; then  # $PYTHON is itself a venv (make setup's .venv): a torch of its own
+    # (a .pth line to the host's would name a folder outside the env, which the sandbox does not show)
+    uv pip install --quiet --python "$NIGHTLY" "${links[@]}" "$torch_spec" numpy
 fi
 MODEL="$WORK/home/src/model"
 mkdir -p "$MODEL" && (
@@ -149,5 +154,47 @@ grep -q "compare" out/bisect.html || fail "the bisect page has no compare link"
 step 0 casekit bisect --all --good 2.5.1 --bad 2.13.0
 step 0 casekit bisect-commits --repo "$MODEL" --good v1.2 --bad HEAD --site model.py:42 -- python train_step.py
 
-stamp "done: the README's session ran in a uv tool install; per step (exit, seconds, command):"
+stamp "4. a pipx-style install (pip into a fresh venv, no uv on PATH): a bisect over three releases"
+PIPX="$WORK/pipx"
+"$PYTHON" -m venv "$PIPX/venv"  # what pipx makes: a venv with pip, the app's entry point alone on PATH
+step 0 "$PIPX/venv/bin/python" -m pip install --quiet "$wheel"
+mkdir -p "$PIPX/bin" && ln -s "$PIPX/venv/bin/casekit" "$PIPX/bin/casekit"
+bare_path="$PIPX/bin"
+IFS=: read -r -a folders <<<"$PATH"
+for folder in "${folders[@]}"; do  # this PATH without any folder that has a uv (make setup's .venv has one)
+    [[ -n "$folder" && ! -x "$folder/uv" && "$folder" != "$WORK/bin" ]] && bare_path="$bare_path:$folder"
+done
+PATH="$bare_path" command -v uv >/dev/null && fail "uv is still on PATH: $(PATH="$bare_path" command -v uv)"
+first_cache="${CASEKIT_CACHE:-$HOME/.cache/casekit}"
+# Three releases the session's bisect already downloaded (its ends and one it probed between them), so
+# uv's cache serves them: the envs are new, the downloads are not.
+mapfile -t built < <(for marker in "$first_cache"/envs/*/casekit-env.json; do
+    sed -n 's/^ *"torch": "\([0-9][0-9.]*\)[+"].*/\1/p; T; q' "$marker"; done | sort -uV)
+middle=""
+for version in "${built[@]}"; do
+    [[ "$(printf '%s\n' 2.5.1 "$version" 2.13.0 | sort -V | tr '\n' ' ')" == "2.5.1 $version 2.13.0 " ]] \
+        && [[ "$version" != 2.5.1 && "$version" != 2.13.0 ]] && middle="$version"
+done
+middle="${middle:-2.6.0}"
+(
+    export PATH="$bare_path" CASEKIT_CACHE="$PIPX/cache" UV_CACHE_DIR="$first_cache/uv"
+    [[ "$(command -v casekit)" == "$PIPX/bin/casekit" ]] || fail "casekit is not the pipx-style install's"
+    step 0 casekit bisect item-branch --good 2.5.1 --bad 2.13.0 --versions "2.5.1,$middle,2.13.0" --no-cache
+)
+envs=("$PIPX"/cache/envs/*/)
+(( ${#envs[@]} == 3 )) || fail "the bisect over 2.5.1,$middle,2.13.0 built ${#envs[@]} env(s), not 3"
+for env in "${envs[@]}"; do
+    grep -q '"installer": "uv ' "$env/casekit-env.json" || fail "$env was not built with uv: $(grep installer "$env/casekit-env.json")"
+    linked=$(find "$env" -type f -links +1 | wc -l)
+    (( linked > 1000 )) || fail "$env: only $linked file(s) hard-linked into uv's cache"
+done
+# what the three envs take: as files (what pip's copies would), on disk (each file once), and of that what
+# is their own (no other link: the rest is uv's cache, shared with every env built from it)
+apparent=$(du -sb --count-links "$PIPX/cache" | cut -f1)
+unique=$(du -sb "$PIPX/cache" | cut -f1)
+own=$(find "$PIPX/cache" -type f -links 1 -printf '%b\n' | awk '{bytes += $1 * 512} END {print bytes + 0}')
+stamp "the three envs (2.5.1, $middle, 2.13.0): $(( apparent / 1000000 )) MB as files, $(( unique / 1000000 )) MB on disk" \
+    "(each file once), of which $(( own / 1000000 )) MB their own and the rest hard links into uv's cache"
+
+stamp "done: the README's session ran in a uv tool install, its bisect again in a pipx-style one; per step (exit, seconds, command):"
 cat "$WORK/timings.tsv"

@@ -26,7 +26,7 @@ stamp "building the sdist, then the wheel from it (no stale build/ folder of the
 wheel=$(ls "$WORK"/dist/casekit-*.whl)
 # listed to a file first: unzip piped into an early-exit reader fails under pipefail when the reader stops at its first match (SIGPIPE)
 unzip -l "$wheel" >"$WORK/wheel.list"
-for member in casekit/runners/docker/Dockerfile casekit/runners/sandbox_launcher.py casekit/probe.py casekit/schedule/templates/slurm.sbatch; do
+for member in casekit/runners/docker/Dockerfile casekit/runners/docker/Dockerfile.job casekit/runners/sandbox_launcher.py casekit/probe.py casekit/schedule/templates/slurm.sbatch; do
     grep -q "$member" "$WORK/wheel.list" || fail "the wheel lacks $member"
 done
 

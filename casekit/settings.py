@@ -21,6 +21,7 @@ process) that changes a variable sees the change.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 ARCHIVE_ENV = "CASEKIT_ARCHIVE"
@@ -107,10 +108,28 @@ def is_pytorch_index(url: str) -> bool:
     return url.rstrip("/").startswith(PYTORCH_INDEX_BASE)
 
 
-def download_caches(root: Path | None = None) -> tuple[Path, ...]:
-    """casekit's private download caches: uv's and pip's, beside the envs (what `envs prune` clears)."""
+@dataclass(frozen=True)
+class DownloadCache:
+    """One installer's download cache, where the installer really keeps it."""
+
+    installer: str  # "uv", "pip"
+    path: Path
+    variable: str  # the variable that moves it: UV_CACHE_DIR, PIP_CACHE_DIR
+    own: bool  # casekit's own, beside the envs (cleared by `envs prune`); False: the user's, named by `variable`
+
+
+def download_caches(root: Path | None = None) -> tuple[DownloadCache, ...]:
+    """uv's and pip's download caches as casekit's builds use them: the user's own where $UV_CACHE_DIR /
+    $PIP_CACHE_DIR name one (the installers take it), else casekit's, beside the envs (so uv hardlinks)."""
     base = root or cache_root()
-    return (base / "uv", base / "pip")
+    found = []
+    for installer, variable in (("uv", "UV_CACHE_DIR"), ("pip", "PIP_CACHE_DIR")):
+        given = os.environ.get(variable)
+        path = Path(given).expanduser() if given else base / installer
+        found.append(
+            DownloadCache(installer, path, variable, own=os.path.abspath(path) == os.path.abspath(base / installer))
+        )
+    return tuple(found)
 
 
 def default_find_links() -> str | None:

@@ -1,9 +1,9 @@
-"""Torch version strings: parse, order, match and select them, on `packaging` (PEP 440).
+"""Version strings: parse and order them, on `packaging` (PEP 440); the pins a bundle may hand an installer.
 
 The shapes torch uses are "2.5.1", "2.13.0", "2.6.0.dev20241001", "2.6.0a0"
 and "2.13.0+cpu". Local tags ("+cpu", "+cu124") say how a wheel was built, not
-when, so they are ignored for ordering and kept only where an exact build is
-asked for.
+when, so they are ignored for ordering. What a `--torch` request admits (an exact
+version, a prefix, a build label) is `casekit.runners.torch_source.request`.
 """
 
 from __future__ import annotations
@@ -81,58 +81,6 @@ def parse_pip_index_versions(output: str) -> list[str]:
         if label.strip() == "Available versions":
             return [part.strip() for part in rest.split(",") if part.strip()]
     raise VersionError("pip index printed no 'Available versions:' line")
-
-
-_RELEASE_PREFIX = re.compile(r"\d+(\.\d+)*")
-
-
-def is_release_prefix(requested: str) -> bool:
-    """'2.13' and '2' are prefixes of releases (ask for the newest match); '2.13rc1' is not."""
-    return bool(_RELEASE_PREFIX.fullmatch(requested))
-
-
-def is_exact(requested: str) -> bool:
-    """'2.5.1', '2.6.0.dev20241112', '2.6.0rc1', '2.13.0+cpu' are exact; '2.13' and '2' ask for the newest.
-
-    Two numbers with a pre/dev/post/local suffix ('2.6rc1') name one build too.
-    """
-    try:
-        version = Version(requested)
-    except InvalidVersion:
-        return False
-    return len(version.release) >= 3 or not is_release_prefix(requested)
-
-
-def pick_newest(available: Iterable[str], requested: str | None) -> str | None:
-    """The newest final release in `available` under the prefix `requested` ('2.13' → newest 2.13.x).
-
-    A prefix of numbers, not of text: 2.10 is not 2.1.x. Local labels are
-    dropped ('2.13.0+cpu' → '2.13.0'): `torch==2.13.0` still matches the local
-    build. Unparseable entries are skipped, not fatal: an index lists what it lists.
-    """
-    prefix = tuple(int(part) for part in requested.split(".")) if requested else ()
-    best: tuple[Version, str] | None = None
-    for text in available:
-        try:
-            version = Version(text)
-        except InvalidVersion:
-            continue
-        public = Version(version.public)
-        if public.is_prerelease or public.is_postrelease:  # a plain release only
-            continue
-        if public.release[: len(prefix)] != prefix:
-            continue
-        if best is None or public > best[0]:
-            best = (public, text.strip().split("+", 1)[0])
-    return best[1] if best is not None else None
-
-
-def matches_request(installed: str, requested: str) -> bool:
-    """'2.13.0+cpu' satisfies '2.13', '2.13.0' and '2.13.0+cpu'; not '2.1' nor '2.13.1'."""
-    if "+" in requested:
-        return installed == requested
-    release = installed.split("+", 1)[0]
-    return release == requested or release.startswith(requested + ".")
 
 
 def without_local(text: str) -> str:

@@ -8,6 +8,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -23,20 +24,18 @@ from casekit.model import Case, ScriptObservation, ScriptSource, ScriptStatus, S
 from casekit.replay.plan import TargetChoice
 from casekit.replay.run import ReplayOptions, RunnerFactory, TargetRun
 from casekit.runners import registry
-from casekit.runners.channels import (
-    Build,
+from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.runners.torch_source.builds import Build, build_from_filename, hidden_candidate, installable
+from casekit.runners.torch_source.index import parse_page, read_listing
+from casekit.runners.torch_source.pick import newest_release, nightly_on, nightly_range
+from casekit.runners.torch_source.request import (
     Channel,
     ChannelError,
-    build_from_filename,
-    choose_source,
     format_torch_request,
-    hidden_candidate,
-    installable,
-    newest_release,
     nightly_date,
     parse_torch_request,
 )
-from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.runners.torch_source.source import choose_source
 from casekit.runners.venv.cache import (
     CachedEnv,
     EnvRequest,
@@ -46,7 +45,7 @@ from casekit.runners.venv.cache import (
     prune_envs,
     select_for_pruning,
 )
-from casekit.runners.wheel_index import nightly_on, nightly_range, parse_page, read_listing
+from tests.conftest import run_casekit
 
 TAGS = "cp311-cp311-manylinux_2_28_x86_64"
 BASE = "https://download.pytorch.org/whl"
@@ -173,10 +172,38 @@ def test_a_folder_of_wheels_is_a_listing(tmp_path: Path) -> None:
 
 
 def test_an_unreachable_index_is_one_line_saying_so() -> None:
-    from casekit.runners.wheel_index import IndexUnreachable
+    from casekit.runners.torch_source.index import IndexUnreachable
 
     with pytest.raises(IndexUnreachable, match=r"cannot reach http://127\.0\.0\.1:9/whl/cpu/torch/"):
         read_listing("http://127.0.0.1:9/whl/cpu", timeout=5)
+
+
+def test_pypis_build_is_announced_only_when_it_is_about_to_be_downloaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyTorch's index out of reach (nothing listens on port 9): falling back to PyPI's build is said when
+    that build will be downloaded, not when the wheel folder pip is configured with (PIP_FIND_LINKS, which
+    casekit hands uv too) serves a CPU wheel that fits."""
+    from casekit.runners.venv.resolve import IndexSeams, resolve_request
+
+    monkeypatch.setenv("CASEKIT_TORCH_INDEX", "http://127.0.0.1:9/whl")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / f"torch-2.13.0+cpu-{TAGS}.whl").write_bytes(b"")
+    said: dict[str, list[str]] = {"links": [], "none": [], "other": []}
+    for name, torch, links in (("links", "2.13.0", wheels), ("none", "2.13.0", None), ("other", "2.12.1", wheels)):
+        if links:
+            monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+        else:
+            monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+        spec = TargetSpec("venv", torch=torch)
+        request = resolve_request(spec, tmp_path / "cache", "uv", said[name].append, IndexSeams(gpu_here=False))
+        assert request.cuda is None and request.torch == torch and request.find_links == (str(links) if links else None)
+    fallback = "cannot reach http://127.0.0.1:9/whl/cpu/torch/"
+    assert said["links"] == [], said["links"]
+    assert len(said["none"]) == 1 and said["none"][0].startswith(fallback)
+    assert "taking PyPI's build instead (CUDA on Linux, ~10x a CPU build" in said["none"][0]
+    assert said["other"] == said["none"]  # the folder holds no 2.12.1: PyPI's is downloaded
 
 
 def test_a_nightly_date_rolls_back_to_its_neighbour_and_hidden_builds_are_found_by_url() -> None:
@@ -441,3 +468,30 @@ def test_prune_selects_by_age_and_count_and_clears_the_download_caches(tmp_path:
     assert sorted(everything.removed) == [made[0].key, made[1].key] and list(envs.iterdir()) == [
         p for p in envs.iterdir() if p.name.endswith(".lock")
     ]
+
+
+@pytest.mark.process
+def test_with_the_users_uv_cache_the_figures_are_where_the_bytes_are(tmp_path: Path) -> None:
+    """UV_CACHE_DIR set: uv keeps its cache there and the envs hardlink into it. `envs list` shows that
+    cache's size (it said 0 B), and `envs prune --all` says what really went: the envs' own files, not
+    the bytes they share with the cache that stays (it said 996.5 MB where 152.6 MB went). That cache is
+    the user's: it stays, and the line says so and how to clear it."""
+    cache, users = tmp_path / "casekit", tmp_path / "users-uv"
+    (users / "wheels").mkdir(parents=True)
+    (users / "wheels" / "torch.so").write_bytes(b"t" * (4 << 20))  # what uv unpacked once
+    env = fake_env(cache / "envs", "torch-2.13.0-cpu-py3.11-00000001", used_days_ago=1)
+    os.link(users / "wheels" / "torch.so", env.path / "torch.so")  # how uv installs from its cache
+    (env.path / "own.py").write_bytes(b"o" * (1 << 20))  # a file of the env's own
+    variables = {"CASEKIT_CACHE": str(cache), "UV_CACHE_DIR": str(users)}
+    listed = run_casekit("envs", "list", env=variables)
+    assert listed.returncode == 0, listed.stderr
+    assert f"download cache (uv): 4.2 MB in {users} (yours, $UV_CACHE_DIR: left alone)" in listed.stdout, listed.stdout
+    pruned = run_casekit("envs", "prune", "--all", env=variables)
+    assert pruned.returncode == 0, pruned.stderr
+    freed = re.search(r"freed ([\d.]+) (KB|MB)", pruned.stdout)
+    assert freed and freed.group(2) == "MB" and 1.0 <= float(freed.group(1)) < 1.2, (
+        pruned.stdout
+    )  # own.py, not torch.so
+    assert f"left uv's cache {users} alone (4.2 MB): $UV_CACHE_DIR names it" in pruned.stdout, pruned.stdout
+    assert "`uv cache clean` clears it" in pruned.stdout
+    assert (users / "wheels" / "torch.so").is_file() and not env.path.exists()

@@ -14,16 +14,8 @@ import pytest
 
 from casekit import fsutil, settings
 from casekit.errors import CasekitError
-from casekit.versions import (
-    VersionError,
-    is_exact,
-    matches_request,
-    parse_version,
-    pick_newest,
-    sort_versions,
-    version_order,
-    without_local,
-)
+from casekit.runners.torch_source.request import is_exact, matches_request, pick_newest
+from casekit.versions import VersionError, parse_version, sort_versions, version_order, without_local
 
 # ------------------------------------------------------------------ versions
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -115,7 +114,6 @@ def test_python_target_with_another_transformers_warns(library_case):
     assert result.verdict == "unchanged", result.verdict  # same torch, same library code: every break persists
 
 
-@pytest.mark.skipif(shutil.which("uv") is None, reason="uv is not on PATH")
 @pytest.mark.skipif(
     not any(LOCAL_WHEELS.glob("torch-2.13.0*.whl")), reason="no local torch 2.13.0 wheel in /opt/wheels"
 )

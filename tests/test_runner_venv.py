@@ -20,6 +20,7 @@ import pytest
 from casekit.errors import CasekitError, EnvironmentFailed
 from casekit.runners.interface import ProbeJob, TargetSpec
 from casekit.runners.registry import make_runner
+from casekit.runners.torch_source.request import is_exact, pick_newest
 from casekit.runners.venv import (
     MARKER,
     EnvRequest,
@@ -28,7 +29,6 @@ from casekit.runners.venv import (
     remove_env,
 )
 from casekit.settings import cache_root
-from casekit.versions import is_exact, pick_newest
 
 LOCAL_WHEELS = Path("/opt/wheels")
 SPEC = TargetSpec("venv", torch="2.13.0", find_links=str(LOCAL_WHEELS))
@@ -37,7 +37,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 needs_local_wheel = pytest.mark.skipif(
     not any(LOCAL_WHEELS.glob("torch-2.13.0*.whl")), reason="no local torch 2.13.0 wheel in /opt/wheels"
 )
-needs_uv = pytest.mark.skipif(shutil.which("uv") is None, reason="uv is not on PATH")
 
 ITEM_BREAK = """\
 import torch
@@ -194,7 +193,6 @@ def test_second_prepare_reuses_the_env_in_under_a_second(
 
 
 @needs_local_wheel
-@needs_uv
 @pytest.mark.slow
 def test_partial_version_resolves_to_the_same_env(built: tuple[VenvRunner, float, list[str]], cache: Path) -> None:
     first, _, _ = built
@@ -343,7 +341,6 @@ def test_list_and_remove_cached_envs(built: tuple[VenvRunner, float, list[str]],
     assert not runner.env.path.exists()
 
 
-@needs_uv
 @pytest.mark.slow
 def test_unreachable_cuda_index_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # download.pytorch.org cannot be reached from this network (its name does not resolve: no traffic
@@ -410,3 +407,26 @@ def test_a_prefix_and_its_exact_version_replay_as_one_target(
     outcome = run_replay(request, archive, lambda spec: VenvRunner(spec, cache_dir=cache), quiet)
     assert [t.label for t in outcome.document.targets] == ["venv:torch-2.13.0"], outcome.document.targets
     assert [r.target for r in archive.load("breaks").replays] == ["venv:torch-2.13.0"]
+
+
+@pytest.mark.process
+def test_uv_is_found_from_its_package_with_no_uv_on_path(tmp_path: Path) -> None:
+    """A pip or pipx install puts casekit's `uv` dependency in its venv, not on PATH: casekit still builds
+    with uv. Control: with the package out of reach too, pip builds, as it must when no uv runs."""
+    show = (
+        "import shutil; from casekit.runners.venv.install import choose_installer, uv_binary; "
+        "print(shutil.which('uv'), uv_binary(), choose_installer())"
+    )
+    bare = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    found = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, timeout=60, env=bare)
+    assert found.returncode == 0, found.stderr
+    which, binary, installer = found.stdout.split()
+    import uv
+
+    assert which == "None" and binary == uv.find_uv_bin() and installer == "uv"
+    hidden = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.modules['uv'] = None; " + show],
+        capture_output=True, text=True, timeout=60, env=bare,
+    )  # fmt: skip
+    assert hidden.returncode == 0, hidden.stderr
+    assert hidden.stdout.split() == ["None", "None", "pip"]

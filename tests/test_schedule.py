@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shlex
 import shutil
 import subprocess
@@ -132,7 +133,7 @@ GOLDEN_RUNS = {
 @pytest.mark.process
 @pytest.mark.parametrize("name", sorted(GOLDEN_RUNS))
 def test_golden_job_files(name: str) -> None:
-    text = emit(*GOLDEN_RUNS[name]).replace(str(STARTER), "cases")
+    text = emit(*GOLDEN_RUNS[name]).replace(str(ROOT) + "/", "")  # the Slurm script names absolute paths
     golden = GOLDEN / name
     if os.environ.get("CASEKIT_UPDATE_GOLDEN"):
         golden.parent.mkdir(parents=True, exist_ok=True)
@@ -282,7 +283,7 @@ def test_the_k8s_jobs_commands_run_here_with_their_completion_index(tmp_path: Pa
         K8S_TARGETS: str(tmp_path / "targets"),
         K8S_ARCHIVE: str(archive),
         K8S_RESULTS: str(tmp_path / "results"),
-        "/opt/casekit-venv/bin/python": sys.executable,
+        "/opt/casekit-venv": sys.prefix,  # the image's venv: this interpreter's
     }
     (tmp_path / "targets").mkdir()
 
@@ -337,3 +338,70 @@ def test_the_emitted_workflow_passes_actionlint(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yml"
     broken.write_text(workflow.read_text().replace("matrix.shard }}", "matrix.shards }}", 1), encoding="utf-8")
     assert any("shards" in problem for problem in actionlint(broken, tmp_path))  # the lint can fail
+
+
+@pytest.mark.process
+def test_the_workflow_lifts_ubuntu_2404s_user_namespace_restriction_before_the_replay(tmp_path: Path) -> None:
+    """ubuntu-latest (24.04) restricts unprivileged user namespaces through AppArmor, so bwrap fails
+    there ("setting up uid map: Permission denied"): the replay job lifts it first, and only where the
+    switch exists. The step's script runs here with sudo recording what it would do."""
+    steps = yaml.safe_load(emit("gha"))["jobs"]["replay"]["steps"]
+    switch = "/proc/sys/kernel/apparmor_restrict_unprivileged_userns"
+    lifts = [index for index, step in enumerate(steps) if switch in step.get("run", "")]
+    assert len(lifts) == 1, "the replay job has no step that lifts the AppArmor restriction"
+    assert lifts[0] < [step.get("name") for step in steps].index("replay one shard")
+    script = steps[lifts[0]]["run"]
+    fakes = tmp_path / "bin"
+    fakes.mkdir()
+    (fakes / "sudo").write_text('#!/bin/sh\necho "sudo $*" >>"$SUDO_LOG"\n')
+    (fakes / "sudo").chmod(0o755)
+    present = tmp_path / "apparmor_restrict_unprivileged_userns"
+    present.write_text("1\n")
+    log = tmp_path / "sudo.log"
+    env = {"PATH": f"{fakes}:/usr/bin:/bin", "SUDO_LOG": str(log)}
+    for where, expected in ((str(present), ["sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"]),
+                            (str(tmp_path / "absent"), [])):  # fmt: skip
+        log.write_text("")
+        done = subprocess.run(
+            ["bash", "-e", "-c", script.replace(switch, where)], env=env, capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 0, done.stderr
+        assert log.read_text().splitlines() == expected
+
+
+def test_slurms_time_limit_is_the_dearest_shard_with_its_margin_and_the_env_build() -> None:
+    from casekit.schedule.emit import SLURM_SETUP_S, SLURM_TIME_MARGIN, _sets_time, slurm_time, task_time_limit
+
+    assert [slurm_time(s) for s in (0, 59, 60, 61, 3600, 86399, 86400 + 61)] == [
+        "00:01:00", "00:01:00", "00:01:00", "00:02:00", "01:00:00", "1-00:00:00", "1-00:02:00",
+    ]  # fmt: skip
+    plan = schedule(["a", "b", "c"], {"a": 500.0, "b": 100.0, "c": 50.0}, specs("2.13.0"), shards=2)
+    assert plan.max_s == 510.0  # "a" alone, with its import
+    assert task_time_limit(plan) == 510.0 * SLURM_TIME_MARGIN + SLURM_SETUP_S
+    assert [_sets_time(o) for o in ("--time=1:00:00", "--time 60", "-t 60", "-t60", "--tmp=10G", "--gres=gpu:1")] == [
+        True, True, True, True, False, False,
+    ]  # fmt: skip
+
+
+@pytest.mark.process
+def test_the_slurm_script_names_absolute_paths_and_its_time_from_the_plan(tmp_path: Path) -> None:
+    (tmp_path / "cases").mkdir()
+    shutil.copy(STARTER / "item-branch.toml", tmp_path / "cases")
+    (tmp_path / "wheels").mkdir()
+    done = run_casekit(
+        "plan", "--archive", "cases", "--python", "./env/bin/python", "--python", "python3",
+        "--find-links", "wheels", "--shards", "2", "--emit", "slurm", "--out", "-", "--results-dir", "out/results",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    script = done.stdout
+    assert f"ARCHIVE={tmp_path}/cases\n" in script and f"RESULTS={tmp_path}/out/results\n" in script
+    assert f"#SBATCH --output={tmp_path}/out/results/logs/%x-%A_%a.out" in script
+    assert f"--python {tmp_path}/env/bin/python --python python3" in script  # a name on PATH stays a name
+    assert f"--find-links {tmp_path}/wheels" in script
+    assert re.search(r"^#SBATCH --time=00:3\d:00$", script, re.M)  # one case: well under the set-up's 30 min
+    mine = run_casekit(
+        "plan", "--archive", str(tmp_path / "cases"), "--torch", "2.13.0", "--emit", "slurm", "--out", "-",
+        "--sbatch", "-t 90",
+    )  # fmt: skip
+    assert "#SBATCH --time" not in mine.stdout and '#SBATCH "-t 90"' in mine.stdout  # the user's own limit wins

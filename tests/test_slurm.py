@@ -81,10 +81,12 @@ def archive_of(tmp_path: Path, case_ids: list[str] | None = None) -> Path:
 
 
 def two_targets(tmp_path: Path) -> list[str]:
-    """This interpreter under two labels: the real path and a symlink alias (one torch, two targets)."""
-    alias = tmp_path / "python-alias"
-    alias.symlink_to(Path(sys.executable).resolve())
-    return ["--python", sys.executable, "--python", str(alias)]
+    """This interpreter under two labels: its path and the same through a link to its environment's folder
+    (one torch, two targets). A link to the interpreter alone would be no venv: Python finds pyvenv.cfg
+    beside the path it is started by, so a venv's python linked elsewhere runs without the venv's torch."""
+    alias = tmp_path / "env-alias"
+    alias.symlink_to(sys.prefix)
+    return ["--python", sys.executable, "--python", str(alias / Path(sys.executable).relative_to(sys.prefix))]
 
 
 def emit_script(tmp_path: Path, archive: Path, targets: list[str]) -> Path:
@@ -185,3 +187,32 @@ def test_a_killed_array_task_is_named_by_the_merge_and_a_resubmitted_one_complet
     assert "retried: shard 1/6 (index 0) on python:" in text and "kept attempt 2" in text, text
     merged = read_replay_document(results / "merged.json")
     assert without_volatile(merged) == unsharded(tmp_path, archive, targets)
+
+
+def test_a_script_planned_with_relative_paths_runs_when_submitted_from_elsewhere(slurm: None, tmp_path: Path) -> None:
+    """`plan` run in the project folder with the README's relative `--archive cases --results-dir results`,
+    the script submitted from another folder: the tasks find the archive and write the results where
+    the plan said, and each task's time limit is the one the script states (from the plan's costs)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    archive_of(project, ["item-branch"])
+    done = run_casekit(
+        "plan", "--archive", "cases", "--python", sys.executable, "--shards", "2", "--emit", "slurm",
+        "--out", "replay.sbatch", "--results-dir", "results", "--job-name", f"casekit-rel-{os.getpid()}",
+        cwd=project,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    script = project / "replay.sbatch"
+    limit = re.search(r"^#SBATCH --time=(\S+)$", script.read_text(), re.M)
+    assert limit, "the script sets no --time"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    submitted = subprocess.run(["bash", str(script)], cwd=elsewhere, capture_output=True, text=True, timeout=60)
+    assert submitted.returncode == 0, submitted.stderr
+    array, merge = re.search(r"submitted array job (\d+) .* merge job (\d+)", submitted.stdout).groups()  # type: ignore[union-attr]
+    shown = subprocess.run(["scontrol", "show", "job", "-o", array], capture_output=True, text=True, timeout=30)
+    assert set(re.findall(r"TimeLimit=(\S+)", shown.stdout)) == {limit.group(1)}
+    assert wait_for(array) == "COMPLETED,COMPLETED"
+    assert wait_for(merge) == "COMPLETED", log_of(project / "results", "*merge*")
+    assert len(read_replay_document(project / "results" / "merged.json").results) == 1
+    assert not (elsewhere / "results").exists()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,13 +23,12 @@ from casekit.runners.interface import TargetSpec
 from casekit.runners.venv import VenvRunner
 from casekit.runners.venv.cache import bytecode_counts, disk_usage
 from casekit.runners.venv.resolve import IndexSeams, resolve_request
-from tests.conftest import run_casekit
+from tests.conftest import ROOT, run_casekit
 from tests.torch_index import PLATFORM_TAG, REAL_CPU_WHEEL, Nightly, TorchIndex, downloaded, serving
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not REAL_CPU_WHEEL.is_file(), reason=f"no local torch wheel at {REAL_CPU_WHEEL}"),
-    pytest.mark.skipif(shutil.which("uv") is None, reason="uv is not on PATH"),
 ]
 
 FIRST = dt.date(2026, 1, 1)
@@ -80,20 +78,37 @@ def hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 def test_a_cpu_host_installs_the_cpu_build_with_bytecode_and_cuda_is_only_on_request(
     hermetic: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The CPU build of `--torch 2.13` on a host with no GPU; then the same env for `--torch 2.13+cpu`
+    (a build label asks for its variant: `replay --torch 2.13+cpu` was a ValueError traceback, two "exact
+    version" rules disagreeing), one line for a label the index lacks or --cuda contradicts; and with
+    PyTorch's index gone, the env built from it still serves, with no word of PyPI's build."""
     index = TorchIndex(tmp_path / "index")
     index.add_real_cpu_wheel()
     index.add_inert("cpu", "2.12.0+cpu")  # an older release the prefix 2.13 must not pick
     cuda = index.add_inert("cu124", "2.13.0+cu124")
+    env = {"CASEKIT_TORCH_INDEX": "", "CASEKIT_CACHE": str(hermetic)}
+    seams = IndexSeams(gpu_here=False)
     with serving(index):
         monkeypatch.setenv("CASEKIT_TORCH_INDEX", index.url)
+        env["CASEKIT_TORCH_INDEX"] = index.url
         lines: list[str] = []
-        runner = VenvRunner(
-            TargetSpec("venv", torch="2.13"), cache_dir=hermetic, index_seams=IndexSeams(gpu_here=False)
-        )
+        runner = VenvRunner(TargetSpec("venv", torch="2.13"), cache_dir=hermetic, index_seams=seams)
         runner.prepare(lines.append)
         # the same request once a GPU or --cuda says so: the CUDA file (resolution only: it is inert)
-        asked = TargetSpec("venv", torch="2.13", cuda="cu124")
-        on_request = resolve_request(asked, hermetic, "uv", quiet, IndexSeams(gpu_here=False))
+        on_request = resolve_request(TargetSpec("venv", torch="2.13", cuda="cu124"), hermetic, "uv", quiet, seams)
+        labelled = resolve_request(TargetSpec("venv", torch="2.13+cpu"), hermetic, "uv", quiet, seams)
+        as_cuda = resolve_request(TargetSpec("venv", torch="2.13+cu124"), hermetic, "uv", quiet, seams)
+        replays = {
+            name: run_casekit(
+                "replay", "--archive", str(ROOT / "cases"), "--case", "item-branch", *flags, "--no-record",
+                "--json", str(tmp_path / f"{name}.json"), env=env,
+            )
+            for name, flags in (
+                ("labelled", ("--torch", "2.13+cpu")),
+                ("missing", ("--torch", "2.12+cu124")),
+                ("contradicted", ("--torch", "2.13+cpu", "--cuda", "cu124")),
+            )
+        }  # fmt: skip
     assert runner.env is not None
     assert downloaded(index) == [REAL_CPU_WHEEL.name], index.requests
     assert f"GET /whl/cpu/{REAL_CPU_WHEEL.name}.metadata" in index.requests or any(
@@ -110,6 +125,27 @@ def test_a_cpu_host_installs_the_cpu_build_with_bytecode_and_cuda_is_only_on_req
     assert "-cpu-" in runner.env.key
     assert on_request.torch_file == cuda.name and on_request.cuda == "cu124"
     assert on_request.key != runner.env.key, "channel and variant are part of the env's key"
+    assert labelled.key == runner.env.key and labelled.torch_file == REAL_CPU_WHEEL.name  # one env for both
+    assert as_cuda.torch_file == cuda.name and as_cuda.cuda == "cu124"
+
+    said = {asked: done.stdout + done.stderr for asked, done in replays.items()}
+    assert not any("Traceback" in out for out in said.values()), said
+    assert replays["labelled"].returncode in (0, 1), said["labelled"]
+    target = json.loads((tmp_path / "labelled.json").read_text())["targets"][0]
+    assert target["torch"] == "2.13.0+cpu" and not target.get("error"), target
+    assert f"reusing env {runner.env.key}" in said["labelled"]
+    missing = f"no torch 2.12+cu124 at {index.url}/cu124 (python 3.11): it has 2.13.0+cu124"
+    assert replays["missing"].returncode == 2 and missing in said["missing"]
+    contradicted = "--torch 2.13+cpu names the cpu build, --cuda cu124 another: give one of them"
+    assert replays["contradicted"].returncode == 2 and contradicted in said["contradicted"]
+
+    # the index is gone now (a network without PyTorch's index): the env built from it serves, silently
+    # about PyPI, whose build nobody is about to download
+    offline: list[str] = []
+    again = resolve_request(TargetSpec("venv", torch="2.13"), hermetic, "uv", offline.append, seams)
+    assert again.key == runner.env.key, offline
+    assert not any("PyPI" in line for line in offline), offline
+    assert any("reusing the cpu env built before" in line for line in offline), offline
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +263,7 @@ def test_bisect_nightlies_rolls_over_fetches_hidden_builds_and_names_the_commit_
     assert listed.returncode == 0, listed.stderr
     built = sorted(path.name for path in (hermetic / "envs").iterdir() if path.is_dir())
     assert len(built) >= 4 and all(key in listed.stdout for key in built), listed.stdout
-    assert "size" in listed.stdout and "last use" in listed.stdout and "download caches (uv, pip): " in listed.stdout
+    assert "size" in listed.stdout and "last use" in listed.stdout and "download cache (uv): " in listed.stdout
     before = disk_usage([hermetic]).total
     kept = run_casekit("envs", "prune", "--keep", "2", env=env)
     assert kept.returncode == 0, kept.stderr

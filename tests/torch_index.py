@@ -22,20 +22,21 @@ it only exists so that choosing it would show in the file names.
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import hashlib
 import html
 import http.server
 import importlib.util
 import os
-import threading
 import urllib.parse
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from casekit.runners.docker.job_image import write_wheel
+from tests.loopback import serve
 
 PLATFORM_TAG = "cp311-cp311-manylinux_2_28_x86_64"
 REAL_CPU_WHEEL = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
@@ -55,11 +56,6 @@ class Wheel:
         return self.path.name
 
 
-def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
-
-
 def build_wheel(
     folder: Path, version: str, files: dict[str, str], requires: tuple[str, ...] = ()
 ) -> tuple[Path, bytes]:
@@ -75,13 +71,7 @@ def build_wheel(
     contents = {name: text.encode() for name, text in files.items()}
     contents[f"{dist_info}/METADATA"] = metadata
     contents[f"{dist_info}/WHEEL"] = wheel_text
-    record = [_record_line(name, data) for name, data in contents.items()] + [f"{dist_info}/RECORD,,"]
-    contents[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
-    path = folder / f"torch-{version}-{PLATFORM_TAG}.whl"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data in contents.items():
-            archive.writestr(name, data)
-    return path, metadata
+    return write_wheel(folder / f"torch-{version}-{PLATFORM_TAG}.whl", contents, dist_info), metadata
 
 
 def wheel_metadata(path: Path) -> bytes:
@@ -251,17 +241,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 @contextmanager
 def serving(index: TorchIndex) -> Iterator[TorchIndex]:
     """Serve `index` on 127.0.0.1 (a free port) in a thread for the block; `index.url` is its /whl root."""
-    handler = type("Handler", (_Handler,), {"index": index})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    index.url = f"http://127.0.0.1:{server.server_address[1]}/whl"
-    try:
+    with serve(type("Handler", (_Handler,), {"index": index})) as host:
+        index.url = f"http://{host}/whl"
         yield index
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def downloaded(index: TorchIndex) -> list[str]:

@@ -39,9 +39,9 @@ from casekit.errors import BisectError, CasekitError
 from casekit.fsutil import STDOUT, write_atomic
 from casekit.outcome import ExitCode
 from casekit.runners import registry
-from casekit.runners.channels import parse_date
 from casekit.runners.dynamo import parse_dynamo
 from casekit.runners.interface import ProgressFn
+from casekit.runners.torch_source.request import parse_date
 
 AHEAD_FOR_SEVERAL = 2  # several cases share each release: building the next ones ahead pays off
 AHEAD_FOR_ONE = 0  # one case: a build ahead is mostly a build the search never asks for

@@ -39,9 +39,9 @@ from casekit.errors import BisectError
 from casekit.model import Case, ScriptRole, ScriptStatus
 from casekit.replay.run import ReplayOptions, TargetRun, run_target
 from casekit.runners import registry
-from casekit.runners.channels import Channel, is_date, nightly_date, parse_date
 from casekit.runners.dynamo import variant_suffix
 from casekit.runners.interface import ProgressFn, RunnerFactory, ScriptEntry, TargetSpec
+from casekit.runners.torch_source.request import Channel, is_date, nightly_date, parse_date
 
 RunTarget = Callable[[TargetSpec, list[Case], ReplayOptions, RunnerFactory, ProgressFn], TargetRun]
 ListVersions = Callable[..., list[str]]

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from casekit import versions
-from casekit.bisect import index
 from casekit.errors import BisectError
+from casekit.runners.torch_source import index
 from casekit.versions import TorchVersion
 
 __all__ = [
@@ -73,7 +73,7 @@ def fetch_available_versions(
     With pip in `python`, `pip index versions` answers, with the user's pip
     configuration as is. Without pip (a `uv tool install`, pipx), casekit
     reads the same configuration and the index's simple API itself
-    (`casekit.bisect.index`). Either way a failure names `--versions`.
+    (`casekit.runners.torch_source.index`). Either way a failure names `--versions`.
     """
     command = [python, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"]
     if pre:

@@ -45,6 +45,7 @@ def images_list() -> None:
         "casekit images build --torch 2.13.0",
         "casekit images build --torch 2.5.1 --cuda cu124",
         "casekit images build --torch 2.13.0 --base-image casekit-base:bookworm",
+        "casekit images build --torch 2.13.0 --registry registry.example/team/ --push   (for plan --emit k8s)",
     ),
 )
 def images_build(
@@ -60,15 +61,37 @@ def images_build(
             help="Base image [default: python:3.11-slim, or the CUDA base for --cuda]; casekit-base:bookworm on hosts without a registry (see containers/make-base-image.sh).",
         ),
     ] = None,
+    registry: Annotated[
+        str | None,
+        typer.Option(
+            "--registry",
+            help="Also build the job image `plan --emit k8s` names: this one with casekit in it, tagged under "
+            "this prefix (registry.example/team/).",
+        ),
+    ] = None,
+    push: Annotated[bool, typer.Option("--push", help="Push the --registry image (`docker login` first).")] = False,
 ) -> None:
-    """Build (or reuse) the replay image for a torch version."""
+    """Build (or reuse) the replay image for a torch version; with --registry, the job image the
+    Kubernetes manifest of `casekit plan --emit k8s` names, and with --push, push it there."""
+    from casekit.errors import CasekitError
     from casekit.runners.docker.images import ensure_image
+    from casekit.runners.docker.job_image import build_job_image, push_image
     from casekit.runners.registry import image_runner
 
+    if push and not registry:
+        raise CasekitError("--push pushes the --registry image: give --registry registry.example/team/")
     options = (("base_image", base_image),) if base_image else ()
+    spec = image_runner().target(torch=torch, cuda=cuda, index_url=index_url, options=options)
     with progress_view() as view:
-        image = ensure_image(image_runner().target(torch=torch, cuda=cuda, index_url=index_url, options=options), view)
-    typer.echo(f"ready: {', '.join(image.tags) or image.id}")
+        if registry:
+            name = build_job_image(spec, registry, view)
+            digest = push_image(name, view) if push else None
+        else:
+            image = ensure_image(spec, view)
+    if registry:
+        typer.echo(f"ready: {name}" + (f", pushed ({digest})" if digest else " (not pushed: --push pushes it)"))
+    else:
+        typer.echo(f"ready: {', '.join(image.tags) or image.id}")
 
 
 @images_app.command("prune", epilog=examples("casekit images prune"))
@@ -113,7 +136,7 @@ def envs_list() -> None:
 
     from casekit.report.text import table
     from casekit.runners.venv import envs_dir, list_envs
-    from casekit.runners.venv.cache import disk_usage, last_used
+    from casekit.runners.venv.cache import disk_usage, last_used, measured_roots
     from casekit.settings import cache_root, download_caches
 
     envs = list_envs()
@@ -136,11 +159,15 @@ def envs_list() -> None:
         )
     if rows:
         typer.echo(table(["key", "torch", "size", "own", "last use", "state"], rows))
-    caches = disk_usage([path for path in download_caches() if path.is_dir()])
-    total = disk_usage([cache_root()]) if cache_root().is_dir() else caches
+    for cache in download_caches():
+        size = _size(disk_usage([cache.path]).total) if cache.path.is_dir() else "0 B"
+        whose = "casekit's; `casekit envs prune` clears it" if cache.own else f"yours, ${cache.variable}: left alone"
+        typer.echo(f"download cache ({cache.installer}): {size} in {cache.path} ({whose})")
+    total = disk_usage(measured_roots(cache_root()))
     typer.echo(
-        f"download caches (uv, pip): {_size(caches.total)}; everything under {cache_root()}: {_size(total.total)} "
-        "(hard links counted once; `casekit envs prune` reclaims)"
+        f"everything casekit's envs take: {_size(total.total)} under {cache_root()}"
+        + (" and the caches above" if len(measured_roots(cache_root())) > 1 else "")
+        + " (hard links counted once; `casekit envs prune` reclaims)"
     )
 
 
@@ -175,8 +202,9 @@ def envs_prune(
 ) -> None:
     """Remove envs (by age, by count, or all) and clear the download caches; say what that freed.
 
-    The download caches are uv's and pip's under $CASEKIT_CACHE, casekit's own. With both --keep and
-    --older-than, an env goes when both say so."""
+    The download caches are uv's and pip's under $CASEKIT_CACHE, casekit's own; one you named with
+    UV_CACHE_DIR or PIP_CACHE_DIR is yours and stays. With both --keep and --older-than, an env goes when
+    both say so."""
     from casekit.runners.venv.cache import parse_age, prune_envs
 
     age = parse_age(older_than) if older_than is not None else None
@@ -199,6 +227,12 @@ def envs_prune(
         f"removed {len(result.removed)} env(s), kept {len(result.kept)}{cleared}: freed {_size(result.freed)} "
         f"({_size(result.before)} -> {_size(result.after)} on disk)"
     )
+    clean = {"uv": "uv cache clean", "pip": "pip cache purge"}
+    for cache, size in result.caches_left:
+        typer.echo(
+            f"left {cache.installer}'s cache {cache.path} alone ({_size(size)}): ${cache.variable} names it, so it is "
+            f"yours; `{clean.get(cache.installer, 'its installer')}` clears it"
+        )
 
 
 def register(app: typer.Typer) -> None:

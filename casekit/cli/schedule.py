@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -53,13 +54,28 @@ def _casekit_command(given: str | None) -> tuple[tuple[str, ...], tuple[tuple[st
 
 
 def _job_archive(given: Path | None, root: Path, engine: str) -> str:
-    """The archive as the jobs name it: Slurm jobs share this file system; k8s mounts a subPath of its
-    claim and GitHub a checkout, so there only a relative name makes sense."""
+    """The archive as the jobs name it: Slurm jobs share this file system, so an absolute path (a task
+    runs wherever the script was submitted from); k8s mounts a subPath of its claim and GitHub a
+    checkout, so there only a relative name makes sense."""
     if engine == "slurm":
-        return str(given) if given else str(root)
+        return os.path.abspath(given or root)
     if given is not None and not given.is_absolute():
         return str(given)
     return (given or root).name
+
+
+def _job_results(given: str, engine: str) -> str:
+    """--results-dir as the jobs name it: absolute for Slurm (see `_job_archive`), as given elsewhere."""
+    return os.path.abspath(given) if engine == "slurm" else given
+
+
+def _job_path(given: str | None, engine: str, *, folder: bool = False) -> str | None:
+    """A local path among the replay options (an interpreter; a wheel `folder`) as Slurm tasks need it:
+    absolute, since a task runs in whatever folder the script was submitted from. An interpreter's
+    name (`python3`, found on PATH) and a URL stay as they are."""
+    if engine != "slurm" or not given or "://" in given or (not folder and os.sep not in given):
+        return given
+    return os.path.abspath(given)
 
 
 def plan(
@@ -131,13 +147,14 @@ def plan(
 
     FailOn.parse(fail_on)
     emitter = get_emitter(emit) if emit else None
+    engine = emitter.name if emitter else ""
     choice = TargetChoice(
-        pythons=tuple(python or ()),
+        pythons=tuple(_job_path(given, engine) or given for given in python or ()),
         torches=tuple(torch or ()),
         runner=runner,
         cuda=cuda,
         index_url=index_url,
-        find_links=find_links,
+        find_links=_job_path(find_links, engine, folder=True),
         image=image,
         allow=tuple(allow or ()),
         base_image=base_image,
@@ -167,7 +184,7 @@ def plan(
         target = out or Path(emitter.default_file)
         setup = JobSetup(
             archive=_job_archive(archive, store.root, emitter.name),
-            results=results_dir,
+            results=_job_results(results_dir, emitter.name),
             casekit=command,
             environment=environment,
             name=job_name,
@@ -187,7 +204,9 @@ def plan(
                 write_atomic(target, text, executable=emitter.name == "slurm")
             except OSError as error:
                 raise CasekitError(f"--out {target}: cannot write: {error.strerror or error}") from None
-            notice(f"wrote {target} ({emitter.name}, {schedule.count} shard(s))")
+            notice(f"wrote {target} ({emitter.name}, {schedule.count} shard(s)); next:")
+            for step in emitter.steps(schedule, setup):
+                notice(f"  {step}")
     if schedule.invalid:
         report_invalid(list(schedule.invalid))
         raise typer.Exit(2)

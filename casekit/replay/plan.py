@@ -34,9 +34,9 @@ from casekit.replay.run import ReplayOptions, ReplayReport, replay
 from casekit.replay.shard import parse_shard, result_file, shard_layout, shard_plan
 from casekit.replay.shard_env import shard_from_env
 from casekit.runners import registry
-from casekit.runners.channels import check_variant, parse_torch_request
 from casekit.runners.dynamo import parse_dynamo, parse_pins, pin_name
 from casekit.runners.interface import ProgressFn, RunnerFactory, TargetSpec, VersionSource
+from casekit.runners.torch_source.request import check_variant, parse_torch_request, variant_asked
 from casekit.timeouts import recorded_run_seconds
 from casekit.versions import without_local
 
@@ -99,6 +99,7 @@ class TargetChoice:
         cuda = check_variant(self.cuda)
         for asked in self.torches:
             channel, version = parse_torch_request(asked)  # "2.13", "nightly", "nightly:2026-01-05", "pypi:2.13"
+            variant_asked(channel, version, cuda)  # '2.13+cpu' with --cuda cu126 is refused before anything runs
             specs.append(
                 managed.target(
                     torch=version,

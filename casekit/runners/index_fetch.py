@@ -6,8 +6,7 @@ deadline passes, whatever the read is waiting for: the status line, a header, th
 redirect's next connection. The body is read up to a size cap. `file:` URLs are read as files
 (regular files only, bounded), so a FIFO or `/dev/zero` named as an index cannot hang it either.
 
-Both index readers use it: `casekit.bisect.index` (which versions an index holds) and
-`casekit.runners.wheel_index` (PyTorch's wheel pages).
+casekit's one index reader, `casekit.runners.torch_source.index`, reads every page through it.
 """
 
 from __future__ import annotations

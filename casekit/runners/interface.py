@@ -23,8 +23,8 @@ from packaging.version import InvalidVersion, Version
 
 from casekit.errors import RunnerError
 from casekit.model import IncludedFile
-from casekit.runners.channels import Channel, describe, format_torch_request
 from casekit.runners.dynamo import config_of, variant_suffix
+from casekit.runners.torch_source.request import Channel, describe, format_torch_request
 
 PROBE_PATH = Path(__file__).resolve().parent.parent / "probe.py"
 

@@ -24,9 +24,9 @@ from casekit.runners.interface import (
 )
 from casekit.runners.process import EnvironmentUnusable, check_interpreter, torch_missing
 from casekit.runners.sandbox import BWRAP_ALLOW_EXAMPLES, KNOWN_OPTIONS, Sandbox, runtime_of
+from casekit.runners.torch_source.request import matches_request
 from casekit.runners.warm import WarmSession
 from casekit.scrub import Scrubber, machine_folders
-from casekit.versions import matches_request
 
 
 def query_versions(python: str, allowed: tuple[str, ...] = ()) -> tuple[str, str]:

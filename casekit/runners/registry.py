@@ -14,11 +14,11 @@ import datetime as dt
 from collections.abc import Sequence
 
 from casekit.errors import CasekitError, RunnerError
-from casekit.runners.channels import Channel
 from casekit.runners.docker.runner import DockerRunner
 from casekit.runners.dynamo import variant_suffix
 from casekit.runners.interface import Runner, TargetSpec, VersionSource
 from casekit.runners.python import PythonRunner
+from casekit.runners.torch_source.request import Channel
 from casekit.runners.venv.runner import VenvRunner
 
 RUNNERS: dict[str, type[Runner]] = {

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import shlex
 import unicodedata
@@ -27,15 +28,22 @@ from typing import Protocol
 from casekit.errors import CasekitError
 from casekit.replay.plan import TargetChoice
 from casekit.runners import registry
-from casekit.runners.docker.images import DEFAULT_BASE_IMAGE, DEFAULT_PYTHON, VENV_PYTHON, ImageRecipe
+from casekit.runners.docker.images import VENV_PYTHON, VENV_ROOT
+from casekit.runners.docker.job_image import job_image_name
 from casekit.runners.interface import TargetSpec
 from casekit.schedule.plan import Schedule
 
 PLACEHOLDER = re.compile(r"@@([a-z_]+)@@")
-K8S_TARGETS = "/casekit/targets"  # an emptyDir in each pod: the target's interpreter under a name of its own
+K8S_TARGETS = "/casekit/targets"  # an emptyDir in each pod: the target's venv under a name of its own
 K8S_ARCHIVE = "/casekit/archive"
 K8S_RESULTS = "/casekit/results"
 DEFAULT_KUBECTL_IMAGE = "bitnami/kubectl:1.31"
+# Slurm's --time for an array task: the plan's dearest shard, twice over (the recorded run times come
+# from another machine, under other load), plus what a task pays before its first run (building a
+# managed env: a first download of torch, an install); rounded up to whole minutes.
+SLURM_TIME_MARGIN = 2.0
+SLURM_SETUP_S = 1800.0
+SLURM_MERGE_TIME = "00:20:00"  # the merge reads result files: seconds, even for thousands of shards
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,10 @@ class Emitter(Protocol):
 
     def emit(self, plan: Schedule, choice: TargetChoice, case_ids: tuple[str, ...], setup: JobSetup) -> str:
         """The file's text for this plan; `choice` and `case_ids` are the replay options it was made for."""
+        ...
+
+    def steps(self, plan: Schedule, setup: JobSetup) -> list[str]:
+        """What to do with the file once written, in order, one line each (the exact commands)."""
         ...
 
 
@@ -219,6 +231,25 @@ def _summary(plan: Schedule) -> str:
     )
 
 
+def slurm_time(seconds: float) -> str:
+    """Seconds as Slurm's --time reads them, rounded up to a whole minute: 'HH:MM:00', or 'D-HH:MM:00'."""
+    minutes = max(1, math.ceil(seconds / 60))
+    days, minutes = divmod(minutes, 24 * 60)
+    clock = f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+    return f"{days}-{clock}" if days else clock
+
+
+def task_time_limit(plan: Schedule) -> float:
+    """The seconds an array task may take: the dearest shard with its margin, and the set-up."""
+    return plan.max_s * SLURM_TIME_MARGIN + SLURM_SETUP_S
+
+
+def _sets_time(option: str) -> bool:
+    """Whether an --sbatch option is Slurm's time limit ('--time=2:00:00', '--time 60', '-t 60', '-t60')."""
+    flag = option.split("=", 1)[0].split(None, 1)[0] if option.strip() else ""
+    return flag == "--time" or flag.startswith("-t") and not flag.startswith("--")
+
+
 class SlurmEmitter:
     """A Slurm batch script: the array, the merge job after it (afterany), a resubmit by index."""
 
@@ -228,6 +259,16 @@ class SlurmEmitter:
     def emit(self, plan: Schedule, choice: TargetChoice, case_ids: tuple[str, ...], setup: JobSetup) -> str:
         check_values(user_values(choice, case_ids, setup), self.name)
         logs = f"{setup.results}/logs"
+        options = list(setup.sbatch)
+        if any(_sets_time(option) for option in options):
+            time_note = "--time: as given with --sbatch"
+        else:
+            limit = slurm_time(task_time_limit(plan))
+            options.insert(0, f"--time={limit}")
+            time_note = (
+                f"--time={limit}: the dearest shard's estimate ({plan.max_s:.0f} s) x{SLURM_TIME_MARGIN:g}, plus "
+                f"{SLURM_SETUP_S / 60:.0f} min to build its env; --sbatch --time=... sets another"
+            )
         environment = "\n".join(
             f'export {name}={shell_word(value)}"${{{name}:+:${name}}}"'
             if name == "PYTHONPATH"
@@ -239,10 +280,14 @@ class SlurmEmitter:
             summary=_summary(plan),
             file=shell_word(setup.file or self.default_file),
             sbatch_name=sbatch_word(setup.name),
-            sbatch_output=sbatch_word(f"{logs}/%x-%A_%a.out"),
+            # '%' starts a Slurm file-name pattern (%x, %A): a folder's own '%' is written '%%'
+            sbatch_output=sbatch_word(f"{logs.replace('%', '%%')}/%x-%A_%a.out"),
             merge_name=shell_word(f"{setup.name}-merge"),
+            merge_output=shell_word(f"{logs.replace('%', '%%')}/%x-%j.out"),
+            merge_time=SLURM_MERGE_TIME,
+            time_note=time_note,
             logs=shell_word(logs),
-            sbatch="\n".join(f"#SBATCH {sbatch_word(option)}" for option in setup.sbatch),
+            sbatch="\n".join(f"#SBATCH {sbatch_word(option)}" for option in options),
             shards=str(plan.count),
             environment=environment,
             casekit=shlex.join(setup.casekit),
@@ -252,6 +297,11 @@ class SlurmEmitter:
             fail_on=shell_word(setup.fail_on),
         )
 
+    def steps(self, plan: Schedule, setup: JobSetup) -> list[str]:
+        return [
+            f"bash {shell_word(setup.file or self.default_file)}   (submits {plan.count} array task(s), then the merge)"
+        ]
+
 
 def _dns_name(text: str, limit: int = 63) -> str:
     """A DNS-1123 label (Kubernetes object names): lower case, digits and '-', at most `limit` long."""
@@ -260,7 +310,8 @@ def _dns_name(text: str, limit: int = 63) -> str:
 
 
 def target_image(spec: TargetSpec, image_registry: str = "") -> str:
-    """The image a target's pods run: its --image, else casekit's replay image for it (`casekit images`)."""
+    """The image a target's pods run: its --image, else casekit's job image for it (the replay image with
+    casekit in it, `casekit images build --registry`), under `image_registry`."""
     if spec.image:
         return spec.image
     if registry.takes_interpreters(spec.runner):
@@ -268,15 +319,56 @@ def target_image(spec: TargetSpec, image_registry: str = "") -> str:
             f"--emit k8s runs each target in an image; {registry.label(spec)} is an interpreter on this machine: "
             "give targets as --torch VERSION (casekit's replay images) or --image IMAGE"
         )
-    base = dict(spec.options).get("base_image") or DEFAULT_BASE_IMAGE.format(python=DEFAULT_PYTHON)
-    recipe = ImageRecipe(torch=spec.torch, cuda=spec.cuda or "cpu", python=DEFAULT_PYTHON, base_image=base)
-    return image_registry + recipe.tag
+    return job_image_name(spec, image_registry)
+
+
+def image_build_command(spec: TargetSpec, image_registry: str) -> list[str] | None:
+    """The `casekit images build ... --registry R --push` that makes and pushes a target's job image under
+    the name `target_image` gives; None for an --image of the user's own (it must have casekit on PATH)."""
+    if spec.image:
+        return None
+    command = ["casekit", "images", "build", "--torch", spec.torch or "latest"]
+    for option, value in (("--cuda", spec.cuda), ("--index-url", spec.index_url)):
+        if value:
+            command += [option, value]
+    base = dict(spec.options).get("base_image")
+    if base:
+        command += ["--base-image", base]
+    return [*command, "--registry", image_registry, "--push"]
+
+
+def _k8s_steps(plan: Schedule, setup: JobSetup, file: str, name: str) -> list[str]:
+    """Every step a manifest needs before and after `kubectl apply`, with the exact commands."""
+    builds, own = [], []
+    for spec in plan.specs:
+        command = image_build_command(spec, setup.registry)
+        if command is not None:
+            builds.append("   " + shlex.join(command))
+        else:
+            own.append(f"   {spec.image}: your image; it must have casekit on PATH and {VENV_PYTHON}")
+    registry_note = "" if setup.registry else " (no --registry: the names are local, and a cluster rarely sees them)"
+    return [
+        f"1. a PersistentVolumeClaim {setup.claim!r} every pod here can mount (ReadWriteMany), holding the archive's "
+        f"bundles at {setup.archive + '/'!r} (kubectl cp them in through a pod that mounts it) and room for "
+        f"{setup.results + '/'!r}",
+        f"2. each target's image, casekit in it, pushed where the pods pull it{registry_note} (`docker login` first):",
+        *builds,
+        *own,
+        f"3. kubectl apply -f {shell_word(file)}",
+        f"4. kubectl logs -f job/{name}-merge   (the merged verdicts; {setup.results}/merged.json on the claim)",
+    ]
+
+
+def pod_venv(spec: TargetSpec) -> str:
+    """Where a target's pods show the image's venv under the target's own name (a link to the venv's folder:
+    a link to its python alone would be no venv, since Python finds pyvenv.cfg beside the path it is run by),
+    so each target keeps a label of its own when the results of all the images are merged."""
+    return f"{K8S_TARGETS}/{_dns_name(registry.label(spec).replace(':', '-'), 40)}"
 
 
 def pod_target(spec: TargetSpec) -> str:
-    """The interpreter path a target's pods name: the image's venv python under the target's own name,
-    so each target keeps a label of its own when the results of all the images are merged."""
-    return f"{K8S_TARGETS}/{_dns_name(registry.label(spec).replace(':', '-'), 40)}"
+    """The interpreter path a target's pods name: the python of `pod_venv`."""
+    return f"{pod_venv(spec)}/bin/python"
 
 
 def _job_document(spec: TargetSpec, shards: int, job: str, labels: str, command: str, setup: JobSetup) -> str:
@@ -315,17 +407,17 @@ class KubernetesEmitter:
         name = _dns_name(setup.name, 40)
         casekit = shlex.join(setup.casekit)
         allow = [item for item in choice.allow if not item.startswith("sandbox=")]
+        steps = _k8s_steps(plan, setup, setup.file or self.default_file, name)
         documents = [
             fill(
                 "k8s-rbac.yaml",
                 summary=_summary(plan),
-                file=shell_word(setup.file or self.default_file),
                 name=name,
                 labels=labels,
                 claim=yaml_comment(setup.claim),
                 results=yaml_comment(setup.results),
                 archive=yaml_comment(setup.archive),
-                registry_hint=yaml_comment(f"{setup.registry or ''}casekit-replay:TAG"),
+                steps="\n".join(f"#   {yaml_comment(step)}" for step in steps),
             )
         ]
         jobs, expected = [], []
@@ -341,7 +433,7 @@ class KubernetesEmitter:
             for case_id in case_ids:
                 flags += ["--case", case_id]
             command = (
-                f"ln -sfn {VENV_PYTHON} {target} && exec {casekit} replay --archive {K8S_ARCHIVE} "
+                f"ln -sfn {VENV_ROOT} {pod_venv(spec)} && exec {casekit} replay --archive {K8S_ARCHIVE} "
                 f"{shlex.join(flags)} --shard-from-env --results-dir {K8S_RESULTS} --no-record --fail-on never"
             )
             documents.append(_job_document(spec, shards, job, labels, command, setup))
@@ -373,6 +465,9 @@ class KubernetesEmitter:
         )
         return "".join(documents)
 
+    def steps(self, plan: Schedule, setup: JobSetup) -> list[str]:
+        return _k8s_steps(plan, setup, setup.file or self.default_file, _dns_name(setup.name, 40))
+
 
 class GitHubEmitter:
     """A workflow: one matrix job per shard (strategy.job-index / job-total), then the merge."""
@@ -391,6 +486,13 @@ class GitHubEmitter:
             flags=shlex.join(replay_flags(choice, case_ids)),
             fail_on=shell_word(setup.fail_on),
         )
+
+    def steps(self, plan: Schedule, setup: JobSetup) -> list[str]:
+        file = setup.file or self.default_file
+        return [
+            f"commit {file} under .github/workflows/ and set CASEKIT_SPEC in it to where your team gets casekit",
+            f"run it from the Actions tab (workflow_dispatch) or wait for its schedule: {plan.count} shard job(s)",
+        ]
 
 
 EMITTERS: dict[str, Emitter] = {

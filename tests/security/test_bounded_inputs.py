@@ -27,9 +27,8 @@ from pathlib import Path
 
 import pytest
 
-import casekit.bisect.index as bisect_index
 import casekit.importer as importer
-from casekit.bisect.index import IndexConfig, IndexUnreadable, list_versions
+import casekit.runners.torch_source.index as torch_index
 from casekit.errors import CasekitError
 from casekit.fsutil import UnreadableFile, gunzip_bounded
 from casekit.importer import MAX_LOG_BYTES, DraftImportError, import_runs
@@ -37,7 +36,13 @@ from casekit.replay.shard import MAX_SHARDS, ShardError, parse_shard, shard_plan
 from casekit.replay.shard_env import shard_from_env
 from casekit.runners.dynamo import SettingError, parse_dynamo
 from casekit.runners.interface import TargetSpec
-from casekit.runners.wheel_index import IndexUnreachable, read_listing
+from casekit.runners.torch_source.index import (
+    IndexConfig,
+    IndexUnreachable,
+    IndexUnreadable,
+    list_versions,
+    read_listing,
+)
 from casekit.schedule.plan import choose_shard_count, schedule
 
 from ..conftest import ROOT, run_casekit
@@ -355,7 +360,7 @@ def test_control_a_per_read_timeout_never_ends_a_dripping_read() -> None:
 
 
 def test_an_index_page_past_the_size_cap_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bisect_index, "MAX_PAGE_BYTES", 1000)
+    monkeypatch.setattr(torch_index, "MAX_PAGE_BYTES", 1000)
     page = b"<a href='torch-2.13.0.tar.gz'>x</a>" * 100
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n" % len(page)
     with dripping_index(head + page, every_s=60) as url:
@@ -379,5 +384,5 @@ def test_a_fifo_named_as_an_index_or_a_pip_config_is_refused(tmp_path: Path) -> 
     os.mkfifo(fifo)
     with pytest.raises(IndexUnreadable, match="is not a regular file"):
         list_versions("torch", config=IndexConfig(index_url=(tmp_path / "simple").as_uri()), deadline=5)
-    config = bisect_index.read_config({"PIP_CONFIG_FILE": str(fifo), "UV_NO_CONFIG": "1", "HOME": str(tmp_path)})
+    config = torch_index.read_config({"PIP_CONFIG_FILE": str(fifo), "UV_NO_CONFIG": "1", "HOME": str(tmp_path)})
     assert str(fifo) not in config.sources  # skipped at once, as pip skips what it cannot read

@@ -36,6 +36,8 @@ from casekit.schedule.emit import (
     KubernetesEmitter,
     SlurmEmitter,
     check_values,
+    slurm_time,
+    task_time_limit,
     user_values,
 )
 from casekit.schedule.plan import Schedule, schedule
@@ -245,9 +247,11 @@ def test_slurm_values_stay_data_for_bash_and_for_sbatch(tmp_path: Path, payload:
     assert shard[shard.index("--results-dir") + 1] == values["results"]
     assert merge[:2] == [values["casekit"], "merge"] and merge[2] == values["results"]
     directives = [sbatch_arguments(line) for line in text.splitlines() if line.startswith("#SBATCH")]
+    limit = slurm_time(task_time_limit(plan_of(TargetSpec(runner="venv", torch="2.13.0"))))
     assert directives == [
         [f"--job-name={values['name']}"],
         [f"--output={values['results']}/logs/%x-%A_%a.out"],
+        [f"--time={limit}"],  # from the plan's costs: the user gave none
         [f"--comment={values['sbatch']}"],
     ]
     assert submit_array[-1] == "shard" and "--array=0-1" in submit_array

@@ -31,8 +31,10 @@ if TYPE_CHECKING:
 DEFAULT_BASE_IMAGE = "python:{python}-slim"
 DEFAULT_PYTHON = "3.11"
 REPO = "casekit-replay"
-VENV_PYTHON = "/opt/casekit-venv/bin/python"
-BUILD_OPTIONS = ("base_image", "ca_bundle", "build_network")  # the TargetSpec options read here
+VENV_ROOT = "/opt/casekit-venv"  # the replay image's venv: torch and the cases' pins
+VENV_PYTHON = VENV_ROOT + "/bin/python"
+BUILD_OPTIONS = ("base_image", "ca_bundle", "build_network")
+JOB_LABEL = "casekit.casekit"  # on a job image (Dockerfile.job): the casekit version installed in it  # the TargetSpec options read here
 
 
 def dockerfile_text() -> bytes:
@@ -58,7 +60,7 @@ def connect(host: str | None = None) -> docker.DockerClient:
         client.ping()
     except (DockerException, OSError) as error:
         raise DockerUnavailable(
-            f"cannot reach the Docker engine at {where}: start dockerd or set DOCKER_HOST ({_first_line(error)})"
+            f"cannot reach the Docker engine at {where}: start dockerd or set DOCKER_HOST ({first_line(error)})"
         ) from None
     return client
 
@@ -165,8 +167,11 @@ def find_image(recipe: ImageRecipe, client: docker.DockerClient) -> Image | None
     """The image built from this recipe, if present (matched by labels, not only by tag)."""
     filters = [f"{key}={value}" for key, value in recipe.labels.items()]
     for image in client.images.list(filters={"label": filters}):
+        labels = image.labels or {}
+        if JOB_LABEL in labels:
+            continue  # a job image (casekit installed on top) is built from this one, never stands in for it
         # An image with extras must not stand in for one without.
-        if ("casekit.extra" in (image.labels or {})) == bool(recipe.extra_packages):
+        if ("casekit.extra" in labels) == bool(recipe.extra_packages):
             return image
     return None
 
@@ -180,21 +185,21 @@ def build_image(recipe: ImageRecipe, progress: ProgressFn, client: docker.Docker
     _ensure_base(recipe.base_image, progress, client)
     progress(f"docker: building {recipe.tag} on {recipe.base_image} …")
     with tempfile.TemporaryDirectory(prefix=temp_prefix("build")) as context:
-        _fill_context(Path(context), recipe)
+        fill_context(Path(context), recipe)
         log_tail: list[str] = []
         try:
             for line in _stream_build(client, context, recipe):
                 log_tail = (log_tail + [line])[-40:]
                 progress(_build_progress(recipe.tag, line))
         except (BuildError, APIError) as error:
-            why = _build_failure(recipe, getattr(error, "msg", None) or str(error), log_tail)
+            why = build_failure(recipe, getattr(error, "msg", None) or str(error), log_tail)
             raise EnvironmentFailed(f"building {recipe.tag} failed: {why}") from None
         except requests.exceptions.RequestException as error:
             raise EnvironmentFailed(
-                f"building {recipe.tag} failed: lost the Docker engine mid-build ({_first_line(error)})"
+                f"building {recipe.tag} failed: lost the Docker engine mid-build ({first_line(error)})"
             ) from None
         finally:
-            _prune_install_stage(client)
+            prune_install_stage(client)
     image = find_image(recipe, client)
     if image is None:
         raise EnvironmentFailed(f"building {recipe.tag} finished but no image carries its labels")
@@ -267,11 +272,11 @@ def prune_images(progress: ProgressFn, client: docker.DockerClient | None = None
         try:
             client.images.remove(image.id, force=True)
         except APIError as error:
-            progress(f"docker: could not remove {image.short_id}: {_first_line(error)}")
+            progress(f"docker: could not remove {image.short_id}: {first_line(error)}")
             continue
         progress(f"docker: removed {', '.join(image.tags) or image.short_id}")
         removed.append(image.short_id)
-    _prune_install_stage(client)
+    prune_install_stage(client)
     return removed
 
 
@@ -293,12 +298,12 @@ def _ensure_base(base_image: str, progress: ProgressFn, client: docker.DockerCli
         client.images.pull(base_image)
     except (APIError, requests.exceptions.RequestException) as error:
         raise EnvironmentFailed(
-            f"base image {base_image} is not on the engine and cannot be pulled ({_first_line(error)[:160]}): "
+            f"base image {base_image} is not on the engine and cannot be pulled ({first_line(error)[:160]}): "
             "without a registry, build one with containers/make-base-image.sh and pass --base-image casekit-base:bookworm"
         ) from None
 
 
-def _prune_install_stage(client: docker.DockerClient) -> None:
+def prune_install_stage(client: docker.DockerClient) -> None:
     """Drop the install stage's dangling layers (a wheelhouse copy, the CA): 1 GB per build otherwise."""
     import requests
     from docker.errors import APIError
@@ -309,8 +314,10 @@ def _prune_install_stage(client: docker.DockerClient) -> None:
         pass  # another prune is running (or the busy engine answers late); the next build tries again
 
 
-def _fill_context(context: Path, recipe: ImageRecipe) -> None:
-    (context / "Dockerfile").write_bytes(dockerfile_text())
+def fill_context(context: Path, recipe: ImageRecipe, dockerfile: bytes | None = None) -> None:
+    """A build context: the Dockerfile (the replay image's unless given), wheels/ (the recipe's wheelhouse,
+    maybe empty) and ca/ (its CA bundle, maybe empty)."""
+    (context / "Dockerfile").write_bytes(dockerfile if dockerfile is not None else dockerfile_text())
     wheels = context / "wheels"
     wheels.mkdir()
     (wheels / ".keep").touch()  # COPY needs the folder even when empty
@@ -333,18 +340,30 @@ def _link_or_copy(source: Path, target: Path) -> None:
 
 
 def _stream_build(client: docker.DockerClient, context: str, recipe: ImageRecipe) -> Iterator[str]:
+    """The replay image's build, a log line at a time."""
+    return stream_build(client, context, recipe.tag, recipe.build_args, recipe.labels, recipe.build_network)
+
+
+def stream_build(
+    client: docker.DockerClient,
+    context: str,
+    tag: str,
+    buildargs: dict[str, str],
+    labels: dict[str, str] | None = None,
+    network: str | None = None,
+) -> Iterator[str]:
     """Build through the low-level API so each log line reaches progress as it comes."""
     from docker.errors import BuildError
 
     stream = client.api.build(
         path=context,
-        tag=recipe.tag,
-        buildargs=recipe.build_args,
-        labels=recipe.labels,
+        tag=tag,
+        buildargs=buildargs,
+        labels=labels,
         rm=True,
         forcerm=True,
         decode=True,
-        network_mode=recipe.build_network,
+        network_mode=network,
     )
     pending = ""
     for chunk in stream:
@@ -379,12 +398,12 @@ _NETWORK_HINTS = (
 )
 
 
-def _build_failure(recipe: ImageRecipe, message: str, log_tail: list[str]) -> str:
+def build_failure(recipe: ImageRecipe, message: str, log_tail: list[str]) -> str:
     """One line: why (network, missing base, pip's own error), not the whole RUN command."""
     text = "\n".join(log_tail + [message])
     network = next((hint for hint in _NETWORK_HINTS if hint in text), None)
     stated = [line.strip() for line in log_tail if line.strip().startswith(("ERROR:", "casekit:", "error:"))]
-    detail = stated[-1] if stated else _first_line(message)[:200]
+    detail = stated[-1] if stated else first_line(message)[:200]
     if network:
         return f"network failure during the build ({network}): {detail}"
     return detail
@@ -402,6 +421,6 @@ def _build_progress(tag: str, line: str) -> str:
     return f"  {line}"
 
 
-def _first_line(error: object) -> str:
+def first_line(error: object) -> str:
     text = str(error).strip()
     return (text.splitlines() or [type(error).__name__])[0][:400]

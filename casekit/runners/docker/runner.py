@@ -209,7 +209,7 @@ class DockerRunner(Runner):
             except APIError as error:
                 raise RunnerError(self._start_failure(error)) from None
             except (DockerException, requests.exceptions.ConnectionError) as error:
-                raise DockerUnavailable(f"cannot reach the Docker engine: {images._first_line(error)}") from None
+                raise DockerUnavailable(f"cannot reach the Docker engine: {images.first_line(error)}") from None
             try:
                 outcome = container.wait(timeout=timeout)
                 code = int(outcome.get("StatusCode", -1))
@@ -344,7 +344,7 @@ class DockerRunner(Runner):
         return overall_timeout(jobs) + CONTAINER_START_S
 
     def _start_failure(self, error: Exception) -> str:
-        text = images._first_line(getattr(error, "explanation", None) or error)
+        text = images.first_line(getattr(error, "explanation", None) or error)
         if "device driver" in text or ("capabilities" in text and "gpu" in text):
             return (
                 "the Docker engine has no GPU runtime (install nvidia-container-toolkit), "

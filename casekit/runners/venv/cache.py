@@ -369,7 +369,8 @@ def disk_usage(roots: Iterable[Path], seen: set[tuple[int, int]] | None = None) 
                 if stat.S_ISDIR(info.st_mode):
                     stack.append(Path(entry.path))
                 inode = (info.st_dev, info.st_ino)
-                met, links = links_met.get(inode, (0, info.st_nlink))
+                # a folder's link count is its children's '..': it has no hard link elsewhere, it is one entry
+                met, links = links_met.get(inode, (0, 1 if stat.S_ISDIR(info.st_mode) else info.st_nlink))
                 links_met[inode] = (met + 1, links)
                 if inode in seen:
                     continue
@@ -394,18 +395,33 @@ def downloads_lock(root: Path, *, shared: bool, on_wait: Callable[[], None] | No
 
 @dataclass
 class PruneResult:
-    """What `envs prune` removed and what that freed (bytes on disk under the cache root, before and after)."""
+    """What `envs prune` removed and what that freed: bytes on disk under the cache root and the user's own
+    download caches (where casekit's envs may hardlink), before and after, each file once."""
 
     removed: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     caches_cleared: list[str] = field(default_factory=list)
     links: list[str] = field(default_factory=list)  # one line per link found in envs/, removed as a link
+    caches_left: list[tuple[settings.DownloadCache, int]] = field(default_factory=list)  # the user's, with their bytes
     before: int = 0
     after: int = 0
+    own_before: int = 0  # of `before`, the files with no link outside what was measured (what removing can free)
+    own_after: int = 0
 
     @property
     def freed(self) -> int:
-        return max(0, self.before - self.after)
+        """What really went: a file an env shares with a cache that stays (the user's uv cache) is not freed."""
+        return max(0, self.own_before - self.own_after)
+
+
+def measured_roots(base: Path) -> list[Path]:
+    """Where casekit's envs and downloads take disk: the cache root, and the user's own download caches
+    elsewhere (uv hardlinks an env's files into its cache wherever that is)."""
+    roots = [base]
+    for cache in settings.download_caches(base):
+        if not cache.own and cache.path.is_dir() and not cache.path.resolve().is_relative_to(base.resolve()):
+            roots.append(cache.path)
+    return roots
 
 
 AGE_UNITS = {"w": 604800, "d": 86400, "h": 3600, "min": 60, "m": 60, "s": 1}
@@ -455,19 +471,21 @@ def prune_envs(
     """Remove the chosen envs and clear casekit's download caches (uv's and pip's under the cache root).
 
     The caches go whatever is kept: an env kept holds its own links to what it uses, so clearing them
-    frees only what no kept env uses; the next build downloads again. Bytes are measured on disk under
-    the cache root, each file once, before and after."""
+    frees only what no kept env uses; the next build downloads again. A cache the user named
+    (UV_CACHE_DIR) stays. Bytes are measured on disk under the cache root and the user's caches, each
+    file once, before and after: what is freed is what no remaining file still links."""
     base = root or settings.cache_root()
     say = progress or (lambda _line: None)
     with _cache_folder(base, envs_dir(base).name) as envs:  # refuses an envs/ that is a link, before anything
         links = _links_in(envs)
         chosen = select_for_pruning(list_envs(base), older_than=older_than, keep=keep, everything=everything)
-        result = PruneResult(before=disk_usage([base]).total)
+        measured = disk_usage(measured_roots(base))
+        result = PruneResult(before=measured.total, own_before=measured.own)
         result.kept = [env.key for env in list_envs(base) if env.key not in {c.key for c in chosen}]
         if dry_run:
             result.removed = [env.key for env in chosen]
             result.links = [f"envs/{name} is a symbolic link: would remove the link only" for name in links]
-            result.after = result.before  # nothing was removed
+            result.after, result.own_after = result.before, result.own_before  # nothing was removed
             return result
         for env in chosen:
             remove_env(env.key, base, say)
@@ -476,7 +494,8 @@ def prune_envs(
             result.links = [_link_note(name, envs) for name in links]
             _remove_leftovers(envs, envs_dir(base), say)
     _clear_download_caches(base, result, say)
-    result.after = disk_usage([base]).total
+    measured = disk_usage(measured_roots(base))
+    result.after, result.own_after = measured.total, measured.own
     return result
 
 
@@ -488,7 +507,8 @@ def _links_in(folder_fd: int | None) -> list[str]:
 
 
 def _clear_download_caches(base: Path, result: PruneResult, say: ProgressFn) -> None:
-    """uv's and pip's caches under the cache's real folder, through no link (a link there is left alone)."""
+    """casekit's own uv and pip caches under the cache's real folder, through no link (a link there is left
+    alone). A cache the user named (UV_CACHE_DIR, PIP_CACHE_DIR) is theirs: left, and measured for the line."""
     with (
         downloads_lock(
             base, shared=False, on_wait=lambda: say("waiting for a build to finish with the download caches …")
@@ -496,12 +516,16 @@ def _clear_download_caches(base: Path, result: PruneResult, say: ProgressFn) -> 
         _cache_folder(base) as root_fd,
     ):
         for cache in settings.download_caches(base):
-            mode = None if root_fd is None else _entry_mode(cache.name, root_fd)
+            if not cache.own:
+                if cache.path.is_dir():
+                    result.caches_left.append((cache, disk_usage([cache.path]).total))
+                continue
+            mode = None if root_fd is None else _entry_mode(cache.path.name, root_fd)
             if root_fd is None or mode is None or not stat.S_ISDIR(mode):
                 continue
             with contextlib.suppress(OSError):  # what cannot go stays, as before; the sizes say what was freed
-                shutil.rmtree(cache.name, dir_fd=root_fd)
-            result.caches_cleared.append(str(cache))
+                shutil.rmtree(cache.path.name, dir_fd=root_fd)
+            result.caches_cleared.append(str(cache.path))
 
 
 def _remove_leftovers(envs: int, folder: Path, say: ProgressFn) -> None:

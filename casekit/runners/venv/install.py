@@ -1,7 +1,9 @@
 """Installing managed environments: resolve the torch version, then build the env with uv or pip.
 
-uv is used when it is on PATH (seconds once its cache is warm; envs hardlink
-into uv's cache, so uv's cache lives beside them), pip otherwise.
+uv is a dependency of casekit: its binary comes with the `uv` package, found from there (a pip or pipx
+install of casekit puts nothing on PATH), else from PATH. With uv an env takes seconds once uv's cache
+is warm, and envs hardlink into that cache (it lives beside them), so releases share what they have in
+common; pip, only when no uv can run, copies everything into every env.
 
 Building is safe against concurrent casekit processes: the env is built into
 ``<key>.tmp-<pid>`` under an exclusive lock on ``<key>.lock``, the completion
@@ -44,7 +46,8 @@ from casekit.runners.venv.cache import (
     site_folders,
     why_not_ready,
 )
-from casekit.versions import VersionError, is_exact, parse_pip_index_versions, pick_newest, without_local
+from casekit.runners.torch_source.request import ask_for, pick_newest, version_or_none
+from casekit.versions import VersionError, parse_pip_index_versions, without_local
 
 STREAM_EVERY_S = 5.0
 RESOLVE_TIMEOUT_S = 120.0
@@ -59,16 +62,53 @@ ISOLATING_ENV = {"PYTHONPATH": "", "PYTHONHOME": ""}
 # --------------------------------------------------------------- installers
 
 
+def _packaged_uv() -> str | None:
+    """The uv binary the `uv` package installed beside casekit (None: the package or its binary is missing)."""
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        return None
+    try:
+        return str(find_uv_bin())
+    except FileNotFoundError:
+        return None
+
+
+@functools.cache
+def uv_binary() -> str | None:
+    """The uv casekit runs: the one its `uv` dependency installed, else the first on PATH; None when no
+    uv runs here (a binary for another platform, a broken install): pip then."""
+    for candidate in dict.fromkeys(found for found in (_packaged_uv(), shutil.which("uv")) if found):
+        try:
+            done = subprocess.run([candidate, "--version"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0 and done.stdout.startswith("uv "):
+            return candidate
+    return None
+
+
 def choose_installer() -> str:
-    """'uv' when on PATH (or forced by $CASEKIT_INSTALLER), else 'pip'."""
-    return settings.forced_installer() or "uv" if shutil.which("uv") else "pip"
+    """'uv' when a uv runs here (or $CASEKIT_INSTALLER forces one), else 'pip'."""
+    return settings.forced_installer() or ("uv" if uv_binary() else "pip")
+
+
+def _uv() -> str:
+    """The uv binary to run; EnvironmentFailed, in one line, when uv is forced but none runs."""
+    found = uv_binary()
+    if found is None:
+        raise EnvironmentFailed(
+            f"{settings.INSTALLER_ENV}=uv, but no uv runs here (neither casekit's `uv` package nor one on PATH): "
+            "reinstall casekit with its dependencies, or unset it to build with pip"
+        )
+    return found
 
 
 @functools.cache
 def _uv_help(*subcommand: str) -> str:
     try:
-        return subprocess.run(["uv", *subcommand, "--help"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
+        return subprocess.run([_uv(), *subcommand, "--help"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired, EnvironmentFailed):
         return ""
 
 
@@ -76,9 +116,9 @@ def _uv_help(*subcommand: str) -> str:
 def _uv_version() -> str:
     try:
         return " ".join(
-            subprocess.run(["uv", "--version"], capture_output=True, text=True, timeout=30).stdout.split()[:2]
+            subprocess.run([_uv(), "--version"], capture_output=True, text=True, timeout=30).stdout.split()[:2]
         )
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, subprocess.TimeoutExpired, EnvironmentFailed):
         return "uv"
 
 
@@ -144,11 +184,10 @@ def installer_environment(root: Path) -> dict[str, str]:
             env["SSL_CERT_FILE"] = str(ca_bundle)
     if env.get("SSL_CERT_FILE") and not env.get("PIP_CERT"):
         env["PIP_CERT"] = env["SSL_CERT_FILE"]
-    # same filesystem as the envs, so uv hardlinks instead of copying gigabytes; both caches are
-    # casekit's own, so `casekit envs prune` can show and clear what casekit downloaded
-    uv_cache, pip_cache = settings.download_caches(root)
-    env.setdefault("UV_CACHE_DIR", str(uv_cache))
-    env.setdefault("PIP_CACHE_DIR", str(pip_cache))
+    # same filesystem as the envs, so uv hardlinks instead of copying gigabytes; casekit's own unless the
+    # user named theirs, so `casekit envs prune` can show and clear what casekit downloaded
+    for cache in settings.download_caches(root):
+        env[cache.variable] = str(cache.path)
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     return env
 
@@ -164,13 +203,19 @@ def resolve_torch_version(request: EnvRequest, requested: str | None, root: Path
 
 
 def _resolve_with_uv(request: EnvRequest, requested: str | None, root: Path) -> str:
-    requirement = f"torch=={requested}.*" if requested else "torch"
-    command = ["uv", "pip", "compile", "-", "--no-deps", "--no-header", "--no-annotate", "--quiet"]
+    ask = ask_for(requested)
+    requirement = f"torch=={'.'.join(str(part) for part in ask.release)}.*" if ask.release else "torch"
+    command = [_uv(), "pip", "compile", "-", "--no-deps", "--no-header", "--no-annotate", "--quiet"]
     command += ["--python-version", request.python_version, *_uv_tls_flags(), *_uv_index_flags(request)]
     done = _run_quiet(command, root, requirement)
     for line in done.stdout.splitlines():
         if line.strip().startswith("torch=="):
-            return without_local(line.strip().split("==", 1)[1])  # the release; the local label stays an index matter
+            resolved = line.strip().split("==", 1)[1]
+            version = version_or_none(resolved)
+            if version is None or not ask.admits(version):
+                raise EnvironmentFailed(f"uv resolves torch {requested} to {resolved}, not the build asked")
+            # the release; the local label stays an index matter unless the request names one
+            return resolved if ask.local else without_local(resolved)
     raise EnvironmentFailed(f"cannot resolve torch {requested or 'latest'} with uv: {_summarize(done.stderr)}")
 
 
@@ -336,11 +381,11 @@ def _build(
         progress(f"creating venv {final.name} with uv …")
         relocatable = ["--relocatable"] if "--relocatable" in _uv_help("venv") else []
         base = request.python or sys.executable
-        _run_logged(["uv", "venv", *relocatable, "-p", base, str(building)], log_path, env, root, progress, "uv venv")
+        _run_logged([_uv(), "venv", *relocatable, "-p", base, str(building)], log_path, env, root, progress, "uv venv")
         progress(f"installing {' '.join(packages)} with uv (this can take minutes) …")
         # wheels only: the pins come from shared bundles, and building an sdist runs its code here, unsandboxed
         # bytecode compiled now, before the env is published: the sandbox shows it read-only later
-        command = ["uv", "pip", "install", "--python", str(python), "--only-binary", ":all:", "--compile-bytecode"]
+        command = [_uv(), "pip", "install", "--python", str(python), "--only-binary", ":all:", "--compile-bytecode"]
         command += [*_uv_tls_flags(), *_uv_index_flags(request)]
         _run_logged([*command, *packages], log_path, env, root, progress, "uv pip install")
         installer_version = _uv_version()

@@ -1,46 +1,46 @@
 """From a target's `--torch`/`--cuda` to the exact env request: the channel's index, the variant, the build.
 
-A channel with variants (release, nightly, test) is read from PyTorch's index
-for the variant (or a mirror): casekit reads the listing itself, so it knows
-which build a prefix, a date or "latest" means, and finds a nightly the
-listing no longer shows by its URL. PyPI's builds, and the user's own
-`--index-url` / `--find-links` for releases, are resolved by the installer as
-before. An exact request whose env is already built needs no network at all.
+Where torch comes from is `casekit.runners.torch_source`; this module asks it, and the env cache, in
+order: an exact request whose env is already built needs no network at all; a channel with variants
+(release, nightly, test) is read from PyTorch's index for the variant (or a mirror), so casekit knows
+which build a prefix, a date or "latest" means; PyPI's builds, and the user's own `--index-url` /
+`--find-links` for releases, are resolved by the installer. When PyTorch's index cannot be read, an
+env built before from it still serves; only when a build is about to come from PyPI instead does the
+user hear that it will.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from casekit.errors import EnvironmentFailed
-from casekit.runners.channels import (
-    Build,
-    Channel,
-    TorchSource,
-    choose_source,
-    is_date,
-    newest_release,
-    nightly_date,
-    parse_date,
-)
 from casekit.runners.interface import ProgressFn, TargetSpec
+from casekit.runners.torch_source import index
+from casekit.runners.torch_source.builds import Build
+from casekit.runners.torch_source.index import IndexUnreachable, Listing
+from casekit.runners.torch_source.pick import choose_build, newest_release
+from casekit.runners.torch_source.request import Channel, ask_for, is_exact, pick_newest, variant_asked
+from casekit.runners.torch_source.source import TorchSource, choose_source
 from casekit.runners.venv.cache import EnvRequest, envs_dir, list_envs, why_not_ready
 from casekit.runners.venv.install import python_version_of, request_for, resolve_torch_version
-from casekit.runners.wheel_index import IndexUnreachable, Listing, exists, nightly_on, read_listing
-from casekit.versions import is_exact, is_release_prefix, pick_newest, sort_versions
+from casekit.versions import sort_versions, without_local
 
 MIRROR_HINT = "CASEKIT_TORCH_INDEX=URL names a mirror of PyTorch's index, --find-links DIR a folder of wheels"
+PYPI_FALLBACK = "taking PyPI's build instead (CUDA on Linux, ~10x a CPU build; " + MIRROR_HINT + ")"
+
+
+def _read_listing(location: str, links: bool) -> Listing:
+    return index.read_listing(location, links=links)
 
 
 @dataclass(frozen=True)
 class IndexSeams:
     """How listings are read and hidden files looked for (tests pass fakes; the real ones read HTTP)."""
 
-    read: Callable[[str], Listing] = read_listing
-    exists: Callable[[str], bool] = exists
+    read: Callable[[str, bool], Listing] = _read_listing  # (location, a find-links location?)
+    exists: Callable[[str], bool] = index.exists
     gpu_here: bool | None = None  # None: look at this host
 
 
@@ -49,33 +49,46 @@ def resolve_request(
 ) -> EnvRequest:
     """The exact env request for a venv target, saying in one line which build it is and why."""
     seams = seams or IndexSeams()
+    cuda = variant_asked(spec.channel, spec.torch, spec.cuda)
     source = choose_source(
-        spec.channel, spec.cuda, index_url=spec.index_url, find_links=spec.find_links, gpu_here=seams.gpu_here
+        spec.channel, cuda, index_url=spec.index_url, find_links=spec.find_links, gpu_here=seams.gpu_here
     )
-    if source.listed:
-        try:
-            return _from_listing(spec, source, root, progress, seams)
-        except IndexUnreachable as error:
-            if source.channel is not Channel.RELEASE or spec.cuda is not None:
-                raise EnvironmentFailed(f"{error} ({MIRROR_HINT})") from None
-            progress(f"{error}: taking PyPI's build instead (CUDA on Linux, ~10x a CPU build; {MIRROR_HINT})")
-            source = TorchSource(Channel.RELEASE, None, None, listed=False)
-    elif source.note:
-        progress(source.note)
-    return _from_installer(spec, root, installer, progress)
+    if not source.listed:
+        if source.note:
+            progress(source.note)
+        return _from_installer(spec, root, installer, progress)
+    try:
+        return _from_listing(spec, source, root, progress, seams)
+    except IndexUnreachable as error:
+        if source.channel is not Channel.RELEASE or cuda is not None:
+            raise EnvironmentFailed(f"{error} ({MIRROR_HINT})") from None
+        built = _cached_build(spec, source, root)
+        if built is not None:
+            progress(f"{error}; reusing the {source.variant} env built before from it, torch {built.torch}")
+            return built
+        request = _from_installer(spec, root, installer, progress)
+        if not _ready(request, root) and not _in_find_links(request):
+            progress(f"{error}: {PYPI_FALLBACK}")  # said only when PyPI's build is about to be downloaded
+        return request
 
 
 def _ready(request: EnvRequest, root: Path) -> bool:
     return why_not_ready(envs_dir(root) / request.key) is None
 
 
+def _found(spec: TargetSpec, source: TorchSource) -> dict[str, str | None]:
+    """The variant and the index an env request records for this source (beside the user's own)."""
+    assert source.index_url is not None
+    from_folder = source.links  # a mirror given as --find-links is passed as one
+    torch_index = None if from_folder or source.index_url == spec.index_url else source.index_url
+    return {"cuda": source.variant, "torch_index": torch_index}
+
+
 def _from_listing(
     spec: TargetSpec, source: TorchSource, root: Path, progress: ProgressFn, seams: IndexSeams
 ) -> EnvRequest:
     assert source.index_url is not None
-    from_folder = source.index_url == spec.find_links  # a mirror given as --find-links is passed as one
-    torch_index = None if from_folder or source.index_url == spec.index_url else source.index_url
-    found: dict[str, str | None] = {"cuda": source.variant, "torch_index": torch_index}
+    found = _found(spec, source)
     asked = spec.torch
     # an exact version already built needs no listing: offline, a bisection's steps, a second replay
     if asked is not None and is_exact(asked) and "+" not in asked:
@@ -84,7 +97,7 @@ def _from_listing(
             _say(progress, source, f"torch {asked}", None)
             return draft
     try:
-        listing = seams.read(source.index_url)
+        listing = seams.read(source.index_url, source.links)
     except IndexUnreachable:
         cached = _newest_cached(spec, found, root) if source.channel is Channel.NIGHTLY and asked is None else None
         if cached is None:
@@ -92,8 +105,10 @@ def _from_listing(
         progress(f"the nightly index cannot be read; using the newest nightly env already built, torch {cached}")
         return request_for(spec, cached, **found)
     python_version = python_version_of(spec.python)
-    builds = listing.installable(python_version)
-    build, notes = _choose(spec, source, builds, listing, python_version, seams)
+    where = f"{listing.location} (python {python_version})"
+    build, notes = choose_build(
+        source.channel, asked, listing.installable(python_version), where, exists=seams.exists
+    )
     for note in notes:
         progress(note)
     request = request_for(
@@ -103,48 +118,23 @@ def _from_listing(
     return request
 
 
-def _choose(
-    spec: TargetSpec,
-    source: TorchSource,
-    builds: list[Build],
-    listing: Listing,
-    python_version: str,
-    seams: IndexSeams,
-) -> tuple[Build, tuple[str, ...]]:
-    asked = spec.torch
-    where = f"{listing.location} (python {python_version})"
-    if source.channel is Channel.NIGHTLY:
-        if asked is not None and not is_date(asked):  # an exact dev version: its date's build, that version
-            wanted = asked.split("+", 1)[0]
-            listed = [b for b in builds if b.public == wanted]
-            if listed:
-                return max(listed), ()
-            dated = nightly_on(builds, _date_of(wanted), exists=seams.exists, lookback=0)
-            if dated.build.public != wanted:
-                raise EnvironmentFailed(f"no nightly torch {wanted} at {where}")
-            return dated.build, dated.notes
-        dated = nightly_on(builds, parse_date(asked) if asked else None, exists=seams.exists)
-        return dated.build, dated.notes
-    if asked is not None and not is_exact(asked) and not is_release_prefix(asked):
-        raise EnvironmentFailed(f"not a torch version: {asked!r} (try 2.5.1 or 2.13)")
-    chosen = newest_release(builds, asked)
-    if chosen is None:
-        shown = ", ".join(sorted({b.public for b in builds if not b.version.is_devrelease}, reverse=True)[:8])
-        raise EnvironmentFailed(f"no torch {asked or 'release'} at {where}" + (f": it has {shown}" if shown else ""))
-    return chosen, ()
-
-
-def _date_of(version: str) -> dt.date:
-    date = nightly_date(version)
-    if date is None:
-        raise EnvironmentFailed(f"not a nightly version: {version!r} (expected 2.14.0.dev20260105)")
-    return date
-
-
 def _say(progress: ProgressFn, source: TorchSource, what: str, build: Build | None) -> None:
     """One line: which build, from where, and why this variant."""
     origin = f" ({build.filename})" if build is not None else ""
     progress(f"{what}{origin}: " + (source.note or f"the {source.variant or 'default'} build"))
+
+
+def _cached_build(spec: TargetSpec, source: TorchSource, root: Path) -> EnvRequest | None:
+    """The newest complete env built before from this source that the request admits (the index unread)."""
+    found = _found(spec, source)
+    version = _newest_cached(spec, found, root)
+    if version is None:
+        return None
+    draft = request_for(spec, version, **found)
+    for env in list_envs(root):
+        if env.key == draft.key and env.complete:
+            return draft
+    return None
 
 
 def _newest_cached(spec: TargetSpec, found: dict[str, str | None], root: Path) -> str | None:
@@ -158,7 +148,19 @@ def _newest_cached(spec: TargetSpec, found: dict[str, str | None], root: Path) -
     if spec.channel is Channel.NIGHTLY:
         ordered = sort_versions(versions)
         return ordered[-1] if ordered else None
-    return pick_newest(versions, spec.torch)
+    return pick_newest(versions, without_local(spec.torch) if spec.torch else None)  # the variant is in `found`
+
+
+def _in_find_links(request: EnvRequest) -> bool:
+    """Whether the request's --find-links folder holds a torch wheel it admits for its python (the
+    installer takes it there: nothing comes from PyPI)."""
+    if not request.find_links:
+        return False
+    try:
+        listing = index.read_listing(request.find_links, links=True)
+    except index.IndexUnreadable:
+        return False
+    return newest_release(listing.installable(request.python_version), request.torch) is not None
 
 
 def _from_installer(spec: TargetSpec, root: Path, installer: str, progress: ProgressFn) -> EnvRequest:
@@ -166,8 +168,7 @@ def _from_installer(spec: TargetSpec, root: Path, installer: str, progress: Prog
     requested = spec.torch
     if requested and is_exact(requested):
         return request_for(spec, requested)
-    if requested and not is_release_prefix(requested):
-        raise EnvironmentFailed(f"not a torch version: {requested!r} (try 2.5.1 or 2.13)")
+    ask_for(requested)  # a request that is no version is refused here, in one line
     draft = request_for(spec, requested or "latest")
     progress(f"resolving torch {requested or 'latest'} …")
     try:

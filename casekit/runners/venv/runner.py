@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from casekit.errors import EnvironmentFailed
-from casekit.runners.channels import Channel, choose_source
 from casekit.runners.interface import (
     ProbeBatchResult,
     ProbeJob,
@@ -21,11 +20,14 @@ from casekit.runners.interface import (
 )
 from casekit.runners.process import EnvironmentUnusable
 from casekit.runners.sandbox import BWRAP_ALLOW_EXAMPLES, KNOWN_OPTIONS, Sandbox
+from casekit.runners.torch_source.index import IndexUnreachable, read_listing
+from casekit.runners.torch_source.pick import nightly_range
+from casekit.runners.torch_source.request import Channel
+from casekit.runners.torch_source.source import choose_source
 from casekit.runners.warm import WarmSession
 from casekit.runners.venv.cache import CachedEnv, EnvRequest, mark_broken, why_not_ready
 from casekit.runners.venv.install import ISOLATING_ENV, choose_installer, ensure_env, python_version_of
 from casekit.runners.venv.resolve import MIRROR_HINT, IndexSeams, resolve_request
-from casekit.runners.wheel_index import IndexUnreachable, nightly_range, read_listing
 from casekit.settings import cache_root
 
 
@@ -49,9 +51,16 @@ class VenvRunner(Runner):
     ) -> None:
         super().__init__(spec)
         self.root = cache_dir or cache_root()
-        self.installer = installer or choose_installer()
+        self._installer = installer
         self.index_seams = index_seams
         self.env: CachedEnv | None = None
+
+    @property
+    def installer(self) -> str:
+        """'uv' or 'pip', decided on first use (finding out whether uv runs starts it)."""
+        if self._installer is None:
+            self._installer = choose_installer()
+        return self._installer
 
     @classmethod
     def free_build_bytes(cls) -> int | None:
@@ -67,7 +76,7 @@ class VenvRunner(Runner):
         source = choose_source(Channel.NIGHTLY, spec.cuda, index_url=spec.index_url, find_links=spec.find_links)
         assert source.index_url is not None
         try:
-            listing = read_listing(source.index_url)
+            listing = read_listing(source.index_url, links=source.links)
         except IndexUnreachable as error:
             raise EnvironmentFailed(f"{error} ({MIRROR_HINT})") from None
         builds, notes = nightly_range(listing.installable(python_version_of(spec.python)), good, bad)
