@@ -28,7 +28,7 @@ from casekit.model import (
 )
 from casekit.observe.batch import observe_batch
 from casekit.observe.cause import NO_CUDA_ADVICE, failure_text, needs_cuda
-from casekit.perf.phase import PerfTargetSpec, run_perf_phase
+from casekit.perf.phase import PerfTargetSpec, portable, run_perf_phase
 from casekit.perf.settings import PerfSettings
 from casekit.runners import registry
 from casekit.runners.interface import (
@@ -442,7 +442,10 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
     if case.capture and case.capture.sentinel:
         progress("sentinel: the pre-fix compiles cleanly; the case alerts when a break appears")
     if request.perf is not None:
-        case.perf = time_capture(case, runner, request.perf, progress)
+        try:
+            case.perf = time_capture(case, runner, request.perf, progress)
+        except CasekitError as error:  # the capture itself stands: it is saved, without timings
+            progress(f"perf: not timed ({error}); the case is saved without timings")
     with archive.locked():  # the exists check that counts is here, under the lock: two captures, one saves
         if archive.exists(case_id) and not request.force:
             raise CasekitError(
@@ -467,7 +470,8 @@ def time_capture(case: Case, runner: Runner, settings: PerfSettings, progress: P
     phase = run_perf_phase([case], [target], settings, lambda spec: runner, progress)
     for note in phase.notes:
         progress(note)
-    return [PerfRecord(r.script, r.figures, None, r.skipped) for r in phase.results.get(label, [])]
+    timed = [PerfRecord(r.script, r.figures, None, r.skipped) for r in phase.results.get(label, [])]
+    return portable(timed, runner.spec.python)
 
 
 def run_capture(

@@ -9,6 +9,7 @@ this phase (ScriptEntry.PERF), which imports Inductor once before its processes 
 
 from __future__ import annotations
 
+import copy
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -17,12 +18,12 @@ from pathlib import Path
 
 from casekit.errors import CasekitError
 from casekit.includes import check_script_name
-from casekit.model import Case, PerfComparison, PerfFigures, PerfVerdict, ScriptRole, ScriptStatus
+from casekit.model import Case, PerfComparison, PerfFigures, PerfRecord, PerfVerdict, ScriptRole, ScriptStatus
 from casekit.perf.compare import compare, figures, wants_more
 from casekit.perf.measure import Measured, PerfSubject, PerfTarget, load_average, measure_subject
 from casekit.perf.settings import PerfSettings
 from casekit.runners.interface import ProbeScheduling, ProgressFn, RunnerFactory, ScriptEntry, TargetSpec
-from casekit.scrub import temp_prefix
+from casekit.scrub import Replacement, Scrubber, interpreter_prefix, machine_folders, temp_prefix
 
 # Installed modules a perf session imports once, before its processes fork: Inductor's own import is
 # seconds of every process's warm compile otherwise, the same on every side and not the compile's.
@@ -191,6 +192,14 @@ def _judge(
             )
             comparison.cause = cause_of(base, target)
         phase.results.setdefault(target.label, []).append(PerfResult(case.id, role, found, comparison))
+
+
+def portable(records: Sequence[PerfRecord], python: str | None = None) -> list[PerfRecord]:
+    """Timings as a bundle keeps them: copies, with this machine's folders and the target interpreter's
+    (`python`) replaced by placeholders, as a capture's observations are (a bundle is shared)."""
+    prefix = interpreter_prefix(python or "")
+    scrubber = Scrubber(machine_folders([Replacement(prefix, "<python>")] if prefix else []))
+    return [scrubber.walk(copy.deepcopy(record)) for record in records]
 
 
 def cause_of(baseline: PerfTargetSpec, target: PerfTargetSpec) -> str:

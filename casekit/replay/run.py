@@ -40,7 +40,7 @@ from casekit.model import (
 from casekit.observe import interpret
 from casekit.observe.batch import observe_batch
 from casekit.outcome import check_seconds
-from casekit.perf.phase import PerfPhase, PerfResult, PerfTargetSpec, run_perf_phase, verdict_lines
+from casekit.perf.phase import PerfPhase, PerfResult, PerfTargetSpec, portable, run_perf_phase, verdict_lines
 from casekit.perf.settings import PerfSettings
 from casekit.runners import registry
 from casekit.runners.dynamo import pin_name
@@ -392,17 +392,18 @@ def record_perf(archive: Archive, run: TargetRun) -> None:
     """replay --perf --record: the figures each script's timing gave, added to the record this run appended to
     its bundle (the timing runs after every target has replayed and been recorded). Bundles are reloaded under
     the lock and written atomically; one that cannot be written stops it, as recording does."""
-    timed = {case_id for case_id in run.recorded if any(p.case_id == case_id for p in run.perf)}
+    cases = {case_id for case_id in run.recorded if any(p.case_id == case_id for p in run.perf)}
     try:
         with archive.locked():
-            for case_id in sorted(timed):
+            for case_id in sorted(cases):
                 case = archive.load(case_id)
                 mine = [r for r in case.replays if r.target == run.label and r.at == run.recorded_at]
                 if not mine:
                     continue  # rewritten meanwhile (its history replaced): nothing of this run's to add to
-                mine[-1].perf = [
+                timed = [
                     PerfRecord(p.script, p.figures, p.comparison, p.skipped) for p in run.perf if p.case_id == case_id
                 ]
+                mine[-1].perf = portable(timed, run.spec.python)
                 archive.save(case)
     except CasekitError as error:
         run.record_error = run.record_error or f"{run.label}: the perf figures were not recorded: {error}"
