@@ -26,7 +26,7 @@ from casekit.replay.plan import TargetChoice
 from casekit.runners import registry
 from casekit.runners.interface import TargetSpec
 from tests.conftest import ROOT, run_casekit
-from tests.wheels import build_wheel
+from tests.wheels import build_wheel, env_over, install_wheel
 
 torch = pytest.importorskip("torch")
 
@@ -311,15 +311,9 @@ def _wheel(folder: Path, version: str) -> Path:
 
 def _env_with(tmp_path: Path, version: str) -> str:
     """A venv over this interpreter's torch with brklib `version` installed from its wheel by pip, offline."""
-    env = tmp_path / f"env-{version}"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env)], check=True)
-    python = env / "bin" / "python"
-    wheel = _wheel(tmp_path, version)
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-build-isolation", str(wheel)],
-        check=True,
-    )
-    return str(python)
+    python = env_over(tmp_path / f"env-{version}")
+    install_wheel(python, _wheel(tmp_path, version))
+    return python
 
 
 @pytest.mark.process

@@ -42,7 +42,7 @@ from casekit.model import Case, PerfAxis, PerfAxisResult, PerfComparison, PerfFi
 from casekit.perf.compare import compare, figures, wants_more
 from casekit.perf.measure import PerfSubject, PerfTarget, load_average, measure_subject
 from casekit.perf.phase import PerfTargetSpec, open_perf_target, perf_subject
-from casekit.perf.settings import PerfSettings
+from casekit.perf.settings import PerfSettings, parse_repeats
 from casekit.report.summary import axis_words, spread_text
 from casekit.runners import registry
 from casekit.scrub import temp_prefix
@@ -72,8 +72,6 @@ class PerfRule:
     @classmethod
     def parse(cls, text: str, repeats: str | None = None) -> PerfRule:
         """'slower:10%', 'compile-slower:15%', 'cold-compile-slower:20%' (+ --perf-repeats); BisectError in one line."""
-        from casekit.perf.settings import parse_repeats
-
         name, _, amount = text.strip().partition(":")
         match = re.fullmatch(r"(\d{1,3}(?:\.\d{1,3})?)%", amount.strip())
         if name not in RULES or not match or not 0 < float(match[1]) < 100:
@@ -129,7 +127,8 @@ class PerfSearch:
     def __init__(self, case: Case, config: ReleaseBisect, rule: PerfRule, seams: ReleaseSeams, folder: Path) -> None:
         self.case, self.config, self.rule, self.seams = case, config, rule, seams
         self.make_runner = seams.make_runner or registry_runner()
-        self.subject: PerfSubject = perf_subject(case, ScriptRole.PRE, folder, rule.settings)
+        self.settings = replace(rule.settings, backend=config.backend) if config.backend else rule.settings
+        self.subject: PerfSubject = perf_subject(case, ScriptRole.PRE, folder, self.settings)
         self.good: PerfTarget | None = None
         self.good_version = ""
         self.timings: dict[str, Timing] = {}
@@ -169,7 +168,7 @@ class PerfSearch:
 
     def _timed(self, version: str, target: PerfTarget) -> Record:
         assert self.good is not None
-        settings, good = self.rule.settings, self.good
+        settings, good = self.settings, self.good
         measured = measure_subject(
             self.subject,
             [good, target],
