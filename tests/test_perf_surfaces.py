@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -144,10 +145,16 @@ def test_the_step_summary_gives_each_axis_its_verdict() -> None:
 
 def test_the_step_summary_shows_other_peoples_text_inert() -> None:
     timed = PerfRecord(ScriptRole.PRE, figures(), skipped=HOSTILE_MD)
-    text = get_format("md").render(summarize(starter(), [("ci.json", document_with(timed))]))["report.md"]
-    rendered = MarkdownIt("commonmark").enable("table").render(text.split("### Performance", 1)[1])
+    data = document_with(timed)
+    (result,) = [r for r in data.results if r.case == "item-branch"]
+    result.target = "python:a|b`|`c"  # a pipe splits a table cell, even inside a code span
+    text = get_format("md").render(summarize(starter(), [("ci.json", data)]))["report.md"]
+    section = text.split("### Performance", 1)[1]
+    rendered = MarkdownIt("commonmark").enable("table").render(section)
     assert "<a " not in rendered and "<img" not in rendered and "tracker.example/p" in rendered
     assert "@<!-- -->team" in text  # no mention: GitHub reads @team from the rendered text
+    (row,) = [line for line in section.splitlines() if line.startswith("| item-branch")]
+    assert len(re.split(r"(?<!\\)\|", row)) == 2 + 8  # the edges and the eight columns: none injected
     control = MarkdownIt("commonmark").render(HOSTILE_MD)  # the same text, not made inert
     assert '<a href="http://tracker.example/p">' in control and "<img" in control
 

@@ -478,20 +478,9 @@ def perf_row(label: str, when: str, timed: PerfRecord) -> str:
             (figures.speedup, "x"),
         )
     )
-    notes = [
-        f"{k} {v:.2f} s" for k, v in figures.phases.items()
-    ]  # the cold compile's phases, as the release's CompilationMetrics split it
-    facts = [
-        part
-        for part in (
-            "cold compile: " + ", ".join(notes) if notes else "",
-            figures.caches,
-            figures.instructions,
-            figures.steady_unavailable,
-            figures.load,
-        )
-        if part
-    ]
+    phases = ", ".join(f"{k} {v:.2f} s" for k, v in figures.phases.items())  # as the release's metrics split it
+    facts = [phases and f"cold compile: {phases}", figures.caches, figures.instructions, figures.steady_unavailable]
+    facts = [fact for fact in (*facts, figures.load) if fact]
     verdicts = []
     comparison = timed.comparison
     if comparison is None:
@@ -521,8 +510,8 @@ def perf_html(summary: CaseSummary) -> str:
         for label, cell in sorted(summary.cells.items())
         for timed in cell.perf
     ]
-    when = f"capture, {case.created[:16].replace('T', ' ')}"
-    rows += [perf_row(str(case.environment.get("runner") or "capture"), when, timed) for timed in case.perf]
+    when = f"at capture, {case.created[:16].replace('T', ' ')} (context)"
+    rows += [perf_row(timed.figures.target or "capture", when, timed) for timed in case.perf]
     if not rows:
         return ""
     return (

@@ -174,7 +174,7 @@ def perf_section(summary: ArchiveSummary) -> list[str]:
                     axis.verdict is PerfVerdict.SLOWER for axis in timed.comparison.axes
                 )
                 rows.append(
-                    f"| {md(case.case.id, 80)} | {code(label, 80)} | {timed.script.value} | "
+                    f"| {md(case.case.id, 80)} | {md(label, 80)} | {timed.script.value} | "  # no code span in a table
                     + " | ".join(
                         md(spread_text(value, unit), 60)
                         for value, unit in (
