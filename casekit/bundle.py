@@ -53,6 +53,7 @@ FIELD_ORDER = [
     "environment",
     "scripts",
     "observations",
+    "perf",
     "replays",
 ]
 

@@ -19,6 +19,7 @@ from casekit.model import (
     Case,
     Gate,
     IncludedFile,
+    PerfRecord,
     Provenance,
     ScriptObservation,
     ScriptRole,
@@ -27,6 +28,8 @@ from casekit.model import (
 )
 from casekit.observe.batch import observe_batch
 from casekit.observe.cause import NO_CUDA_ADVICE, failure_text, needs_cuda
+from casekit.perf.phase import PerfTargetSpec, portable, run_perf_phase
+from casekit.perf.settings import PerfSettings
 from casekit.runners import registry
 from casekit.runners.interface import (
     ProbeBatchResult,
@@ -62,6 +65,7 @@ class CaptureRequest:
     python: str | None = None  # the interpreter that runs the probe; None: this one
     allow: list[str] = field(default_factory=list)  # sandbox relaxations, KEY=VALUE (docs/sandbox.md)
     commit: bool = False  # commit the new bundle to the archive's git repository
+    perf: PerfSettings | None = None  # --perf: time the scripts on the capture's target (figures only, context)
 
 
 @dataclass
@@ -437,6 +441,11 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
     )
     if case.capture and case.capture.sentinel:
         progress("sentinel: the pre-fix compiles cleanly; the case alerts when a break appears")
+    if request.perf is not None:
+        try:
+            case.perf = time_capture(case, runner, request.perf, progress)
+        except CasekitError as error:  # the capture itself stands: it is saved, without timings
+            progress(f"perf: not timed ({error}); the case is saved without timings")
     with archive.locked():  # the exists check that counts is here, under the lock: two captures, one saves
         if archive.exists(case_id) and not request.force:
             raise CasekitError(
@@ -445,6 +454,24 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
             )
         archive.save(case)
     return case
+
+
+def time_capture(case: Case, runner: Runner, settings: PerfSettings, progress: ProgressFn) -> list[PerfRecord]:
+    """capture --perf: after the capture's runs, each script timed on the capture's target (casekit.perf:
+    fresh processes, one at a time). One target: figures only, no verdict (the phase says so); the bundle
+    keeps them as context for a reader, never as a later replay's baseline."""
+    label = registry.label(runner.spec)
+    target = PerfTargetSpec(
+        label,
+        runner.spec,
+        torch=str(case.environment.get("torch") or "") or None,
+        statuses={(case.id, which): observation.status for which, observation in case.observations.items()},
+    )
+    phase = run_perf_phase([case], [target], settings, lambda spec: runner, progress)
+    for note in phase.notes:
+        progress(note)
+    timed = [PerfRecord(r.script, r.figures, None, r.skipped) for r in phase.results.get(label, [])]
+    return portable(timed, runner.spec.python)
 
 
 def run_capture(

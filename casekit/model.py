@@ -362,6 +362,7 @@ class ReplayRecord:
     timing_load: str | None = None  # "parallel:N" when compile_s was measured beside other runs
     # the frames that fell back to eager entirely, "fn (file:line)" per script (the report's timeline rows)
     fallbacks: dict[ScriptRole, list[str]] | None = None
+    perf: list[PerfRecord] | None = None  # replay --perf --record: each script timed in that run, and its verdicts
 
 
 SettingValue = bool | int | float | str  # a Dynamo setting's value as the probe records it (others by repr)
@@ -438,6 +439,8 @@ class Case:
     replays: list[ReplayRecord] = field(default_factory=list)
     includes: list[IncludedFile] = field(default_factory=list)  # laid out beside pre and post scripts
     capture: CaptureRecord | None = None
+    # capture --perf: the scripts timed on the capture's target, figures only: context, never a baseline
+    perf: list[PerfRecord] = field(default_factory=list)
     schema_version: int = 1
 
     def script(self, which: ScriptRole) -> ScriptSource | None:
@@ -553,3 +556,15 @@ class PerfComparison:
     eager_change: float | None = None  # eager's own change: a slower eager is not a compile regression
     explanation: str = ""  # the structural diff that explains it
     cause: str = ""  # the axis that changed it: "torch 2.13.0 → 2.15.0", "library brklib 1.0 → 2.0", a setting
+
+
+@dataclass
+class PerfRecord:
+    """One script timed on one target in one run (replay --perf, capture --perf): its figures, and against the
+    run's baseline when the run had one. A bundle keeps it as what that run measured: context for a later
+    run, never its baseline (a timing from another host or day is not comparable)."""
+
+    script: ScriptRole
+    figures: PerfFigures
+    comparison: PerfComparison | None = None
+    skipped: str = ""  # why this script was not timed on this target

@@ -7,14 +7,11 @@ fixed, from wheels built here), and a case that uses what torch 2.5.1 lacks, rep
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import hashlib
 import json
 import subprocess
 import sys
 import tomllib
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -29,6 +26,7 @@ from casekit.replay.plan import TargetChoice
 from casekit.runners import registry
 from casekit.runners.interface import TargetSpec
 from tests.conftest import ROOT, run_casekit
+from tests.wheels import build_wheel, env_over, install_wheel
 
 torch = pytest.importorskip("torch")
 
@@ -308,36 +306,14 @@ LIBRARY = {
 
 def _wheel(folder: Path, version: str) -> Path:
     """A real wheel of `brklib` (PEP 427: the module, METADATA, WHEEL, RECORD), built here."""
-    path = folder / f"brklib-{version}-py3-none-any.whl"
-    info = f"brklib-{version}.dist-info"
-    files = {
-        "brklib/__init__.py": LIBRARY[version],
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: brklib\nVersion: {version}\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: casekit-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for name, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{name},sha256={digest},{len(text.encode())}")
-    record.append(f"{info}/RECORD,,")
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, text in files.items():
-            archive.writestr(name, text)
-        archive.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
-    return path
+    return build_wheel(folder, "brklib", version, {"brklib/__init__.py": LIBRARY[version]})
 
 
 def _env_with(tmp_path: Path, version: str) -> str:
     """A venv over this interpreter's torch with brklib `version` installed from its wheel by pip, offline."""
-    env = tmp_path / f"env-{version}"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env)], check=True)
-    python = env / "bin" / "python"
-    wheel = _wheel(tmp_path, version)
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-build-isolation", str(wheel)],
-        check=True,
-    )
-    return str(python)
+    python = env_over(tmp_path / f"env-{version}")
+    install_wheel(python, _wheel(tmp_path, version))
+    return python
 
 
 @pytest.mark.process

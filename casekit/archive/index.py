@@ -33,11 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from casekit.archive.cache import TAG_CHARS, Seal, cache_folder
-from casekit.bundle import MAX_BUNDLE_BYTES, load_case, parse_case
+from casekit.bundle import MAX_BUNDLE_BYTES, from_plain, load_case, parse_case
 from casekit.errors import BundleError
 from casekit.fsutil import UnreadableFile, read_regular_bytes, read_regular_file, write_atomic
 from casekit.model import (
     Case,
+    PerfRecord,
     ReplayRecord,
     ScriptRole,
     ScriptSource,
@@ -46,11 +47,12 @@ from casekit.model import (
     SiteClass,
     SiteVerdict,
     Verdict,
+    to_plain,
 )
 from casekit.timeouts import recorded_run_seconds
 
 INDEX_FILE = "index.json"
-FORMAT = 2  # 2: replay records keep their fallbacks
+FORMAT = 3  # 2: replay records keep their fallbacks; 3: and their perf figures
 # About 1 KB an entry: far above a 10,000-case archive, below what would exhaust memory.
 MAX_INDEX_BYTES = 256 * 1024 * 1024
 # The file is the JSON document with its seal as the first key: {"tag":"<hex>", then the sealed rest.
@@ -122,6 +124,7 @@ def _record_row(record: ReplayRecord) -> list[Any]:
     row[RECORD_FIELDS.index("severity")] = record.severity.value
     row[RECORD_FIELDS.index("sites")] = [[v.script, v.site_class.value, v.where, v.category] for v in record.sites]
     row[RECORD_FIELDS.index("observed")] = {}  # what was seen: the case page's business, not the views'
+    row[PERF_AT] = None if record.perf is None else [to_plain(timed) for timed in record.perf]
     return row
 
 
@@ -142,10 +145,19 @@ def _record_from_row(row: list[Any]) -> ReplayRecord:
         table = getattr(record, name)
         if table is not None:
             setattr(record, name, {ROLES[which]: value for which, value in table.items()})
+    if row[PERF_AT] is not None:  # the bundle's own reader, every field checked (it raises: rebuilt)
+        try:
+            record.perf = [from_plain(PerfRecord, timed, "index", f"perf[{i}]") for i, timed in enumerate(row[PERF_AT])]
+        except BundleError as error:
+            raise TypeError(str(error)) from None
     return record
 
 
-SEVERITY_AT, SITES_AT = RECORD_FIELDS.index("severity"), RECORD_FIELDS.index("sites")
+SEVERITY_AT, SITES_AT, PERF_AT = (
+    RECORD_FIELDS.index("severity"),
+    RECORD_FIELDS.index("sites"),
+    RECORD_FIELDS.index("perf"),
+)
 VERDICT_AT, STATUSES_AT = RECORD_FIELDS.index("verdict"), RECORD_FIELDS.index("statuses")
 
 
@@ -191,6 +203,7 @@ ROW_CHECKS: dict[str, Callable[[Any], bool]] = {
     "fallbacks": lambda value: (
         value is None or (_script_table(value, list) and all(_texts(*frames) for frames in value.values()))
     ),
+    "perf": lambda value: value is None or (isinstance(value, list) and all(isinstance(t, dict) for t in value)),
 }
 
 

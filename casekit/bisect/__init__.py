@@ -6,6 +6,7 @@
 - `releases`   candidates are torch versions: each one a replay of the case;
 - `shared`     many cases over one candidate list: one round (one probe) per release for all that need it;
 - `ahead`      building the next candidates' envs in the background while a release runs;
+- `perf`       --perf: each candidate's timing against the good end's, side by side (never cached);
 - `commits`    candidates are the user's commits, probed in temporary worktrees;
 - `warm`       one probe (`probe.py --serve`, one torch import) for every commit of a bisection;
 - `report`     what changed (classified as replay does), the text, the casekit.bisect/1 document;

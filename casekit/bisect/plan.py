@@ -21,7 +21,8 @@ from casekit.archive.store import Archive
 from casekit.bisect.ahead import Ahead
 from casekit.bisect.commits import CommitBisect, bisect_commits
 from casekit.bisect.engine import CacheSettings, quiet
-from casekit.bisect.predicates import Predicate
+from casekit.bisect.perf import PerfRule, bisect_on_perf
+from casekit.bisect.predicates import Predicate, PredicateKind
 from casekit.bisect.releases import ReleaseBisect, ReleaseSeams, bisect_releases
 from casekit.bisect.report import (
     BisectReport,
@@ -119,9 +120,12 @@ class BisectRequest:
     cache: CacheSettings = field(default_factory=CacheSettings)
     outputs: Outputs = field(default_factory=Outputs)
     dynamo: tuple[str, ...] = ()  # --dynamo NAME=VALUE, set on every release
+    perf: PerfRule | None = None  # --perf RULE: follow the repro's timing against the good end, not its breaks
 
     def __post_init__(self) -> None:
         parse_dynamo(self.dynamo)  # a malformed setting: one line now, not after the first build
+        if self.perf is not None:
+            _check_perf(self)
         if self.all_cases and self.case_ids:
             raise BisectError("give case ids or --all, not both")
         if not self.all_cases and not self.case_ids:
@@ -162,6 +166,25 @@ class BisectRequest:
             ahead=Ahead(limit=self.ahead_limit),
             dynamo=parse_dynamo(self.dynamo),
         )
+
+
+def perf_rule_for(rule: str | None, repeats: str | None = None) -> PerfRule | None:
+    """--perf RULE (and --perf-repeats) as the rule to follow; None without --perf."""
+    if rule is None:
+        if repeats is not None:
+            raise BisectError("--perf-repeats goes with --perf RULE (e.g. --perf slower:10%)")
+        return None
+    return PerfRule.parse(rule, repeats)
+
+
+def _check_perf(request: BisectRequest) -> None:
+    """A timing bisection follows one case's timing, measured alone: no other predicate, nothing built ahead."""
+    if request.several:
+        raise BisectError("--perf bisects one case at a time: each candidate is timed against the good end alone")
+    if request.predicate.kind is not PredicateKind.VERDICT:
+        raise BisectError("--perf follows the timing; --site, --status and --post-holds follow the breaks: choose one")
+    if request.ahead:
+        raise BisectError("--perf builds nothing ahead: a build beside a timing would be timed with it")
 
 
 def _check_ends(good: str, bad: str, *, nightlies: bool = False) -> None:
@@ -228,6 +251,11 @@ def run_bisect(
             shared = bisect_releases_many(cases, config, seams, config.ahead)
         return stopped.outcome or _shared_outcome(shared, request.outputs)
     case = archive.load(request.case_ids[0])
+    if request.perf is not None:
+        notice(f"bisecting case {case.id} on its timing ({request.perf.describe()}) {between}")
+        with _stopping(None, resumable=False) as stopped:
+            report = bisect_on_perf(case, config, request.perf, seams)
+        return stopped.outcome or report_outcome(report, request.outputs)
     notice(f"bisecting case {case.id} {between}")
     with _stopping(config.cache.path) as stopped:
         report = bisect_releases(case, config, seams)
@@ -287,9 +315,10 @@ class _Stopped:
 
 
 @contextmanager
-def _stopping(cache: Path | None) -> Iterator[_Stopped]:
+def _stopping(cache: Path | None, resumable: bool = True) -> Iterator[_Stopped]:
     """Ctrl-C (or SIGTERM, SIGHUP) during a search: the outcome says how to resume (every finished step
-    is in the cache) and the exit is 128 + the signal; the runners killed what they started on the way out."""
+    is in the cache; a timing's are not) and the exit is 128 + the signal; the runners killed what they
+    started on the way out."""
     stopped = _Stopped()
     try:
         yield stopped
@@ -297,4 +326,6 @@ def _stopping(cache: Path | None) -> Iterator[_Stopped]:
         signum = getattr(error, "signum", signal.SIGINT)  # casekit's stop handlers raise Stopped(signum)
         where = f" in {cache}" if cache else ""
         text = f"interrupted; finished steps are cached{where}: run the same command again to resume"
+        if not resumable:
+            text = "interrupted; timed steps are not cached (another run's timing is not comparable): run it again"
         stopped.outcome = BisectOutcome(text, None, 128 + signum, interrupted=True)

@@ -235,8 +235,10 @@ def build_report(
     result: BisectResult[str] | None,
     case: Case | None,
     direction: Callable[[Outcome, Outcome], Direction],
+    explain: Callable[[Evaluated, Evaluated, tuple[str, str], str], WhatChanged] | None = None,
 ) -> BisectReport:
-    """The report of a finished search (result None: the ends agree), its changes against the good end."""
+    """The report of a finished search (result None: the ends agree), its changes against the good end:
+    classified as replay would by default, else as `explain` says (a timing: casekit.bisect.perf)."""
     done = evaluate.done
     good, bad = done[candidates[0]], done[candidates[-1]]
     report = BisectReport(
@@ -267,7 +269,10 @@ def build_report(
     report.warnings = monotonic_warnings(candidates, result, done)
     short = (lambda c: c[:12]) if header.kind == "commits" else str
     labels = (short(candidates[0]), short(result.first_bad))
-    report.changed = what_changed(case, good, first_bad, labels, result.first_bad)
+    if explain is None:
+        report.changed = what_changed(case, good, first_bad, labels, result.first_bad)
+    else:
+        report.changed = explain(good, first_bad, labels, result.first_bad)
     report.changed.baseline = candidates[0]
     return report
 
@@ -437,8 +442,11 @@ def _what_changed(report: BisectReport) -> list[str]:
     lines += [f"  {line}" for line in changed.lines] or [
         f"  outcome {report.good_outcome!r} -> {report.first_bad_outcome!r} (no difference in the observed breaks)"
     ]
+    if changed.verdict is None:  # a timing: no replay verdict, the judge's reasons
+        lines += [f"against {report.label(changed.baseline)}: {reason}" for reason in changed.reasons]
+        return lines
     why = f" ({'; '.join(changed.reasons)})" if changed.reasons else ""
-    lines.append(f"verdict against {report.label(changed.baseline)}: {changed.verdict or ''}{why}")
+    lines.append(f"verdict against {report.label(changed.baseline)}: {changed.verdict}{why}")
     return lines
 
 

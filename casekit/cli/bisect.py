@@ -25,6 +25,7 @@ BISECT_EXAMPLES = examples(
     "casekit bisect item-branch --good 2.5.1 --bad 2.8.0 --status post",
     "casekit bisect item-branch --nightlies --good 2026-01-01 --bad 2026-02-01 --torch-repo ~/src/pytorch",
     "casekit bisect item-branch --good 2.5.1 --bad 2.13.0 --python-for 2.5.1=/opt/t251/bin/python --python-for 2.13.0=/opt/t213/bin/python",
+    "casekit bisect item-branch --good 2.12.0 --bad 2.13.0 --perf slower:10%      (the first release 10% slower)",
 )
 BISECT_COMMITS_EXAMPLES = examples(
     "casekit bisect-commits --repo ~/src/model --good v1.2 --bad HEAD --site model.py:42 -- python train_step.py",
@@ -152,10 +153,30 @@ def bisect(
             "(repeatable), e.g. nested_graph_breaks=True; a release that lacks the name is said so.",
         ),
     ] = None,
+    perf: Annotated[
+        str | None,
+        typer.Option(
+            "--perf",
+            metavar="RULE:P%",
+            help="Follow the repro's timing, not its breaks: the first release slower than the good end by the rule "
+            "(slower:10% the steady state per call, compile-slower:15% the compile with warm caches, "
+            "cold-compile-slower:20% with empty ones), each timed against the good end in the same window over "
+            "fresh processes; inconclusive is unknown. Timed steps are never cached.",
+        ),
+    ] = None,
+    perf_repeats: Annotated[
+        str | None,
+        typer.Option(
+            "--perf-repeats",
+            metavar="cold=N,warm=N",
+            help="Fresh processes a side for each candidate and the good end [default: warm=5, more while a verdict "
+            "is open; cold=0 for slower, 1 for compile-slower, 5 for cold-compile-slower].",
+        ),
+    ] = None,
 ) -> None:
     """Find the first torch version between --good and --bad where the case's outcome changes."""
     from casekit.bisect.engine import CacheSettings
-    from casekit.bisect.plan import BisectRequest, Outputs, predicate_for, run_bisect
+    from casekit.bisect.plan import BisectRequest, Outputs, perf_rule_for, predicate_for, run_bisect
 
     request = BisectRequest(
         good,
@@ -177,6 +198,7 @@ def bisect(
         cache=CacheSettings.chosen(cache, off=no_cache, retry_unknown=retry_unknown),
         outputs=Outputs(json_out, html_out),
         dynamo=tuple(dynamo or ()),
+        perf=perf_rule_for(perf, perf_repeats),
     )
     with progress_view() as progress:
         outcome = run_bisect(request, open_archive(archive), progress, notice)

@@ -9,6 +9,8 @@ import typer
 
 from casekit.cli.common import (
     ArchiveOption,
+    PerfRepeats,
+    PerfScripts,
     default_runner_factory,
     emit_json,
     examples,
@@ -96,10 +98,24 @@ def capture(
     commit: Annotated[
         bool, typer.Option("--commit", help="Commit the new bundle to the archive's git repository.")
     ] = False,
+    perf: Annotated[
+        bool,
+        typer.Option(
+            "--perf",
+            help="Then time the scripts on this target (compile cold and warm, steady state, speed-up over eager; "
+            "fresh processes one at a time) and keep the figures in the bundle: context, never a later replay's "
+            "baseline (a verdict needs both sides measured in one run: replay --perf).",
+        ),
+    ] = False,
+    perf_repeats: PerfRepeats = None,
+    perf_scripts: PerfScripts = None,
 ) -> None:
     """Run a repro (and its fix) for real and file it as a case bundle."""
     from casekit.capture import CaptureRequest, run_capture
+    from casekit.perf.settings import settings_from_flags
     from casekit.report.text import case_summary
+
+    timed = perf or perf_repeats is not None or perf_scripts is not None
 
     request = CaptureRequest(
         script=script,
@@ -119,6 +135,7 @@ def capture(
         python=python,
         allow=list(allow or []),
         commit=commit,
+        perf=settings_from_flags(perf_repeats, None, perf_scripts, None) if timed else None,
     )
     with progress_view() as progress:
         outcome = run_capture(request, open_archive(archive), default_runner_factory, progress)

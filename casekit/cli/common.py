@@ -31,6 +31,32 @@ FailOnOption = Annotated[
     ),
 ]
 
+# --perf's own flags, on every command that times (replay, capture, bisect)
+PerfRepeats = Annotated[
+    str | None,
+    typer.Option(
+        "--perf-repeats",
+        metavar="cold=N,warm=N,max=N",
+        help="Fresh processes a side: cold ones, warm rounds, and the most warm rounds added while a verdict is "
+        "open [default: cold=1,warm=5,max=8].",
+    ),
+]
+PerfThreshold = Annotated[
+    str | None,
+    typer.Option(
+        "--perf-threshold",
+        metavar="steady=P%,compile=P%",
+        help="The smallest change called slower or faster [default: steady=5%,compile=15%].",
+    ),
+]
+PerfScripts = Annotated[
+    str | None,
+    typer.Option(
+        "--perf-scripts",
+        help="Which scripts --perf times: pre (the repro, with its breaks), post or both [default: pre].",
+    ),
+]
+
 
 def examples(*lines: str) -> str:
     """A command's example block (the \\b keeps click from re-wrapping the lines)."""

@@ -10,6 +10,9 @@ import typer
 from casekit.cli.common import (
     ArchiveOption,
     FailOnOption,
+    PerfRepeats,
+    PerfScripts,
+    PerfThreshold,
     default_runner_factory,
     emit_json,
     examples,
@@ -187,30 +190,6 @@ Perf = Annotated[
         help="Also time each case's script on every target, side by side, after the replay: compile cold and "
         "warm, steady state, speed-up over eager, each judged slower / same / faster / inconclusive against the "
         "first target (fresh processes one at a time, nothing else running: --jobs applies to the replay only).",
-    ),
-]
-PerfRepeats = Annotated[
-    str | None,
-    typer.Option(
-        "--perf-repeats",
-        metavar="cold=N,warm=N,max=N",
-        help="Fresh processes a side: cold ones, warm rounds, and the most warm rounds added while a verdict is "
-        "open [default: cold=1,warm=5,max=8].",
-    ),
-]
-PerfThreshold = Annotated[
-    str | None,
-    typer.Option(
-        "--perf-threshold",
-        metavar="steady=P%,compile=P%",
-        help="The smallest change called slower or faster [default: steady=5%,compile=15%].",
-    ),
-]
-PerfScripts = Annotated[
-    str | None,
-    typer.Option(
-        "--perf-scripts",
-        help="Which scripts --perf times: pre (the repro, with its breaks), post or both [default: pre].",
     ),
 ]
 PerfBaseline = Annotated[

@@ -9,6 +9,7 @@ this phase (ScriptEntry.PERF), which imports Inductor once before its processes 
 
 from __future__ import annotations
 
+import copy
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -17,12 +18,12 @@ from pathlib import Path
 
 from casekit.errors import CasekitError
 from casekit.includes import check_script_name
-from casekit.model import Case, PerfComparison, PerfFigures, PerfVerdict, ScriptRole, ScriptStatus
+from casekit.model import Case, PerfComparison, PerfFigures, PerfRecord, PerfVerdict, ScriptRole, ScriptStatus
 from casekit.perf.compare import compare, figures, wants_more
 from casekit.perf.measure import Measured, PerfSubject, PerfTarget, load_average, measure_subject
 from casekit.perf.settings import PerfSettings
 from casekit.runners.interface import ProbeScheduling, ProgressFn, RunnerFactory, ScriptEntry, TargetSpec
-from casekit.scrub import temp_prefix
+from casekit.scrub import Replacement, Scrubber, interpreter_prefix, machine_folders, temp_prefix
 
 # Installed modules a perf session imports once, before its processes fork: Inductor's own import is
 # seconds of every process's warm compile otherwise, the same on every side and not the compile's.
@@ -95,19 +96,7 @@ def run_perf_phase(
     sessions: list[PerfTarget] = []
     try:
         for target in ordered:
-            runner = make_runner(target.spec)
-            runner.prepare(lambda message: None)
-            session = runner.open_session(
-                ScriptEntry.PERF, scheduling=ProbeScheduling(parallel_runs=1, serial_timings=True)
-            )
-            if not session.warm:
-                session.close()
-                raise CasekitError(
-                    f"--perf times fresh processes in a warm probe on this host: {target.label} cannot "
-                    "(use --runner venv or --python PATH)"
-                )
-            session.preload = list(PRELOAD)
-            sessions.append(PerfTarget(target.label, session, target.spec.dynamo))
+            sessions.append(open_perf_target(target, make_runner))
         for case in cases:
             for role in settings.scripts:
                 script = case.script(role)
@@ -121,7 +110,7 @@ def run_perf_phase(
                             PerfResult(case.id, role, PerfFigures(target.label, role), skipped=why)
                         )
                     continue
-                subject = _subject(case, role, folder, settings)
+                subject = perf_subject(case, role, folder, settings)
                 measured = measure_subject(subject, sessions, settings, progress, _more(settings, ordered[0].label))
                 _judge(phase, case, role, measured, ordered, settings)
     finally:
@@ -130,6 +119,22 @@ def run_perf_phase(
         shutil.rmtree(folder, ignore_errors=True)
     phase.seconds = time.monotonic() - started
     return phase
+
+
+def open_perf_target(target: PerfTargetSpec, make_runner: RunnerFactory) -> PerfTarget:
+    """A target's warm perf session (ScriptEntry.PERF: one process at a time, Inductor preloaded before its
+    processes fork); CasekitError in one line for a target that cannot keep a warm probe on this host."""
+    runner = make_runner(target.spec)
+    runner.prepare(lambda message: None)
+    session = runner.open_session(ScriptEntry.PERF, scheduling=ProbeScheduling(parallel_runs=1, serial_timings=True))
+    if not session.warm:
+        session.close()
+        raise CasekitError(
+            f"--perf times fresh processes in a warm probe on this host: {target.label} cannot "
+            "(use --runner venv or --python PATH)"
+        )
+    session.preload = list(PRELOAD)
+    return PerfTarget(target.label, session, target.spec.dynamo)
 
 
 def _baseline_first(targets: list[PerfTargetSpec], baseline: str | None) -> list[PerfTargetSpec]:
@@ -143,7 +148,8 @@ def _baseline_first(targets: list[PerfTargetSpec], baseline: str | None) -> list
     return chosen + [t for t in targets if t.label != baseline]
 
 
-def _subject(case: Case, role: ScriptRole, folder: Path, settings: PerfSettings) -> PerfSubject:
+def perf_subject(case: Case, role: ScriptRole, folder: Path, settings: PerfSettings) -> PerfSubject:
+    """One script of a case as perf runs it, written under `folder` (where a session copies it from)."""
     script = case.script(role)
     assert script is not None
     path = folder / case.id / role.value / check_script_name(script.name)
@@ -186,6 +192,14 @@ def _judge(
             )
             comparison.cause = cause_of(base, target)
         phase.results.setdefault(target.label, []).append(PerfResult(case.id, role, found, comparison))
+
+
+def portable(records: Sequence[PerfRecord], python: str | None = None) -> list[PerfRecord]:
+    """Timings as a bundle keeps them: copies, with this machine's folders and the target interpreter's
+    (`python`) replaced by placeholders, as a capture's observations are (a bundle is shared)."""
+    prefix = interpreter_prefix(python or "")
+    scrubber = Scrubber(machine_folders([Replacement(prefix, "<python>")] if prefix else []))
+    return [scrubber.walk(copy.deepcopy(record)) for record in records]
 
 
 def cause_of(baseline: PerfTargetSpec, target: PerfTargetSpec) -> str:

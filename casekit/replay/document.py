@@ -25,8 +25,7 @@ from casekit.bundle import from_plain
 from casekit.errors import BundleError, CasekitError
 from casekit.fsutil import UnreadableFile, json_too_deep, read_regular_bytes, write_atomic
 from casekit.model import (
-    PerfComparison,
-    PerfFigures,
+    PerfRecord,
     ScriptRole,
     ScriptStatus,
     Severity,
@@ -111,14 +110,9 @@ class RollbackEntry:
     path: str | None
 
 
-@dataclass
-class PerfEntry:
-    """One script of a result timed (replay --perf): its figures, and against the baseline."""
-
-    script: ScriptRole
-    figures: PerfFigures
-    comparison: PerfComparison | None = None
-    skipped: str = ""
+# One script of a result timed (replay --perf): its figures, and against the baseline; a bundle's history
+# keeps the same record (replay --perf --record).
+PerfEntry = PerfRecord
 
 
 @dataclass

@@ -29,6 +29,7 @@ from casekit.errors import CasekitError, ScriptNameError
 from casekit.includes import check_script_name
 from casekit.model import (
     Case,
+    PerfRecord,
     ReplayRecord,
     ScriptObservation,
     ScriptRole,
@@ -39,7 +40,7 @@ from casekit.model import (
 from casekit.observe import interpret
 from casekit.observe.batch import observe_batch
 from casekit.outcome import check_seconds
-from casekit.perf.phase import PerfPhase, PerfResult, PerfTargetSpec, run_perf_phase, verdict_lines
+from casekit.perf.phase import PerfPhase, PerfResult, PerfTargetSpec, portable, run_perf_phase, verdict_lines
 from casekit.perf.settings import PerfSettings
 from casekit.runners import registry
 from casekit.runners.dynamo import pin_name
@@ -96,6 +97,7 @@ class TargetRun:
     seconds: float = 0.0
     import_s: float | None = None
     recorded: list[str] = field(default_factory=list)  # case ids whose bundle got this target's record
+    recorded_at: str = ""  # the time stamp of the records this run appended (replay --perf adds its figures)
     record_error: str | None = None  # why the others did not (a full disk...): each is as it was
     display: str | None = None  # the target for people here (`python:/home/me/...`); None: the label
     perf: list[PerfResult] = field(default_factory=list)  # replay --perf: its cases' scripts timed
@@ -347,8 +349,8 @@ def run_target(
     return run
 
 
-def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
-    """The compact history entry a bundle keeps (so later replays can tell 'reappeared')."""
+def replay_record(result: CaseResult, run: TargetRun, at: str | None = None) -> ReplayRecord:
+    """The compact history entry a bundle keeps (so later replays can tell 'reappeared'); `at`: when (now)."""
     sites = []
     observed: dict[ScriptRole, list[str]] = {}
     for which, script in result.scripts.items():
@@ -357,7 +359,7 @@ def replay_record(result: CaseResult, run: TargetRun) -> ReplayRecord:
             site = pairing.site
             sites.append(SiteVerdict(which, pairing.site_class, site.anchor.where(), site.category))
     return ReplayRecord(
-        at=dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
+        at=at or _now(),
         target=run.label,
         torch=str(run.environment.get("torch", "?")),
         runner=run.spec.runner,
@@ -391,11 +393,12 @@ def record_history(archive: Archive, run: TargetRun) -> None:
     """
     if run.error:
         return  # an environment that never ran says nothing about the cases
+    run.recorded_at = _now()
     try:
         with archive.locked():
             for result in run.results:
                 case = archive.load(result.case_id)
-                case.replays.append(replay_record(result, run))
+                case.replays.append(replay_record(result, run, run.recorded_at))
                 archive.save(case)
                 run.recorded.append(case.id)
     except CasekitError as error:
@@ -414,6 +417,31 @@ def _one_per_build(by_build: dict[str, TargetRun], run: TargetRun) -> tuple[Targ
         by_build[run.label] = run
         return run, first
     return first, run
+
+
+def record_perf(archive: Archive, run: TargetRun) -> None:
+    """replay --perf --record: the figures each script's timing gave, added to the record this run appended to
+    its bundle (the timing runs after every target has replayed and been recorded). Bundles are reloaded under
+    the lock and written atomically; one that cannot be written stops it, as recording does."""
+    cases = {case_id for case_id in run.recorded if any(p.case_id == case_id for p in run.perf)}
+    try:
+        with archive.locked():
+            for case_id in sorted(cases):
+                case = archive.load(case_id)
+                mine = [r for r in case.replays if r.target == run.label and r.at == run.recorded_at]
+                if not mine:
+                    continue  # rewritten meanwhile (its history replaced): nothing of this run's to add to
+                timed = [
+                    PerfRecord(p.script, p.figures, p.comparison, p.skipped) for p in run.perf if p.case_id == case_id
+                ]
+                mine[-1].perf = portable(timed, run.spec.python)
+                archive.save(case)
+    except CasekitError as error:
+        run.record_error = run.record_error or f"{run.label}: the perf figures were not recorded: {error}"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
 
 
 def replay(
@@ -461,6 +489,9 @@ def replay(
     attribute(cases, report)
     if options.perf is not None:
         report.perf = time_cases(cases, report, options, make_runner, progress)
+        if options.record and archive is not None:
+            for run in report.targets:
+                record_perf(archive, run)
     return report
 
 

@@ -20,6 +20,7 @@ from casekit.model import (
     DRAFT_TAG,
     VERDICT_ORDER,
     Case,
+    PerfRecord,
     ReplayRecord,
     ScriptObservation,
     ScriptRole,
@@ -30,7 +31,7 @@ from casekit.model import (
 )
 from casekit.observe.reasons import describe_category, registry
 from casekit.report.pictures import bisect_svg, end_words, heatmap_section, sides_of, step_side, timeline_section
-from casekit.report.summary import ArchiveSummary, CaseSummary, Cell
+from casekit.report.summary import ArchiveSummary, CaseSummary, Cell, axis_verdict, axis_words, spread_text
 from casekit.report.text import class_counts, fullgraph_kind, guard_failures
 
 GB_ID = re.compile(r"^GB\d{4}$")
@@ -460,6 +461,70 @@ def latest_html(summary: CaseSummary) -> str:
     )
 
 
+def perf_row(label: str, when: str, timed: PerfRecord) -> str:
+    """One script timed on one target: each figure with its spread, each axis's verdict (why on hover), the
+    structure and what changed between the two sides, the cold compile's phases, caches and the host's load."""
+    figures = timed.figures
+    head = f'<td>{h(label)}<br><span class="muted small">{h(when)}</span></td><td>{h(timed.script.value)}</td>'
+    if timed.skipped:
+        return f'<tr>{head}<td colspan="6" class="muted">{h(timed.skipped)}</td></tr>'
+    cells = "".join(
+        f"<td>{h(spread_text(value, unit))}</td>"
+        for value, unit in (
+            (figures.compile_cold_s, "s"),
+            (figures.compile_warm_s, "s"),
+            (figures.steady_s, "s"),
+            (figures.eager_s, "s"),
+            (figures.speedup, "x"),
+        )
+    )
+    phases = ", ".join(f"{k} {v:.2f} s" for k, v in figures.phases.items())  # as the release's metrics split it
+    facts = [phases and f"cold compile: {phases}", figures.caches, figures.instructions, figures.steady_unavailable]
+    facts = [fact for fact in (*facts, figures.load) if fact]
+    verdicts = []
+    comparison = timed.comparison
+    if comparison is None:
+        verdicts.append('<span class="muted">figures only: no baseline in that run</span>')
+    else:
+        for axis in comparison.axes:
+            verdicts.append(
+                f'<span class="perf-{h(axis.verdict.value)}" title="{h(axis.why)}">'
+                f"{h(axis_words(axis.axis))} {h(axis_verdict(axis))}</span>"
+            )
+        verdicts.append(
+            f'<span class="small">against {h(comparison.baseline)}: {h(comparison.cause)}; '
+            f"structure: {h(comparison.explanation or 'the same')}</span>"
+        )
+    return (
+        f"<tr>{head}{cells}<td>{'<br>'.join(verdicts)}"
+        + "".join(f'<br><span class="muted small">{h(fact)}</span>' for fact in facts)
+        + "</td></tr>"
+    )
+
+
+def perf_html(summary: CaseSummary) -> str:
+    """The case's timings: the latest per target (replay --perf), and capture --perf's as context ('' if none)."""
+    case = summary.case
+    rows = [
+        perf_row(label, cell.at[:16].replace("T", " ") if cell.at else f"from {cell.source}", timed)
+        for label, cell in sorted(summary.cells.items())
+        for timed in cell.perf
+    ]
+    when = f"at capture, {case.created[:16].replace('T', ' ')} (context)"
+    rows += [perf_row(timed.figures.target or "capture", when, timed) for timed in case.perf]
+    if not rows:
+        return ""
+    return (
+        '<section id="perf"><h2>Performance</h2><p class="small muted">Median over fresh processes '
+        "[lowest&ndash;highest, n], one process at a time; each target judged against the baseline measured in the "
+        "same run. A timing from another run (the capture's, an earlier replay's) is context, never a baseline: "
+        "wall times from different machines or days are not compared.</p>"
+        '<table class="perf"><thead><tr><th>target</th><th>script</th><th>compile cold</th><th>compile warm</th>'
+        "<th>steady per call</th><th>eager per call</th><th>speed-up over eager</th><th>verdicts</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></section>"
+    )
+
+
 def case_page(summary: CaseSummary) -> str:
     case = summary.case
     badges = severity_badge(summary.severity)
@@ -492,6 +557,7 @@ def case_page(summary: CaseSummary) -> str:
         if text:
             body.append(f'<h3>{h(label)}</h3><div class="notes {css}">{h(text.strip())}</div>')
     body.append(f'<section id="latest"><h2>Latest replay per target</h2>{latest_html(summary)}</section>')
+    body.append(perf_html(summary))
     body.append(
         '<section id="scripts"><h2>Scripts</h2><p class="small legend"><span class="v-regressed">graph break</span>'
         '<span class="v-changed">calls into a break in a library</span><span class="sev-info">recompiles</span></p>'

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from casekit.model import ScriptRole
+from casekit.model import ScriptRole, to_plain
 from casekit.report.interface import ReportFormat
 from casekit.report.summary import ArchiveSummary, Cell
 
@@ -23,6 +23,7 @@ def cell_json(cell: Cell) -> dict[str, Any]:
         "details": cell.details,
         "at": cell.at or None,
         "source": cell.source,
+        **({"perf": [to_plain(timed) for timed in cell.perf]} if cell.perf else {}),  # replay --perf's timings
     }
 
 

@@ -1,7 +1,8 @@
 """The JUnit XML report: one testcase per case x target, for CI dashboards.
 
 A result at the report's `--fail-on` level or above (error by default; `--fail-on
-warn` makes "now falls back to eager" red too) is a failure, with what went wrong;
+warn` makes "now falls back to eager" and a slower timing red too) is a failure, with what went wrong
+(a slower axis named in its message, its p-value, threshold and noise floor in its body);
 below it the test passes and carries its details in system-out; a case never
 replayed on a target is skipped. One testsuite per target.
 """
@@ -13,7 +14,8 @@ import xml.etree.ElementTree as ET
 
 from casekit.outcome import FailOn
 from casekit.report.interface import ReportFormat
-from casekit.report.summary import ArchiveSummary, Cell
+from casekit.report.summary import ArchiveSummary, Cell, axis_verdict, axis_words
+from casekit.report.text import perf_text
 
 # XML 1.0 cannot carry most control characters, even escaped; bundles may hold any text.
 XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -29,14 +31,22 @@ def testcase(suite: ET.Element, case_id: str, target: str, cell: Cell | None, fa
     if cell is None:
         ET.SubElement(element, "skipped", message="not replayed on this target")
         return "skipped"
-    body = "\n".join(clean(d) for d in cell.details) or cell.class_summary()
+    timed = [perf_text(case_id, entry) for entry in cell.perf]
+    body = "\n".join(clean(d) for d in [*cell.details, *timed]) or cell.class_summary()
     summary = f"{cell.verdict} ({cell.severity.value}) on torch {cell.torch}: {cell.class_summary()}"
+    slower = [
+        f"{entry.script.value}-fix {axis_words(axis.axis)} {axis_verdict(axis)} against {entry.comparison.baseline}"
+        for entry, axis in cell.slower()
+        if entry.comparison is not None
+    ]
+    if slower:  # a slower axis is a warning: the failure says which, the body why (p, threshold, noise floor)
+        summary += "; perf: " + ", ".join(slower)
     if fail_on.reached_by(cell.severity):
         failure = ET.SubElement(element, "failure", message=clean(summary), type=clean(cell.verdict))
         failure.text = body
         return "failure"
     out = ET.SubElement(element, "system-out")
-    out.text = clean(summary) + ("\n" + body if cell.details else "")
+    out.text = clean(summary) + ("\n" + body if cell.details or timed else "")
     return "passed"
 
 

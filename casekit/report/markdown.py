@@ -16,10 +16,10 @@ from __future__ import annotations
 import re
 from typing import assert_never
 
-from casekit.model import Severity
+from casekit.model import PerfVerdict, Severity
 from casekit.outcome import FailOn
 from casekit.report.interface import ReportFormat
-from casekit.report.summary import ArchiveSummary, Cell
+from casekit.report.summary import ArchiveSummary, Cell, perf_verdicts, spread_text
 
 MAX_DETAIL_LINES = 8
 
@@ -148,6 +148,7 @@ def render_markdown(summary: ArchiveSummary) -> str:
             if len(cell.details) > MAX_DETAIL_LINES:
                 lines.append(f"  - … {len(cell.details) - MAX_DETAIL_LINES} more")
         lines.append("")
+    lines += perf_section(summary)
     never = [case.case.id for case in summary.cases if not case.cells]
     if never:
         lines += [
@@ -159,6 +160,45 @@ def render_markdown(summary: ArchiveSummary) -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def perf_section(summary: ArchiveSummary) -> list[str]:
+    """replay --perf's timings: per case, target and script, each figure with its spread and each axis's
+    verdict against the run's baseline ('figures only' for the baseline itself). Every value is inert."""
+    rows = []
+    for case in summary.cases:
+        for label, cell in sorted(case.cells.items()):
+            for timed in cell.perf:
+                figures = timed.figures
+                slower = timed.comparison is not None and any(
+                    axis.verdict is PerfVerdict.SLOWER for axis in timed.comparison.axes
+                )
+                rows.append(
+                    f"| {md(case.case.id, 80)} | {md(label, 80)} | {timed.script.value} | "  # no code span in a table
+                    + " | ".join(
+                        md(spread_text(value, unit), 60)
+                        for value, unit in (
+                            (figures.compile_cold_s, "s"),
+                            (figures.compile_warm_s, "s"),
+                            (figures.steady_s, "s"),
+                            (figures.speedup, "x"),
+                        )
+                    )
+                    + f" | {icon(Severity.WARN) + ' ' if slower else ''}{md(perf_verdicts(timed), 300)} |"
+                )
+    if not rows:
+        return []
+    return [
+        "### Performance",
+        "",
+        "Median over fresh processes [lowest–highest, n]; each axis judged against the baseline measured in the "
+        "same run (a slower axis is a warning).",
+        "",
+        "| case | target | script | compile cold | compile warm | steady (per call) | speed-up | verdicts |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 class MarkdownReport(ReportFormat):

@@ -6,7 +6,9 @@ Three pictures, each a pure function from data to an SVG string:
   replay (ordered by torch version, then by date when a release repeats), rows
   are the case's break sites; a mark per cell says persists / moved / gone /
   new / reappeared / unobserved, failed scripts are red, and two small charts
-  give the graph count and the first-call (compile) time per column.
+  give the graph count and the first-call (compile) time per column; a case timed
+  (replay --perf, capture --perf) gains charts of its compile cold and warm and its
+  steady state, each a median with a whisker over the fresh processes measured.
 - `heatmap_svg`: the archive as release x case, cells coloured by verdict.
 - `bisect_svg`: a bisection's candidates with each step's outcome and the
   place where the outcome changes (`report.html.render_bisect_html` wraps it in a page).
@@ -24,8 +26,20 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
-from casekit.model import Case, ReplayRecord, ScriptRole, ScriptStatus, Severity, SiteClass, Verdict
+from casekit.model import (
+    Case,
+    PerfAxis,
+    PerfRecord,
+    ReplayRecord,
+    ScriptRole,
+    ScriptStatus,
+    Severity,
+    SiteClass,
+    Spread,
+    Verdict,
+)
 from casekit.progress import fit_label
+from casekit.report.summary import spread_text
 from casekit.versions import version_order
 
 FONT = 'font-family="-apple-system, Segoe UI, Helvetica, Arial, sans-serif"'
@@ -206,6 +220,7 @@ class TimelineColumn:
     graphs: dict[ScriptRole, int] = field(default_factory=dict)
     compile_s: dict[ScriptRole, float] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
+    perf: dict[PerfAxis, dict[ScriptRole, Spread]] = field(default_factory=dict)  # timed figures, with spread
 
     def marks_at(self, key: str) -> list[str]:
         """The marks of one row, most telling first (a line can hold a gone break and a persisting one)."""
@@ -248,7 +263,23 @@ def _capture_column(case: Case, functions: dict[str, str]) -> TimelineColumn | N
             column.add(key, RECORDED)
         for frame in observation.fallback_frames:
             column.add(TimelineRow(which, f"{FALLBACK}{frame.function} ({frame.file}:{frame.line})").key, RECORDED)
+    column.perf = perf_figures(case.perf)
     return column
+
+
+def perf_figures(timed: Sequence[PerfRecord]) -> dict[PerfAxis, dict[ScriptRole, Spread]]:
+    """The charted figures of a run's timings: per axis, each script's figure over fresh processes."""
+    found: dict[PerfAxis, dict[ScriptRole, Spread]] = {}
+    for entry in timed:
+        figures = entry.figures
+        for axis, spread in (
+            (PerfAxis.COMPILE_COLD, figures.compile_cold_s),
+            (PerfAxis.COMPILE_WARM, figures.compile_warm_s),
+            (PerfAxis.STEADY, figures.steady_s),
+        ):
+            if spread is not None:
+                found.setdefault(axis, {})[entry.script] = spread
+    return found
 
 
 def _fallback_marks(column: TimelineColumn, record: ReplayRecord, recorded: dict[ScriptRole, set[str]]) -> None:
@@ -284,6 +315,7 @@ def _replay_column(record: ReplayRecord, label: str) -> TimelineColumn:
         graphs=dict(record.graphs or {}),
         compile_s=dict(record.compile_s or {}),
         reasons=list(record.reasons),
+        perf=perf_figures(record.perf or []),
     )
     for verdict in record.sites:
         key = TimelineRow(verdict.script, verdict.where).key
@@ -449,6 +481,21 @@ def _seconds(value: float) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
+def _short_seconds(value: float) -> str:
+    """A time from microseconds (a steady-state call) to seconds (a cold compile), in three figures."""
+    if value < 1e-3:
+        return f"{value * 1e6:.3g} µs"
+    return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
+
+
+# The timed figures the timeline charts (replay --perf, capture --perf), each with its spread.
+PERF_CHARTS = {
+    PerfAxis.COMPILE_COLD: "compile cold (perf)",
+    PerfAxis.COMPILE_WARM: "compile warm (perf)",
+    PerfAxis.STEADY: "steady per call (perf)",
+}
+
+
 # The mildest verdict colour a severity may wear: a warning never looks unchanged or improved.
 SEVERITY_FLOOR: dict[Severity, Verdict] = {
     Severity.INFO: Verdict.UNCHANGED,
@@ -494,12 +541,20 @@ def _status_cell(column: TimelineColumn, script: ScriptRole, x: float, y: float)
 
 
 def _chart(
-    name: str, values: list[dict[ScriptRole, float]], scripts: list[ScriptRole], x0: float, y0: float, fmt: Any
+    name: str,
+    values: Sequence[dict[ScriptRole, float] | dict[ScriptRole, Spread]],
+    scripts: list[ScriptRole],
+    origin: tuple[float, float],
+    fmt: Any,
+    css: str = "",
 ) -> str:
-    """Bars per column and script, scaled to the largest figure; 'n/a' where the figure was not recorded."""
-    top = max([v for column in values for v in column.values()] or [0.0])
-    out = [f'<g class="chart chart-{esc(name.split()[0])}">']
+    """Bars per column and script, scaled to the largest figure; 'n/a' where the figure was not recorded. A
+    figure over fresh processes (a Spread) is a bar at its median with a whisker from its lowest to its highest."""
+    x0, y0 = origin
+    top = max([_high(v) for column in values for v in column.values()] or [0.0])
+    out = [f'<g class="chart chart-{esc(css or name.split()[0])}">']
     bar_w = (COL_W - 24) / max(1, len(scripts))
+    scale = (CHART_H - 20) / top if top else 0.0
     for i, column in enumerate(values):
         x = x0 + i * COL_W + 12
         if not column:
@@ -511,15 +566,34 @@ def _chart(
             value = column.get(script)
             if value is None:
                 continue
-            height = 2 + (CHART_H - 20) * (value / top if top else 0)
+            middle = value.median if isinstance(value, Spread) else value
+            height = 2 + middle * scale
             bx, by = x + j * bar_w, y0 + CHART_H - 4 - height
+            said = spread_text(value) if isinstance(value, Spread) else fmt(value)
+            whisker = ""
+            if isinstance(value, Spread) and value.n > 1:
+                cx, low, high = (
+                    bx + (bar_w - 3) / 2,
+                    y0 + CHART_H - 6 - value.low * scale,
+                    y0 + CHART_H - 6 - value.high * scale,
+                )
+                whisker = (
+                    f'<path class="spread" d="M{cx:.1f} {low:.1f}V{high:.1f}M{cx - 3:.1f} {low:.1f}h6M{cx - 3:.1f} '
+                    f'{high:.1f}h6" stroke="#1f2328" stroke-width="1" fill="none"/>'
+                )
+                by = min(by, high)
             out.append(
-                f"<g><title>{esc(name)}, {esc(script)}: {esc(fmt(value))}</title>"
-                f'<rect x="{bx:.1f}" y="{by:.1f}" width="{bar_w - 3:.1f}" height="{height:.1f}" fill="{script_fill(script)}"/>'
-                f"{text(bx + (bar_w - 3) / 2, by - 2, fmt(value), anchor='middle', size=9, fill='#57606a')}</g>"
+                f"<g><title>{esc(name)}, {esc(script)}: {esc(said)}</title>"
+                f'<rect x="{bx:.1f}" y="{y0 + CHART_H - 4 - height:.1f}" width="{bar_w - 3:.1f}" height="{height:.1f}" '
+                f'fill="{script_fill(script)}"/>{whisker}'
+                f"{text(bx + (bar_w - 3) / 2, by - 2, fmt(middle), anchor='middle', size=9, fill='#57606a')}</g>"
             )
     out.append("</g>")
     return "".join(out)
+
+
+def _high(value: float | Spread) -> float:
+    return value.high if isinstance(value, Spread) else value
 
 
 def _bisect_line(timeline: Timeline, doc: dict[str, Any], left: float, bottom: float) -> str:
@@ -582,17 +656,22 @@ def timeline_svg(timeline: Timeline, bisects: Sequence[dict[str, Any]] = ()) -> 
         y = status_y + s * ROW_H
         out.append(text(8, y + 17, f"{script} status", fill="#57606a"))
         out += [_status_cell(column, script, left + i * COL_W, y) for i, column in enumerate(timeline.columns)]
-    charts = (
-        ("graphs", [{k: float(v) for k, v in c.graphs.items()} for c in timeline.columns], lambda v: f"{v:.0f}"),
-        ("compile time (first call)", [dict(c.compile_s) for c in timeline.columns], _seconds),
-    )
-    for k, (name, values, fmt) in enumerate(charts):
+    charts: list[tuple[str, Sequence[dict[ScriptRole, float] | dict[ScriptRole, Spread]], Any, str]] = [
+        ("graphs", [{k: float(v) for k, v in c.graphs.items()} for c in timeline.columns], lambda v: f"{v:.0f}", ""),
+        ("compile time (first call)", [dict(c.compile_s) for c in timeline.columns], _seconds, ""),
+    ]
+    if any(column.perf for column in timeline.columns):  # replay --perf / capture --perf: the timed figures
+        charts += [
+            (name, [dict(c.perf.get(axis, {})) for c in timeline.columns], _short_seconds, f"perf-{axis.value}")
+            for axis, name in PERF_CHARTS.items()
+        ]
+    for k, (name, values, fmt, css) in enumerate(charts):
         y = chart_y + k * (CHART_H + 12)
         out.append(
             f'<line x1="{left}" y1="{y + CHART_H - 4}" x2="{width - 16}" y2="{y + CHART_H - 4}" stroke="#d0d7de"/>'
         )
         out.append(text(8, y + CHART_H / 2 + 4, name, fill="#57606a"))
-        out.append(_chart(name, values, timeline.scripts, left, y, fmt))
+        out.append(_chart(name, values, timeline.scripts, (left, y), fmt, css))
     out += [_bisect_line(timeline, doc, left, chart_y - 4) for doc in bisects]
     swatches = [
         (mark_shape(m, 0, 0, MARKS[m].legend).replace('r="9"', 'r="7"'), MARKS[m].legend.split(" (")[0]) for m in MARKS
@@ -602,8 +681,15 @@ def timeline_svg(timeline: Timeline, bisects: Sequence[dict[str, Any]] = ()) -> 
         (f'<rect x="-7" y="-7" width="14" height="14" fill="{script_fill(s)}"/>', f"{s} script")
         for s in timeline.scripts
     ]
+    if len(charts) > 2:
+        swatches.append(
+            (
+                '<path d="M0 -7V7M-3 -7h6M-3 7h6" stroke="#1f2328" fill="none"/>',
+                "lowest to highest over fresh processes",
+            )
+        )
     head = (f"Timeline of {timeline.case_id}: {timeline.title}", desc, "timeline-svg")
-    return finish_svg(out, width, chart_y + 2 * (CHART_H + 12), swatches, head)
+    return finish_svg(out, width, chart_y + len(charts) * (CHART_H + 12), swatches, head)
 
 
 # ------------------------------------------------------------------ the archive heatmap

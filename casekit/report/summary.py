@@ -19,12 +19,17 @@ from casekit.model import (
     DRAFT_TAG,
     SITE_CLASS_ORDER,
     Case,
+    PerfAxis,
+    PerfAxisResult,
+    PerfRecord,
+    PerfVerdict,
     ReplayRecord,
     ScriptRole,
     ScriptStatus,
     Severity,
     SiteClass,
     SiteVerdict,
+    Spread,
     Verdict,
 )
 from casekit.outcome import FailOn
@@ -50,6 +55,17 @@ class Cell:
     at: str = ""  # ISO time of the replay ("" for results documents)
     source: str = "history"  # "history" (the bundle) | a results file name
     record: ReplayRecord | None = None  # a results document's result in the history's form (the timeline draws it)
+    perf: list[PerfRecord] = field(default_factory=list)  # replay --perf: each script timed, and its verdicts
+
+    def slower(self) -> list[tuple[PerfRecord, PerfAxisResult]]:
+        """Each axis timed slower than the run's baseline: a warning (the seeds' performance level)."""
+        return [
+            (timed, axis)
+            for timed in self.perf
+            if timed.comparison is not None
+            for axis in timed.comparison.axes
+            if axis.verdict is PerfVerdict.SLOWER
+        ]
 
     def class_summary(self) -> str:
         """'2 moved, 1 gone' (persisting breaks only when nothing else happened)."""
@@ -137,17 +153,61 @@ def cell_from_record(case_id: str, record: ReplayRecord) -> Cell:
     ]
     details += [f"{which}: {status}" for which, status in record.statuses.items() if status is not ScriptStatus.OK]
     details += record.reasons  # newer histories keep the verdict's reasons
+    perf = list(record.perf or [])
     return Cell(
         case_id=case_id,
         target=record.target,
         torch=record.torch,
         verdict=record.verdict,
-        severity=record.severity,
+        severity=perf_severity(record.severity, perf),
         statuses=dict(record.statuses),
         classes=dict(classes),
         details=[without_addresses(d) for d in details],
         at=record.at,
+        perf=perf,
     )
+
+
+def perf_severity(severity: Severity, perf: Sequence[PerfRecord]) -> Severity:
+    """A result's severity with its timing: a slower axis makes it at least a warning, whatever wrote it."""
+    slower = any(
+        axis.verdict is PerfVerdict.SLOWER for timed in perf if timed.comparison for axis in timed.comparison.axes
+    )
+    return Severity.WARN if slower and severity.rank < Severity.WARN.rank else severity
+
+
+def spread_text(spread: Spread | None, unit: str = "s") -> str:
+    """'45.1 µs [44–47.2, n=6]': a figure's median and, over several processes, its lowest and highest."""
+    if spread is None:
+        return "-"
+    scale, suffix = (
+        (1e6, " µs")
+        if unit == "s" and spread.median < 1e-3
+        else ((1e3, " ms") if unit == "s" and spread.median < 1 else (1, " s" if unit == "s" else "x"))
+    )
+    value = f"{spread.median * scale:.3g}{suffix}"
+    return value if spread.n < 2 else f"{value} [{spread.low * scale:.3g}–{spread.high * scale:.3g}, n={spread.n}]"
+
+
+def axis_words(axis: PerfAxis) -> str:
+    """How an axis is named in every report: 'compile cold', 'steady', 'speedup'."""
+    return axis.value.replace("_", " ")
+
+
+def axis_verdict(axis: PerfAxisResult) -> str:
+    """'slower +12.0%', 'same -0.4%', 'inconclusive': an axis's verdict and its change, short."""
+    change = f" {axis.change:+.1%}" if axis.change is not None else ""
+    return f"{axis.verdict.value}{change}"
+
+
+def perf_verdicts(timed: PerfRecord) -> str:
+    """'compile cold same +2.0%, compile warm same -1.1%, steady slower +12.0%, speedup slower -10.3%'; what a
+    script without a baseline in its run says instead."""
+    if timed.skipped:
+        return timed.skipped
+    if timed.comparison is None:
+        return "figures only (the run's baseline, or a run with one target)"
+    return ", ".join(f"{axis_words(axis.axis)} {axis_verdict(axis)}" for axis in timed.comparison.axes)
 
 
 def record_from_result(result: ResultEntry, torch: str) -> ReplayRecord:
@@ -169,6 +229,7 @@ def record_from_result(result: ResultEntry, torch: str) -> ReplayRecord:
         graphs={which: script.graphs for which, script in result.scripts.items()},
         compile_s={which: script.compile_s for which, script in result.scripts.items() if script.compile_s is not None},
         fallbacks={which: list(script.fallback_frames) for which, script in result.scripts.items()},
+        perf=list(result.perf) or None,
     )
 
 
@@ -219,12 +280,13 @@ def cells_from_results(data: ReplayDocument, source: str) -> list[Cell]:
                 target=result.target,
                 torch=torch_of.get(result.target, "?"),
                 verdict=result.verdict,
-                severity=result.severity,
+                severity=perf_severity(result.severity, result.perf),
                 statuses=statuses,
                 classes=dict(classes),
                 details=[without_addresses(d) for d in details],
                 source=source,
                 record=record_from_result(result, torch_of.get(result.target, "?")),
+                perf=list(result.perf),
             )
         )
     return cells

@@ -18,12 +18,11 @@ from casekit.model import (
     Severity,
     Site,
     SiteClass,
-    Spread,
     Verdict,
 )
 from casekit.observe.logs import guard_reasons, source_name
 from casekit.observe.reasons import describe_category
-from casekit.report.summary import attribution, rollback_line
+from casekit.report.summary import attribution, axis_words, rollback_line, spread_text
 from casekit.scrub import shorten, without_addresses
 from casekit.terminal import one_line
 
@@ -189,12 +188,24 @@ def case_summary(case: Case) -> str:
     for label, text in (("notes", case.notes), ("fix", case.fix_summary), ("rollback", case.rollback_notes)):
         if text:
             lines.append(f"{label}: {text.strip()}")
+    if case.perf:
+        lines += ["", *capture_perf_lines(case)]
     if case.replays:
         lines.append("")
         lines.append(
             "replays: " + "; ".join(f"{r.at[:10]} {r.target} {r.verdict}/{r.severity.value}" for r in case.replays[-5:])
         )
     return "\n".join(lines)
+
+
+def capture_perf_lines(case: Case) -> list[str]:
+    """capture --perf's figures, with when and under what load they were measured: context for a reader,
+    never a baseline (a timing from another host or day is not comparable; replay --perf measures both sides)."""
+    loads = sorted({timed.figures.load for timed in case.perf if timed.figures.load})
+    when = case.created[:16].replace("T", " ") or "an unknown date"
+    head = f"timed at capture on {when} UTC" + (f" ({'; '.join(loads)})" if loads else "")
+    lines = [f"{head}: figures only, context for a reader, never a baseline"]
+    return lines + [perf_text(case.id, timed) for timed in case.perf]
 
 
 def class_counts(classes: Iterable[SiteClass]) -> str:
@@ -404,17 +415,6 @@ def replay_document_text(document: ReplayDocument, verbose: bool = False, marks:
     return "\n\n".join(blocks)
 
 
-def _figure(spread: Spread | None, unit: str = "s") -> str:
-    """A figure over processes as '146 µs [107–215, n=5]' (seconds scaled to µs or ms), or a ratio '1.26x'."""
-    if spread is None:
-        return "-"
-    scale, suffix = 1.0, "x"
-    if unit == "s":
-        scale, suffix = (1e6, " µs") if spread.median < 1e-3 else (1e3, " ms") if spread.median < 1 else (1.0, " s")
-    value = f"{spread.median * scale:.3g}{suffix}"
-    return value if spread.n < 2 else f"{value} [{spread.low * scale:.3g}–{spread.high * scale:.3g}, n={spread.n}]"
-
-
 def perf_text(case: str, entry: PerfEntry) -> str:
     """One script's timing on one target: its figures, and each axis against the baseline with why."""
     figures = entry.figures
@@ -422,9 +422,9 @@ def perf_text(case: str, entry: PerfEntry) -> str:
     if entry.skipped:
         return f"{head}: {entry.skipped}"
     lines = [
-        f"{head}: compile cold {_figure(figures.compile_cold_s)}, warm {_figure(figures.compile_warm_s)}; "
-        f"steady {_figure(figures.steady_s)} per call (eager {_figure(figures.eager_s)}); "
-        f"speed-up over eager {_figure(figures.speedup, 'x')}"
+        f"{head}: compile cold {spread_text(figures.compile_cold_s)}, warm {spread_text(figures.compile_warm_s)}; "
+        f"steady {spread_text(figures.steady_s)} per call (eager {spread_text(figures.eager_s)}); "
+        f"speed-up over eager {spread_text(figures.speedup, 'x')}"
     ]
     if figures.steady_unavailable:
         lines.append(f"    steady state not measured: {figures.steady_unavailable}")
@@ -436,7 +436,12 @@ def perf_text(case: str, entry: PerfEntry) -> str:
     comparison = entry.comparison
     if comparison is not None:
         for axis in comparison.axes:
-            lines.append(f"    {axis.axis.value.replace('_', ' ')}: {axis.verdict.value} — {axis.why}")
+            floor = (
+                f" [A/A noise floor {axis.floor:.1%}]"
+                if axis.floor is not None and "noise floor" not in axis.why
+                else ""
+            )
+            lines.append(f"    {axis_words(axis.axis)}: {axis.verdict.value} — {axis.why}{floor}")
         if comparison.eager_change is not None:
             lines.append(f"    eager alone: {comparison.eager_change:+.1%} (not the compiler's: reported apart)")
         lines.append(f"    against {comparison.baseline}: {comparison.cause}")

@@ -12,8 +12,6 @@ with that protection off (the battery over every entry point is test_entry_point
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import shutil
@@ -21,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import uuid
-import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,6 +32,7 @@ from casekit.runners.sandbox import Sandbox, locate_bwrap, runtime_of
 from casekit.runners.warm import WarmSession
 
 from ..conftest import ROOT, run_casekit
+from ..wheels import build_wheel
 from .conftest import requires_sandbox
 from .test_entry_points import Canaries, attack_script
 
@@ -228,24 +226,12 @@ def test_control_bwrap_without_as_pid_1_shows_its_command_line_to_the_sandbox() 
 
 def pth_wheel(folder: Path, mark: Path) -> Path:
     """A real wheel whose .pth has an import line: any interpreter that starts with its site hook runs it."""
-    name, version = "casekit_pth_mark", "1.0"
-    info = f"{name}-{version}.dist-info"
+    name = "casekit_pth_mark"
     files = {
         f"{name}.pth": f"import pathlib; pathlib.Path({str(mark)!r}).write_text('the .pth ran here')\n",
         f"{name}/__init__.py": "",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: casekit-pth-mark\nVersion: {version}\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: casekit-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    wheel = folder / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, text in files.items():
-            archive.writestr(path, text)
-        archive.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
-    return wheel
+    return build_wheel(folder, name, "1.0", files)
 
 
 @requires_sandbox
