@@ -13,6 +13,7 @@ from casekit.classify.pairing import SitePairing, pair_sites, previously_gone
 from casekit.model import (
     Case,
     FallbackFrame,
+    Frame,
     ScriptObservation,
     ScriptRole,
     ScriptStatus,
@@ -22,7 +23,7 @@ from casekit.model import (
     Verdict,
 )
 from casekit.observe.cause import NotRun, not_run_cause
-from casekit.observe.interpret import break_invariant
+from casekit.observe.interpret import CASEKIT_FAILED, break_invariant
 
 
 def functional_failure(status: ScriptStatus) -> bool:
@@ -153,7 +154,9 @@ def _fallback_notes(result: ScriptResult, recorded: ScriptObservation | None, ob
     # release knows where it starts, the other only the line its skip-type break is on)
     before = recorded.fallback_frames if recorded else []
     result.new_fallbacks = [f for f in observed.fallback_frames if not any(_same_fallback(f, b) for b in before)]
-    result.cleared_fallbacks = [f for f in before if not any(_same_fallback(f, o) for o in observed.fallback_frames)]
+    gone = [f for f in before if not any(_same_fallback(f, o) for o in observed.fallback_frames)]
+    still_eager = {id(f): why for f in gone if (why := _still_eager(f, recorded, observed))}
+    result.cleared_fallbacks = [f for f in gone if id(f) not in still_eager]
     widened: list[tuple[FallbackFrame, FallbackFrame]] = []  # (was, now): only its tail fell back, now all of it
     narrowed: list[tuple[FallbackFrame, FallbackFrame]] = []  # the other way
     for now in observed.fallback_frames:
@@ -182,7 +185,14 @@ def _fallback_notes(result: ScriptResult, recorded: ScriptObservation | None, ob
                 cleared = "the frame no longer falls back to eager entirely (fallback cleared)"
                 pairing.note = f"{cleared}; {pairing.note}" if pairing.note else cleared
     for fallback in result.cleared_fallbacks:
-        result.notes.append(describe_fallback(fallback.function, "", now=False))
+        if _whole(fallback, recorded) is False:  # only the code after a break in it ran eagerly: that is compiled now
+            result.notes.append(
+                f"the code from line {fallback.line} on in {fallback.function} is compiled again (fallback cleared; "
+                "before, only that code ran eagerly)"
+            )
+        else:
+            result.notes.append(describe_fallback(fallback.function, "", now=False))
+    result.notes += [why for why in still_eager.values()]
     for fallback in result.new_fallbacks:
         note = describe_fallback(fallback.function, f"{fallback.file}:{fallback.line}")
         tail = next((was for was, now in widened if now is fallback), None)
@@ -194,6 +204,30 @@ def _fallback_notes(result: ScriptResult, recorded: ScriptObservation | None, ob
             f"{now.function} compiles again up to line {now.line}; only the code from there on runs eagerly "
             f"(before, it fell back entirely)"
         )
+
+
+def _still_eager(fallback: FallbackFrame, recorded: ScriptObservation | None, observed: ScriptObservation) -> str:
+    """Why a function that fell back and is no longer named as falling back still runs eagerly ("" when it
+    does not): nothing was compiled at all, or a function that calls it now falls back entirely."""
+    if observed.graphs == 0 and observed.fallback_frames:
+        return f"{fallback.function} still runs eagerly: nothing was compiled (not a cleared fallback)"
+    stacks = [site.stack for site in [*observed.sites, *(recorded.sites if recorded else [])]]
+    for caller in observed.fallback_frames:
+        if _whole(caller, observed) is False or (caller.file, caller.function) == (fallback.file, fallback.function):
+            continue
+        if any(_calls(stack, caller, fallback) for stack in stacks):
+            return (
+                f"{fallback.function} is no longer named as falling back, but its caller {caller.function} now falls "
+                f"back to eager entirely (not a cleared fallback)"
+            )
+    return ""
+
+
+def _calls(stack: list[Frame], caller: FallbackFrame, callee: FallbackFrame) -> bool:
+    """Whether a stack runs through `caller` and, below it, `callee`."""
+    places = [(frame.file, frame.function) for frame in stack]
+    above = (caller.file, caller.function)
+    return above in places and (callee.file, callee.function) in places[places.index(above) + 1 :]
 
 
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<function>.+)_at_(?P<line>\d+)$")
@@ -313,6 +347,9 @@ def judge(case: Case, target: str, scripts: dict[ScriptRole, ScriptResult]) -> C
         if result.status is ScriptStatus.UNOBSERVED:  # the release lacks what the script uses: not a regression
             raise_to(Severity.INFO, Verdict.UNOBSERVED, f"{which}: unobserved: {result.observation.detail}")
             continue
+        if result.status is ScriptStatus.ENV_FAILED and result.observation.detail.startswith(CASEKIT_FAILED):
+            raise_to(Severity.ERROR, Verdict.ENV_FAILED, f"{which}: {result.observation.detail}")  # casekit's, said so
+            continue
         if result.status is ScriptStatus.ENV_FAILED:
             raise_to(Severity.ERROR, Verdict.ENV_FAILED, f"{which}: environment failed: {result.observation.detail}")
             if result.not_run:
@@ -346,6 +383,15 @@ def judge(case: Case, target: str, scripts: dict[ScriptRole, ScriptResult]) -> C
             )
         if result.count(SiteClass.GONE):
             raise_to(Severity.INFO, Verdict.IMPROVED, f"{which}: {result.count(SiteClass.GONE)} gone")
+        if result.cleared_fallbacks:  # compiled again where it ran eagerly: an improvement, said so
+            n = len(result.cleared_fallbacks)
+            raise_to(Severity.INFO, Verdict.IMPROVED, f"{which}: {n} function(s) no longer fall back to eager")
+        if result.recompiles_after < result.recompiles_before:
+            raise_to(
+                Severity.INFO,
+                Verdict.IMPROVED,
+                f"{which}: recompiles {result.recompiles_before} -> {result.recompiles_after}",
+            )
     broken = post_fix_broken(scripts.get(ScriptRole.POST), scripts.get(ScriptRole.PRE))
     rollback = None
     if broken:
