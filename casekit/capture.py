@@ -28,6 +28,9 @@ from casekit.model import (
 )
 from casekit.observe.batch import observe_batch
 from casekit.observe.cause import NO_CUDA_ADVICE, failure_text, needs_cuda
+from casekit.observe.interpret import CASEKIT_FAILED
+from casekit.observe.logs import error_headline, is_registry_message
+from casekit.observe.probe_output import read_environment
 from casekit.perf.phase import PerfTargetSpec, portable, run_perf_phase
 from casekit.perf.settings import PerfSettings
 from casekit.runners import registry
@@ -140,7 +143,7 @@ def check_gates(
     for which in ScriptRole:
         observation = observations.get(which)
         if observation is not None:
-            failures.extend(_run_gates(which, observation))
+            failures.extend(_run_gates(which, observation, (script_names or {}).get(which)))
     pre, post = observations.get(ScriptRole.PRE), observations.get(ScriptRole.POST)
     if pre is not None and post is not None and not any(f.gate is not Gate.FIX for f in failures):
         names = script_names or {}
@@ -149,12 +152,12 @@ def check_gates(
     return failures
 
 
-def _run_gates(which: ScriptRole, observation: ScriptObservation) -> list[GateFailure]:
+def _run_gates(which: ScriptRole, observation: ScriptObservation, name: str | None = None) -> list[GateFailure]:
     status = observation.status
     if status is ScriptStatus.TIMEOUT:
         return [GateFailure(Gate.TIMEOUT, which, observation.detail or "a run timed out", _TIMEOUT_ADVICE)]
     if status in (ScriptStatus.EAGER_FAILED, ScriptStatus.ENV_FAILED, ScriptStatus.UNOBSERVED):
-        advice = NO_CUDA_ADVICE if needs_cuda(observation) else _eager_advice(observation)
+        advice = NO_CUDA_ADVICE if needs_cuda(observation) else _eager_advice(observation, name)
         return [GateFailure(Gate.EAGER, which, f"the eager run failed: {_last_line(observation)}", advice)]
     crashed = status in (ScriptStatus.COMPILE_ERROR, ScriptStatus.CRASHED)
     called = sum(entry.calls for entry in observation.entries) or len(observation.calls)
@@ -200,25 +203,42 @@ def _fix_gate(before: set[str], after: set[str], post: ScriptObservation, remain
 
 
 _TIMEOUT_ADVICE = "make the repro smaller, or raise --timeout"
-_EAGER_ADVICE = "make `python repro.py` run without torch.compile first"
 # an error that names a file or module the script looked for beside it: --include brings it along
 _MISSING_FILE = re.compile(r"No module named|FileNotFoundError|No such file or directory|ImportError")
+# an operator that compiles its body even without torch.compile (torch.cond traces its branches with
+# Dynamo in eager mode): running "without torch.compile" cannot make its error go away
+_COMPILES_EAGERLY = re.compile(
+    r"Higher Order Operator: (?P<op>[\w.]+)|UncapturedHigherOrderOpError|(?P<cond>torch\.cond)"
+)
+_HINT = re.compile(r"^\s*Hint:\s*(?P<hint>.+)$", re.MULTILINE)
 
 
-def _eager_advice(observation: ScriptObservation) -> str:
-    if _MISSING_FILE.search(failure_text(observation)):
-        return _EAGER_ADVICE + " (a sibling file? pass --include)"
-    return _EAGER_ADVICE
+def _eager_advice(observation: ScriptObservation, name: str | None) -> str:
+    text = failure_text(observation)
+    run = f"`python {name}`" if name else "the script"
+    eagerly = _COMPILES_EAGERLY.search(text)
+    if eagerly:
+        op = eagerly["op"] or "torch.cond"
+        hint = _HINT.search(text)
+        what = f"do what its hint says ({hint['hint'].strip()[:160]})" if hint else "change what the error names"
+        return f"{op} traces its body with Dynamo even without torch.compile, so {run} fails too: {what}"
+    advice = f"make {run} run without torch.compile first"
+    if _MISSING_FILE.search(text):
+        return advice + " (a sibling file? pass --include)"
+    return advice
 
 
 _COMPILED_ADVICE = "call the torch.compile'd function or module in the script, and let the run reach its end"
 
 
 def _last_line(observation: ScriptObservation) -> str:
+    """The error in one line: what it is (a registry-style error's own title, never its hint lines)."""
     if observation.error is not None:
-        lines = [line for line in observation.error.message.strip().splitlines() if line.strip()]
-        text = f"{observation.error.type}: {lines[-1].strip()}" if lines else observation.error.type
-        return text[:300]
+        message = observation.error.message
+        if is_registry_message(message):  # its title, never a hint line below it
+            return f"{observation.error.type}: {error_headline(message)}"[:300]
+        lines = [line for line in message.strip().splitlines() if line.strip()]
+        return (f"{observation.error.type}: {lines[-1].strip()}" if lines else observation.error.type)[:300]
     return (observation.detail.strip().splitlines() or [observation.status.value])[-1][:300]
 
 
@@ -239,6 +259,10 @@ class CaptureRefused(CasekitError):
     """The capture would not make a case that reproduces: nothing was written (exit 1)."""
 
     exit_code = 1
+
+
+class ProbeFailed(CasekitError):
+    """casekit's own probe failed around a script: the script is not to blame, and nothing is filed."""
 
 
 class MissingIncludes(CaptureRefused):
@@ -333,7 +357,8 @@ HOST_ONLY_ENVIRONMENT = ("python_executable", "env_path")
 
 
 def environment_record(batch: ProbeBatchResult, runner: Runner, packages: dict[str, str]) -> dict[str, Any]:
-    env: dict[str, Any] = {k: v for k, v in batch.environment.items() if v is not None and v != []}
+    reported = read_environment(batch.environment).fields  # a field of the wrong type never reaches the bundle
+    env: dict[str, Any] = {k: v for k, v in reported.items() if v is not None and v != []}
     env.update({k: v for k, v in runner.describe().items() if v is not None})
     prefixes = [interpreter_prefix(str(env.get("python_executable") or ""))]
     for key in HOST_ONLY_ENVIRONMENT:
@@ -412,6 +437,9 @@ def capture(request: CaptureRequest, runner: Runner, archive: Archive, progress:
         source = sources[which]
         assert source is not None
         observations[which] = observe_batch(batch, job, source)
+    for which, observation in observations.items():
+        if observation.status is ScriptStatus.ENV_FAILED and observation.detail.startswith(CASEKIT_FAILED):
+            raise ProbeFailed(f"{which}-fix: {observation.detail}; nothing was written")
     failures = check_gates(observations, {which: source.name for which, source in sources.items() if source})
     refused = gates_to_check(failures, waivable)
     if refused:

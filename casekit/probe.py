@@ -653,23 +653,68 @@ def tensor_layout(tensor):
     return layout
 
 
-def flatten_tensors(value, torch, out):
-    """Tensors of an output, in a stable order, detached onto the CPU."""
+def flatten_tensors(value, torch, out, odd=None):
+    """Tensors of an output, in a stable order, detached onto the CPU; a tensor subclass through its plain
+    tensor view (its own __torch_function__ never runs here, and a file of plain tensors needs no class of
+    the script to load). `odd` collects the type names of what cannot be compared (an object of the
+    script's, a tensor without data of its own): said as "outputs not comparable", never a crash."""
     if isinstance(value, torch.Tensor):
-        out.append(value.detach().to("cpu"))
+        plain = plain_tensor(value, torch)
+        if plain is None:
+            if odd is not None:
+                odd.append(type(value).__name__)
+        else:
+            out.append(plain)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            flatten_tensors(item, torch, out)
+            flatten_tensors(item, torch, out, odd)
     elif isinstance(value, dict):
         for key in sorted(value, key=repr):
-            flatten_tensors(value[key], torch, out)
+            flatten_tensors(value[key], torch, out, odd)
     elif hasattr(value, "__dataclass_fields__") or hasattr(value, "to_tuple"):
         # model outputs (transformers' ModelOutput) carry tensors as fields
         try:
-            flatten_tensors(tuple(value.to_tuple()) if hasattr(value, "to_tuple") else vars(value), torch, out)
+            fields = tuple(value.to_tuple()) if hasattr(value, "to_tuple") else vars(value)
         except Exception:
-            pass
+            fields = None
+        if fields is None and odd is not None:
+            odd.append(type(value).__name__)
+        elif fields is not None:
+            flatten_tensors(fields, torch, out, odd)
+    elif value is not None and not isinstance(value, (bool, int, float, complex, str, bytes)) and odd is not None:
+        odd.append(type(value).__name__)
     return out
+
+
+def plain_tensor(value, torch):
+    """A tensor's plain-Tensor view, detached, on the CPU, or None when it has no data of its own to compare
+    (a wrapper subclass whose data lives in inner tensors, a meta tensor)."""
+    try:
+        if type(value) is not torch.Tensor and not isinstance(value, torch.nn.Parameter):
+            disabled = getattr(torch._C, "DisableTorchFunctionSubclass", None) or torch._C.DisableTorchFunction
+            with disabled():
+                value = value.as_subclass(torch.Tensor)
+        plain = value.detach().to("cpu")
+        plain.reshape(-1)[:1].tolist()  # reads the data: a wrapper subclass's view has none to read
+        return plain
+    except Exception:
+        return None
+
+
+def not_comparable(what):
+    """A comparison that could not be made: not a mismatch, never a pass."""
+    return {"allclose": None, "max_abs": None, "max_rel": None, "detail": f"outputs not comparable: {what}"}
+
+
+def comparison(eager, compiled, odd, interceptor):
+    """Eager's output tensors against the compiled run's, and what neither could compare said beside."""
+    if not eager and not compiled and odd:
+        return not_comparable(", ".join(odd))
+    compared = compare_outputs(eager, compiled, interceptor.torch, *interceptor.tolerances)
+    if odd:
+        said = f"outputs not comparable: {', '.join(odd)}"
+        compared["detail"] = f"{compared['detail']}; {said}" if compared["detail"] else said
+    return compared
 
 
 def compare_outputs(eager, compiled, torch, rtol, atol):
@@ -714,12 +759,14 @@ class CompileInterceptor:
         self.eager_outputs = eager_outputs
         self.tolerances = tolerances
         self.outputs = {}
+        self.not_comparable = {}  # call index -> type names of the eager output that cannot be compared
         self.call_index = 0
         self.call_sites_under = None  # a folder: record where each call was made from, when it is in there
         # perf: each entry point's first call, to call again in timed blocks: (eager, compiled, args, kwargs)
         self.first_calls = {}
         self.quiet = False  # perf's timed blocks: the entry points' own cost only, nothing recorded
         self.hook_handles = []
+        self.counting = {}  # the backend the script asked for -> (it, its counting wrapper)
 
     def install(self):
         interceptor = self
@@ -737,7 +784,15 @@ class CompileInterceptor:
         compile.__doc__ = self.original.__doc__
         self.torch.compile = compile
 
-    def counting_backend(self, inner):
+    def counting_backend(self, requested, inner):
+        """One counting wrapper per backend the script asked for (a name, or its own callable), reused by
+        every torch.compile call that asks for it: Dynamo's cache entries check the backend (2.13's
+        BACKEND_MATCH), so a new closure per call would make a helper compiled under two entry points
+        recompile where the script alone does not."""
+        key = requested if isinstance(requested, str) else id(requested)
+        known = self.counting.get(key)
+        if known is not None and known[0] is requested:
+            return known[1]
         graphs = self.observation.data["graphs"]
 
         def backend(gm, example_inputs, **kwargs):
@@ -751,6 +806,7 @@ class CompileInterceptor:
             )
             return inner(gm, example_inputs, **kwargs) if kwargs else inner(gm, example_inputs)
 
+        self.counting[key] = (requested, backend)  # the requested object kept: its id is not reused
         return backend
 
     def wrap(self, model, kwargs):
@@ -770,7 +826,7 @@ class CompileInterceptor:
         backend = kwargs.get("backend", "inductor")
         if isinstance(backend, str):
             backend = torch._dynamo.lookup_backend(backend)
-        kwargs["backend"] = self.counting_backend(backend)
+        kwargs["backend"] = self.counting_backend(requested_backend, backend)
         if self.mode == "fullgraph":
             kwargs["fullgraph"] = True
         elif self.mode == "rollback":
@@ -825,11 +881,18 @@ class CompileInterceptor:
         if error is not None:
             call["raised"] = {"type": type(error).__name__, "message": clip(str(error), 8000)}
         else:
-            tensors = flatten_tensors(output, self.torch, [])
+            odd = []  # type: list
+            tensors = flatten_tensors(output, self.torch, [], odd)
             if self.mode == "eager":
                 self.outputs[index] = tensors
-            elif self.eager_outputs is not None and index in self.eager_outputs:
-                call["comparison"] = compare_outputs(self.eager_outputs[index], tensors, self.torch, *self.tolerances)
+                self.not_comparable[index] = sorted(set(odd))
+            elif self.eager_outputs is not None and index in self.eager_outputs.get("outputs", {}):
+                eager_odd = self.eager_outputs.get("not_comparable", {}).get(index, [])
+                call["comparison"] = comparison(
+                    self.eager_outputs["outputs"][index], tensors, sorted(set(odd) | set(eager_odd)), self
+                )
+            elif self.eager_outputs is not None and self.eager_outputs.get("unreadable"):
+                call["comparison"] = not_comparable(self.eager_outputs["unreadable"])
         self.observation.data["calls"].append(call)
 
     def _wrap_callable(self, compiled, entry):
@@ -1404,10 +1467,7 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
         except Exception:
             pass
         if mode == "eager" and interceptor.outputs:
-            try:
-                torch.save(interceptor.outputs, eager_outputs_path)
-            except Exception as error:
-                data["exception"] = data["exception"] or {"type": "OutputSaveError", "message": str(error)}
+            data["outputs_saved"] = save_eager_outputs(torch, interceptor, eager_outputs_path)
         write_json_atomic(result_path, data)
 
     # os._exit skips every finally block: write what was observed first.
@@ -1419,12 +1479,7 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
         real_exit(code)
 
     baseline_modules = {name.split(".")[0] for name in sys.modules} - _PRELOADED_TOP
-    eager_outputs = None
-    if mode != "eager" and os.path.exists(eager_outputs_path):
-        try:
-            eager_outputs = torch.load(eager_outputs_path, weights_only=False)
-        except TypeError:  # releases before weights_only existed
-            eager_outputs = torch.load(eager_outputs_path)
+    eager_outputs = load_eager_outputs(torch, eager_outputs_path) if mode != "eager" else None
     interceptor = CompileInterceptor(
         torch,
         observation,
@@ -1471,6 +1526,39 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
         observation.data["steady"] = measure_steady(torch, interceptor, perf)
     finish(status, code, ended)
     real_exit(0)
+
+
+def save_eager_outputs(torch, interceptor, path):
+    """The eager run's output tensors (plain tensors only) for the compiled run to compare with, written
+    whole or not at all; None when saved, else why not (the compiled run then says it cannot compare)."""
+    partial = path + ".partial"
+    try:
+        torch.save({"outputs": interceptor.outputs, "not_comparable": interceptor.not_comparable}, partial)
+        os.replace(partial, path)
+        return None
+    except Exception as error:
+        try:
+            os.unlink(partial)
+        except OSError:
+            pass
+        return f"{type(error).__name__}: {clip(str(error), 300)}"
+
+
+def load_eager_outputs(torch, path):
+    """What the eager run saved: {"outputs", "not_comparable"}, or {"unreadable": why} when the file is
+    there but cannot be read (never an exception: the script did nothing wrong), or None when absent."""
+    if not os.path.exists(path):
+        return None
+    try:
+        try:
+            saved = torch.load(path, weights_only=True)  # plain tensors in dicts and lists: no pickled classes
+        except TypeError:  # releases before weights_only existed
+            saved = torch.load(path)
+        if not isinstance(saved, dict) or not isinstance(saved.get("outputs"), dict):
+            raise ValueError("not the eager run's outputs")
+        return saved
+    except Exception as error:
+        return {"unreadable": f"the eager outputs could not be read ({type(error).__name__}: {clip(str(error), 200)})"}
 
 
 def user_place(frames, folder):
@@ -1595,11 +1683,12 @@ def run_one(torch, job, mode, runs_dir, timeout, isolation):
         try:
             close_pipe_fds()
             run_script_in_child(torch, job, mode, run_dir, isolation, uid)
-        except BaseException:
+        except BaseException as error:
             try:
                 traceback.print_exc()
+                write_json_atomic(os.path.join(run_dir, RUN_RESULT), probe_failure(mode, error))
             finally:
-                os._exit(70)
+                os._exit(PROBE_FAILED_EXIT)
         os._exit(0)
     deadline = time.monotonic() + timeout
     status = None
@@ -1654,6 +1743,20 @@ def prepare_perf_cache(perf):
     if perf.get("cache") == "cold":
         remove_tree(cache)
     os.makedirs(cache, exist_ok=True)
+
+
+PROBE_FAILED_EXIT = 70  # EX_SOFTWARE: the probe's own code failed around the script, not the script
+
+
+def probe_failure(mode, error):
+    """The result of a run whose failure is the probe's own (its code before or after the script raised; the
+    script's own exceptions are caught where it runs): casekit's error, with where in the probe it happened."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if os.path.basename(f.filename) == "probe.py"]
+    where = f"probe.py:{frames[-1].lineno} in {frames[-1].name}" if frames else "probe.py"
+    data = Observation(mode).data
+    data["status"] = "probe_failed"
+    data["probe_error"] = {"type": type(error).__name__, "message": clip(str(error), 2000), "where": where}
+    return data
 
 
 def prepare_run_dir(job, runs_dir):

@@ -19,7 +19,15 @@ import tomli_w
 
 from casekit import probe
 from casekit.bundle import load_case
-from casekit.classify import Axes, attribute_changes, axes_differences, classify_case, recorded_axes, unknown_settings
+from casekit.classify import (
+    Axes,
+    attribute_changes,
+    attributed,
+    axes_differences,
+    classify_case,
+    recorded_axes,
+    unknown_settings,
+)
 from casekit.errors import CasekitError
 from casekit.model import ScriptRole
 from casekit.replay.plan import TargetChoice
@@ -179,7 +187,8 @@ def test_a_recorded_setting_the_release_does_not_know_is_not_a_cause(tmp_path):
         case = load_case(_with_setting("tensor-if", name, tmp_path, drop_sites=False))
         seen_nothing = {w: dataclasses.replace(o, sites=[]) for w, o in case.observations.items()}
         result = classify_case(case, "python:current", seen_nothing)
-        attribute_changes(recorded_axes(case), [("python:current", target, result)])
+        said = attribute_changes(recorded_axes(case), [("python:current", target, result)])
+        result = attributed(result, said["python:current"])
         (gone,) = result.scripts[ScriptRole.PRE].sites
         assert gone.axis == axis, gone.cause
         unknown = "setting made_up_flag (recorded True) is unknown to torch 2.13.0: not a cause"

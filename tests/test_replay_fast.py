@@ -259,10 +259,14 @@ def test_a_target_label_in_the_bundle_history_names_no_folder_of_this_machine() 
     label, shown = python(sys.executable)
     assert label.startswith("python:<python>/") and shown == f"python:{sys.executable}"
     home = os.path.expanduser("~")
-    assert python(f"{home}/envs/nightly/bin/python")[0] == "python:~/envs/nightly/bin/python"
+    # under the home folder too, only the last three parts: no home-relative layout in a shared bundle
+    assert python(f"{home}/envs/nightly/bin/python")[0] == "python:…/nightly/bin/python"
+    managed = f"{home}/.cache/casekit/envs/torch-2.5.1-py3.11-6c036d11/bin/python"
+    assert python(managed)[0] == "python:…/torch-2.5.1-py3.11-6c036d11/bin/python"
+    assert "~" not in python("~/envs/nightly/bin/python")[0]
     # a folder of the user's that merely starts with "casekit-" is no batch folder: the label keeps it whole
     assert python(f"{home}/envs/casekit-nightly/bin/python") == (
-        "python:~/envs/casekit-nightly/bin/python",
+        "python:…/casekit-nightly/bin/python",
         f"python:{home}/envs/casekit-nightly/bin/python",
     )
     assert python("/opt/team/envs/nightly/bin/python")[0] == "python:…/nightly/bin/python"

@@ -37,6 +37,7 @@ from casekit.bundle import content_hash
 from casekit.classify import classify_case
 from casekit.errors import BisectError
 from casekit.model import Case, ScriptRole, ScriptStatus
+from casekit.observe.probe_output import read_environment
 from casekit.replay.run import ReplayOptions, TargetRun, run_target
 from casekit.runners import registry
 from casekit.runners.dynamo import variant_suffix
@@ -255,10 +256,10 @@ def fresh_from_run(run: TargetRun, case_id: str, version: str) -> Fresh:
     ]
     if failed:
         return Fresh(unknown_record("environment failed: " + "; ".join(failed)))
-    torch = str(run.environment.get("torch") or version)
-    extra: dict[str, Any] = {"torch": torch}
-    if run.environment.get("torch_git"):  # the commit the build was made from: a nightly's upstream range
-        extra["torch_git"] = str(run.environment["torch_git"])
+    environment = read_environment(run.environment)
+    extra: dict[str, Any] = {"torch": environment.torch or version}
+    if environment.torch_git:  # the commit the build was made from: a nightly's upstream range
+        extra["torch_git"] = environment.torch_git
     return Fresh(observations_record({w: s.observation for w, s in scripts.items()}, **extra))
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from casekit.model import CallInfo, ScriptObservation, ScriptSource, TensorInput
 from casekit.observe.interpret import failed_observation, interpret
+from casekit.observe.probe_output import ProbeOutputError, checked_result
 from casekit.runners.interface import ProbeBatchResult, ProbeJob
 from casekit.scrub import Replacement, Scrubber, machine_folders
 
@@ -26,6 +27,10 @@ def observe_batch(batch: ProbeBatchResult, job: ProbeJob, source: ScriptSource) 
         return Scrubber(machine_folders()).walk(
             failed_observation(batch.failed.get(job.id, "no result from the probe"))
         )
+    try:
+        raw = checked_result(raw)
+    except ProbeOutputError as error:  # a result the probe's schema does not describe: nothing of it is used
+        return Scrubber(machine_folders()).walk(failed_observation(f"the probe's result is unusable: {error}"))
     script_in_batch = str(raw.get("script", job.script))
     observation = interpret(raw, script_in_batch, source.name, source.source)
     add_structured_inputs(observation.calls, raw)

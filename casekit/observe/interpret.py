@@ -32,16 +32,20 @@ from casekit.observe.logs import (
     FRAME_LINE,
     USER_CODE_AT,
     RawBreak,
+    error_headline,
     parse_frames,
     parse_graph_break,
     parse_recompile,
     parse_wont_convert,
 )
+from casekit.observe.probe_output import checked_result
 from casekit.observe.reasons import categorize, gb_id_from_text, normalize_function, registry
 from casekit.pysource import first_statement_lines, parse_python, statement_lines
 
 HARNESS_FILES = ("<frozen runpy>", "runpy.py", "probe.py")
 SITE_PACKAGES = re.compile(r"(?:site|dist)-packages/(?P<rel>.+)$")
+# An absolute path inside a text (a reason, an explanation): a file or folder, never a URL's "//host"
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/])/[^\s'\"():,<>\[\]]+")
 STDLIB = re.compile(r"/lib/python\d+\.\d+/(?P<rel>.+)$")
 FROM_USER_CODE = "from user code:"
 SHORT_DTYPE = {
@@ -82,10 +86,24 @@ class PathNamer:
         return self.is_script(file)
 
     def scrub(self, text: str) -> str:
-        """Text with the batch's temporary path of the script replaced by the script's name."""
-        if not self.script_dir or not text:
+        """Text with the batch's temporary path of the script replaced by the script's name, and every other
+        path of a Python file or of a library folder named as the bundle names files (a library relative
+        to its package root, `torch/distributions/constraints.py`): never where the target's interpreter
+        lives on this machine (`~/.cache/casekit/envs/torch-2.5.1-.../site-packages/...`)."""
+        if not text:
             return text
-        return text.replace(self.script_path, self.script_name).replace(self.script_dir + "/", "")
+        if self.script_dir:
+            text = text.replace(self.script_path, self.script_name).replace(self.script_dir + "/", "")
+        return ABSOLUTE_PATH.sub(lambda match: self._portable(match.group(0)), text)
+
+    def _portable(self, path: str) -> str:
+        if path.endswith(".py"):
+            return self.name(path)
+        for pattern in (SITE_PACKAGES, STDLIB):
+            match = pattern.search(path)
+            if match:
+                return match["rel"]
+        return path
 
     def name(self, file: str) -> str:
         if self.is_script(file):
@@ -208,8 +226,11 @@ def _merge_site(sites: list[Site], new: Site) -> None:
 
 
 def _merge_call_sites(sites: list[Site]) -> list[Site]:
-    """A compile-reason-only site whose line is a call site on the stack of an observed break is
-    that break seen from its parent frame (Dynamo names the caller's line too): never a second break."""
+    """A site whose line is a call site on the stack of an observed break is that break seen from its
+    parent frame (Dynamo names the caller's line too): never a second break. So is a compile-reason-only
+    site there, and a logged one when the break below is in another file (a library function called from
+    that line) for the same cause: older releases log such a break from the callee and again at the
+    caller's line (2.5.1), newer ones from the callee only."""
     kept = []
     for site in sites:
         parent_of = [
@@ -219,12 +240,23 @@ def _merge_call_sites(sites: list[Site]) -> list[Site]:
             and "log" in other.sources
             and any((f.file, f.line) == (site.file, site.line) for f in other.stack[:-1])
         ]
-        if site.sources == ["reasons"] and parent_of:
-            if "reasons" not in parent_of[0].sources:
-                parent_of[0].sources.append("reasons")
+        seen_from_caller = [other for other in parent_of if _same_break_from_its_caller(site, other)]
+        if (site.sources == ["reasons"] and parent_of) or seen_from_caller:
+            below = (seen_from_caller or parent_of)[0]
+            below.sources += [source for source in site.sources if source not in below.sources]
             continue
         kept.append(site)
     return kept
+
+
+def _same_break_from_its_caller(caller: Site, callee: Site) -> bool:
+    """`callee` is a break in another file below `caller`'s line, and `caller` names the same cause: the same
+    id, or an inlining failure of the callee's function ("SKIPPED INLINING", "inline in skipfiles: f")."""
+    if callee.file == caller.file or caller.kind is SiteKind.SKIP and callee.kind is not SiteKind.SKIP:
+        return False
+    return caller.category == callee.category or bool(
+        callee.function not in ("?", "<module>") and re.search(rf"\b{re.escape(callee.function)}\b", caller.reason)
+    )
 
 
 RESUMED_AT = re.compile(r"^torch_dynamo_resume_in_.+_at_(?P<line>\d+)$")
@@ -353,16 +385,27 @@ def _entry_points(compiled: dict[str, Any], eager: dict[str, Any] | None, namer:
     return entries
 
 
-def _output_check(compiled: dict[str, Any]) -> OutputCheck:
+def _output_check(compiled: dict[str, Any], eager: dict[str, Any] | None = None) -> OutputCheck:
+    """The compiled outputs against eager's: `allclose` over the calls that could be compared (None when
+    none could), every call with a comparison counted, what could not be compared said in `detail`."""
     comparisons = [c["comparison"] for c in compiled.get("calls", []) if c.get("comparison")]
+    unsaved = (eager or {}).get("outputs_saved")
+    if not comparisons and isinstance(unsaved, str):  # eager's outputs never reached the compiled run
+        returned = sum(1 for c in compiled.get("calls", []) if not c.get("raised"))
+        return (
+            OutputCheck(compared=returned, detail=f"outputs not comparable: {unsaved}"[:500])
+            if returned
+            else OutputCheck()
+        )
     if not comparisons:
         return OutputCheck()
-    max_abs = max((c["max_abs"] for c in comparisons if c.get("max_abs") is not None), default=None)
-    max_rel = max((c["max_rel"] for c in comparisons if c.get("max_rel") is not None), default=None)
+    compared = [c for c in comparisons if c.get("allclose") is not None]
+    max_abs = max((c["max_abs"] for c in compared if c.get("max_abs") is not None), default=None)
+    max_rel = max((c["max_rel"] for c in compared if c.get("max_rel") is not None), default=None)
     details = sorted({c["detail"] for c in comparisons if c.get("detail")})
     return OutputCheck(
         compared=len(comparisons),
-        allclose=all(c["allclose"] for c in comparisons),
+        allclose=all(c["allclose"] for c in compared) if compared else None,
         max_abs=max_abs,
         max_rel=max_rel,
         detail="; ".join(details),
@@ -391,16 +434,6 @@ def _error_info(run: dict[str, Any], namer: PathNamer) -> ErrorInfo | None:
     return ErrorInfo(type=exception.get("type", "Exception"), message=summary, location=location)
 
 
-def _headline(message: str) -> str:
-    """The first line of an error, with the next one when the first only announces it ("...error:")."""
-    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
-    if not lines:
-        return ""
-    if lines[0].endswith(":") and len(lines) > 1:
-        return f"{lines[0]} {lines[1]}"
-    return lines[0]
-
-
 # What torch raises when a script asks for CUDA that the target cannot give: a CPU build, or a CUDA
 # build on a host without a GPU or driver. The case is not broken; the target is the wrong one for it.
 NEEDS_GPU = re.compile(
@@ -424,7 +457,7 @@ def _run_failure(run: dict[str, Any]) -> str | None:
         return f"exited with code {run.get('exit_code')}"
     if status == "raised":
         exception = run.get("exception") or {}
-        return f"{exception.get('type', 'Exception')}: {_headline(exception.get('message') or '')}"
+        return f"{exception.get('type', 'Exception')}: {error_headline(exception.get('message') or '')}"
     if status == "timeout":
         return f"timed out after {run.get('timeout_s')} s"
     if status == "killed":
@@ -486,7 +519,10 @@ def _timing_load(raw: dict[str, Any]) -> str | None:
 
 
 def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_source: str = "") -> ScriptObservation:
-    """One probe result (eager + compiled [+ fullgraph] runs) -> one ScriptObservation."""
+    """One probe result (eager + compiled [+ fullgraph] runs) -> one ScriptObservation.
+
+    Raises ProbeOutputError when the result is not what the casekit.probe/1 schema describes."""
+    raw = checked_result(raw)
     namer = PathNamer(script_path, script_name)
     runs: dict[str, Any] = raw.get("runs", {})
     eager = runs.get("eager")
@@ -494,7 +530,7 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
     sites = collect_sites(compiled, namer)
     recompiles = collect_recompiles(compiled, namer)
     fallbacks = collect_fallbacks(compiled, namer, sites)
-    check = _output_check(compiled)
+    check = _output_check(compiled, eager)
     observation = ScriptObservation(
         status=ScriptStatus.OK,
         graphs=len(compiled.get("graphs", [])),
@@ -523,7 +559,11 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
     lacks = _lacks(failed_run)
     if lacks and not eager_failure and not lacks.startswith("the compiler stance "):
         lacks = None
-    if eager_failure and needs_gpu(eager or {}):
+    probe_failure = casekit_failure(runs)
+    if probe_failure:  # casekit's own code failed around the script: nothing is the script's doing
+        observation.status = ScriptStatus.ENV_FAILED
+        observation.detail = probe_failure
+    elif eager_failure and needs_gpu(eager or {}):
         observation.status = ScriptStatus.ENV_FAILED
         observation.detail = (
             f"the script needs a GPU this target lacks ({eager_failure}); not a broken case: "
@@ -553,6 +593,12 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
         observation.detail = f"compiled output differs from eager (max abs {check.max_abs}, max rel {check.max_rel})"
     for site in observation.sites:  # shared records: no machine-specific paths
         site.excerpt, site.explanation = namer.scrub(site.excerpt), namer.scrub(site.explanation)
+        site.reason, site.hints = namer.scrub(site.reason), [namer.scrub(hint) for hint in site.hints]
+    for fallback in observation.fallback_frames:
+        fallback.reason = namer.scrub(fallback.reason)
+    for recompile in observation.recompiles:
+        recompile.reasons = [namer.scrub(reason) for reason in recompile.reasons]
+    observation.detail = namer.scrub(observation.detail)
     observation.log_excerpt = namer.scrub(observation.log_excerpt)
     if observation.error:
         observation.error.message = namer.scrub(observation.error.message)
@@ -568,6 +614,20 @@ def interpret(raw: dict[str, Any], script_path: str, script_name: str, script_so
     if observation.fullgraph:
         observation.fullgraph.message = namer.scrub(observation.fullgraph.message)
     return observation
+
+
+CASEKIT_FAILED = "casekit's probe failed"  # how a detail starts when the failure is casekit's, not the script's
+
+
+def casekit_failure(runs: dict[str, Any]) -> str | None:
+    """The probe's own failure in one of the runs (its code around the script raised), in one line, or None."""
+    for mode, run in runs.items():
+        if isinstance(run, dict) and run.get("status") == "probe_failed":
+            error: dict[str, Any] = run.get("probe_error") or {}  # the schema checked its shape
+            said = f"{error.get('type', 'Exception')}: {error_headline(str(error.get('message') or ''))}"
+            where = f" at {error['where']}" if isinstance(error.get("where"), str) else ""
+            return f"{CASEKIT_FAILED} in the {mode} run{where}, not the script: {said[:300]} (a casekit bug: please report it)"
+    return None
 
 
 def _graphless_breaks(breaks: list[Site], script_source: str) -> int:

@@ -24,14 +24,11 @@ from casekit.model import Frame
 
 FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+?)\s*$')
 USER_CODE_AT = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\b")
-# Wrappers before the real registry message: "Encountered graph break when attempting to trace CALL ...:" (2.10+)
-# and "Failed to handle graph break gracefully. Skipping the function and falling back to eager.
-# Graph break encountered:" (a break Dynamo cannot resume from; 2.13 prints it inside transformers models).
-REASON_PREFIX = re.compile(
-    r"^(?:Encountered graph break when attempting to trace [^\n]*?"
-    r"|Failed to handle graph break gracefully\.[^\n]*?Graph break encountered):\s*$",
-    re.MULTILINE,
-)
+# A record's reason may open with preambles, each a line ending in ":" that announces what follows
+# ("Encountered graph break when attempting to trace CALL: ...:" 2.10+, "Encountered graph break when
+# formatting an f-string value:" 2.15, "Failed to handle graph break gracefully. ... Graph break
+# encountered:"). They are told by their shape, not by their words: in a registry message (2.7+) the
+# title is the last unindented line before "Explanation:"; every unindented line above it announces it.
 SKIP_MARKERS = (
     "Graph break: skip:",
     "which results in a skip",
@@ -79,27 +76,53 @@ def parse_frames(text: str) -> list[Frame]:
     return frames
 
 
+def _registry_lines(block: str) -> list[str]:
+    """The lines of one registry message: a nested break's second message (2.13+) cut off."""
+    return block.split(NESTED_BREAK)[0].strip("\n").splitlines()
+
+
 def _split_registry_message(block: str) -> tuple[str | None, str, list[str]]:
-    """gb_type, explanation and hints of a registry-style reason block (2.7+)."""
-    block = REASON_PREFIX.sub("", block.lstrip(" ")).strip("\n").lstrip(" ")
-    block = block.split(NESTED_BREAK)[0]
-    lines = [line for line in block.splitlines()]
-    explanation = ""
-    hints: list[str] = []
-    gb_type = None
-    for line in lines:
-        stripped = line.strip()
-        if not stripped:
-            continue
-        if stripped.startswith("Explanation:"):
-            explanation = stripped.removeprefix("Explanation:").strip()
-        elif stripped.startswith("Hint:"):
-            hints.append(stripped.removeprefix("Hint:").strip())
-        elif gb_type is None and not line.startswith(" "):
-            gb_type = stripped
-    if not explanation:  # 2.6 and legacy: a plain reason, no registry fields
+    """gb_type, explanation and hints of a registry-style reason block (2.7+): the title is the last
+    unindented line before the first "Explanation:" line (the lines above it are preambles)."""
+    lines = _registry_lines(block.lstrip(" "))
+    explained = next((i for i, line in enumerate(lines) if line.strip().startswith("Explanation:")), None)
+    if explained is None:  # 2.6 and legacy: a plain reason, no registry fields
         return None, "", []
+    titles = [line.strip() for line in lines[:explained] if line.strip() and not line.startswith((" ", "\t"))]
+    gb_type = titles[-1] if titles else None
+    explanation = lines[explained].strip().removeprefix("Explanation:").strip()
+    hints = [line.strip().removeprefix("Hint:").strip() for line in lines if line.strip().startswith("Hint:")]
     return gb_type, explanation, hints
+
+
+def without_preamble(text: str) -> str:
+    """A plain (non-registry) reason without the lines that only announce it: each leading line ending in
+    ":" that has text after it."""
+    lines = [line for line in text.strip().splitlines()]
+    while len(lines) > 1 and lines[0].rstrip().endswith(":") and any(line.strip() for line in lines[1:]):
+        lines = lines[1:]
+        while lines and not lines[0].strip():
+            lines = lines[1:]
+    return "\n".join(lines).strip()
+
+
+def is_registry_message(message: str) -> bool:
+    """Whether a message is registry-style (2.7+): a title, then "Explanation:", hints, a debug context."""
+    return _split_registry_message(message)[0] is not None
+
+
+def error_headline(message: str) -> str:
+    """What an error is, in one line: a registry-style error's title (never its hint or explanation lines),
+    else its first line (with the next one when the first only announces it: "...error:")."""
+    gb_type, _, _ = _split_registry_message(message)
+    if gb_type:
+        return gb_type
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]
 
 
 def clean_excerpt(message: str) -> str:
@@ -148,7 +171,7 @@ def parse_graph_break(message: str, exc_type: str | None = None, exc_message: st
     gb_type, explanation, hints = _split_registry_message(reason)
     if gb_type is None and exc_message and "Explanation:" in exc_message:
         gb_type, explanation, hints = _split_registry_message(exc_message)
-    reason_text = gb_type or REASON_PREFIX.sub("", reason).strip().split(NESTED_BREAK)[0].strip()
+    reason_text = gb_type or without_preamble(reason.split(NESTED_BREAK)[0])
     if reason_text.startswith("Unsupported: "):
         reason_text = reason_text.removeprefix("Unsupported: ")
     excerpt = clean_excerpt(message)

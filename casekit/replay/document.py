@@ -34,6 +34,7 @@ from casekit.model import (
     Verdict,
     to_plain,
 )
+from casekit.observe.probe_output import read_environment
 
 if TYPE_CHECKING:  # the writer reads replay's results; importing replay at run time would pull in the runners
     from casekit.classify import CaseResult
@@ -349,19 +350,20 @@ def result_entry(result: CaseResult, perf: list[PerfResult] | None = None) -> Re
 
 def target_entry(run: TargetRun) -> TargetEntry:
     """One target's environment and timing, as the document holds it."""
+    environment = read_environment(run.environment)
     return TargetEntry(
         label=run.label,
-        torch=run.environment.get("torch"),
-        cuda=run.environment.get("torch_cuda"),
-        python=run.environment.get("python"),
+        torch=environment.torch,
+        cuda=environment.torch_cuda,
+        python=environment.python,
         runner=run.spec.runner,
-        sandbox=run.environment.get("sandbox"),
+        sandbox=environment.sandbox,
         error=run.error,
         warnings=list(run.warnings),
         seconds=round(run.seconds, 2),
         import_s=run.import_s,
         display=run.display,
-        dynamo=run.environment.get("dynamo_settings"),
+        dynamo=environment.dynamo_settings or None,
         libraries=run.libraries(),
         asked=run.asked or None,
     )

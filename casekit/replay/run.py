@@ -24,7 +24,16 @@ from typing import Any
 from casekit import settings
 from casekit.archive.store import Archive
 from casekit.bundle import check_case_id
-from casekit.classify import Axes, CaseResult, attribute_changes, classify_case, recorded_axes, settings_axes, site_key
+from casekit.classify import (
+    Axes,
+    CaseResult,
+    attribute_changes,
+    attributed,
+    classify_case,
+    recorded_axes,
+    settings_axes,
+    site_key,
+)
 from casekit.errors import CasekitError, ScriptNameError
 from casekit.includes import check_script_name
 from casekit.model import (
@@ -39,6 +48,7 @@ from casekit.model import (
 )
 from casekit.observe import interpret
 from casekit.observe.batch import observe_batch
+from casekit.observe.probe_output import ProbeOutputError, read_environment, run_as_compiled
 from casekit.outcome import check_seconds
 from casekit.perf.phase import PerfPhase, PerfResult, PerfTargetSpec, portable, run_perf_phase, verdict_lines
 from casekit.perf.settings import PerfSettings
@@ -260,9 +270,12 @@ def _verify_rollbacks(
             if raw is None or script is None:
                 attempts.append(f"{which}-fix: not run ({batch.failed.get(job_id, 'no result')})")
                 continue
-            runs: dict[str, Any] = raw.get("runs", {})  # type: ignore[assignment]
-            as_compiled = {**raw, "runs": {"eager": runs.get("eager"), "compiled": runs.get("rollback")}}
-            observation = interpret(as_compiled, str(raw.get("script")), script.name, script.source)
+            try:
+                as_compiled = run_as_compiled(raw, "rollback")
+            except ProbeOutputError as error:
+                attempts.append(f"{which}-fix: not run ({error})")
+                continue
+            observation = interpret(as_compiled, str(as_compiled.get("script")), script.name, script.source)
             matches = observation.check.allclose is not False
             if observation.status is ScriptStatus.OK and matches:
                 rollback.verified = True
@@ -528,7 +541,8 @@ def result_axes(run: TargetRun, result: CaseResult) -> Axes:
     libraries: dict[str, str] = {}
     for script in result.scripts.values():
         libraries.update({d: v for d, v in script.observation.packages.items() if d.lower() != "torch"})
-    return Axes(run.environment.get("torch"), libraries, settings_axes(run.environment.get("dynamo_settings")))
+    environment = read_environment(run.environment)
+    return Axes(environment.torch, libraries, settings_axes(environment.dynamo_settings))
 
 
 def attribute(cases: list[Case], report: ReplayReport) -> None:
@@ -541,5 +555,10 @@ def attribute(cases: list[Case], report: ReplayReport) -> None:
             for result in run.results
             if result.case_id == case.id
         ]
-        if runs:
-            attribute_changes(recorded_axes(case), runs)
+        said = attribute_changes(recorded_axes(case), runs) if runs else {}
+        for run in report.targets:
+            if run.label in said:
+                run.results = [
+                    attributed(result, said[run.label]) if result.case_id == case.id else result
+                    for result in run.results
+                ]

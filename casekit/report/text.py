@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from casekit.archive.index import CaseDigest
-from casekit.classify import describe_fallback, ran_compiled
+from casekit.classify import describe_fallback, ran_compiled, ran_eager
 from casekit.model import (
     SITE_CLASS_ORDER,
     Case,
@@ -362,7 +362,9 @@ def result_text(result: ResultEntry) -> str:
             lines.append(f"  recompiles: {which} {script.recompiles_recorded} -> {script.recompiles}")
     for which, script in result.scripts.items():
         counts = class_counts(site.site_class for site in script.sites)
-        if not script.sites and not ran_compiled(script.status):  # a script that did not compile shows no break
+        if not script.sites and not ran_eager(script.status):  # not even the eager run: nothing ran at all
+            counts = f"no break observed ({script.status}: nothing ran)"
+        elif not script.sites and not ran_compiled(script.status):  # a script that did not compile shows no break
             counts = f"no break observed ({script.status}: its compiled run did not finish)"
         lines.append(f"  {which}: {counts}")
         lines += [

@@ -47,12 +47,16 @@ def query_versions(python: str, allowed: tuple[str, ...] = ()) -> tuple[str, str
 
 
 def portable_interpreter(python: str) -> str:
-    """An interpreter path fit for a shared bundle: this machine's home, prefixes and batch folders become
-    placeholders (`~/envs/nightly/bin/python`); another absolute path keeps its last three parts."""
-    if not python.startswith("/"):
+    """An interpreter path fit for a shared bundle: its last three parts (`…/nightly/bin/python`,
+    `…/torch-2.5.1-py3.11-6c036d11/bin/python` for a managed env), never the folders above them, under the
+    home folder either (`~/.cache/casekit/envs/...` says how this machine is laid out, not which
+    interpreter it was); casekit's own interpreter is `<python>/bin/python`."""
+    if not python.startswith(("/", "~")):
         return python  # a bare name looked up on PATH ("python3.12") names no folder
-    where = Scrubber(machine_folders()).text(python)
-    return "…/" + "/".join(PurePosixPath(where).parts[-3:]) if where.startswith("/") else where
+    where = Scrubber(machine_folders()).text(os.path.expanduser(python))
+    if where.startswith("<"):  # casekit's own interpreter prefix: a placeholder names no folder
+        return where
+    return "…/" + "/".join(PurePosixPath(python).parts[-3:])
 
 
 def installed_version(name: str, import_path: Iterable[str]) -> str | None:
@@ -140,8 +144,8 @@ class PythonRunner(Runner):
     @classmethod
     def label_of(cls, spec: TargetSpec) -> str:
         """The interpreter without this machine's folders, the same in the replay JSON, the bundles'
-        history and every report: 'python:~/envs/nightly/bin/python', 'python:…/nightly/bin/python' for
-        another absolute path (its last three parts), 'python:current' for casekit's own interpreter."""
+        history and every report: 'python:…/nightly/bin/python' (the path's last three parts, wherever it
+        is), 'python:current' for casekit's own interpreter."""
         return f"{spec.runner}:{portable_interpreter(spec.python) if spec.python else 'current'}"
 
     @classmethod

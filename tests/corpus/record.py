@@ -2,13 +2,15 @@
 
     PYTHONPATH=$PWD python3 tests/corpus/record.py /path/to/python [name ...]
 writes tests/corpus/<name>/probe/<torch version>.json, the fixtures the fast
-corpus test classifies (tests/test_corpus.py). Same trimming as
+corpus test classifies (tests/test_corpus.py), and tests/corpus/<name>/bare/<torch version>.json,
+Dynamo's own graph and recompile counts of the script run alone (bare.py). Same trimming as
 tests/fixtures/record_probe_fixtures.py: small and machine-independent.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -46,7 +48,27 @@ def record(python: str, names: list[str] | None = None, out_root: Path = HERE) -
         out = out_root / job.id / "probe"
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{version}.json").write_text(text)
+    for script in scripts:
+        counts = bare_counts(python, script)
+        (out_root / script.parent.name / "bare").mkdir(parents=True, exist_ok=True)
+        (out_root / script.parent.name / "bare" / f"{version}.json").write_text(json.dumps(counts) + "\n")
     return version
+
+
+def bare_counts(python: str, script: Path) -> dict[str, int]:
+    """Dynamo's own graph and recompile counts of `script` run alone on `python` (bare.py, no casekit)."""
+    done = subprocess.run(
+        [python, "-I", str(HERE / "bare.py"), script.name],
+        cwd=script.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    line = next((line for line in done.stdout.splitlines() if line.startswith("COUNTS ")), None)
+    if line is None:
+        raise RuntimeError(f"{script}: bare run gave no counts: {done.stderr[-2000:]}")
+    return json.loads(line.removeprefix("COUNTS "))
 
 
 if __name__ == "__main__":

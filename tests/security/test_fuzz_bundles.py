@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from casekit.archive.store import Archive
 from casekit.bundle import parse_case, sha256_text
-from casekit.classify import Axes, attribute_changes, classify_case, recorded_axes
+from casekit.classify import Axes, attribute_changes, attributed, classify_case, recorded_axes
 from casekit.errors import BundleError, CasekitError
 from casekit.model import Case, RecordedEnvironment, ScriptRole, to_plain
 from casekit.replay.document import result_entry
@@ -135,7 +135,8 @@ def exercise(text: str, folder: Path) -> str:
         {w: dataclasses.replace(o, sites=[]) for w, o in case.observations.items()},
     ):
         result = classify_case(case, "fuzz", observed)
-        attribute_changes(recorded_axes(case), [("fuzz", target, result)])
+        said = attribute_changes(recorded_axes(case), [("fuzz", target, result)])
+        result = attributed(result, said["fuzz"])
         entry = result_entry(result)
         replay_table([entry])
         result_text(entry)
