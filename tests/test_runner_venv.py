@@ -391,7 +391,6 @@ def test_managed_torch_251_env_replays_a_graph_break(tmp_path: Path) -> None:
 
 
 @needs_local_wheel
-@needs_uv
 @pytest.mark.slow
 def test_a_prefix_and_its_exact_version_replay_as_one_target(
     built: tuple[VenvRunner, float, list[str]], cache: Path, tmp_path: Path

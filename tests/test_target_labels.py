@@ -20,8 +20,8 @@ from casekit.replay.plan import ReplayRequest, TargetChoice, run_replay
 from casekit.replay.run import ReplayOptions
 from casekit.replay.shard import merge_reports
 from casekit.runners import registry
-from casekit.runners.channels import Channel
 from casekit.runners.interface import ProbeJob, Runner, TargetSpec
+from casekit.runners.torch_source.request import Channel
 
 from .fakes import RecordedRunner, Target, captured_archive
 

@@ -66,7 +66,7 @@ class EnvRequest:
     index_url: str | None = None  # the user's --index-url
     find_links: str | None = None
     extra_packages: tuple[str, ...] = ()
-    channel: str = "release"  # a casekit.runners.channels.Channel value
+    channel: str = "release"  # a casekit.runners.torch_source.request.Channel value
     torch_index: str | None = None  # the channel's index for the variant, read by casekit (PyTorch's layout)
     # how this build was found; not part of the identity (the same build, listed or not, is one env)
     torch_file: str | None = None  # the wheel chosen from the listing: "torch-2.13.0+cpu-cp311-…whl"
