@@ -1,7 +1,7 @@
 """Break identity across releases on real public-issue repros (tests/corpus/).
 
-Fast: classify every case in six directions from the probe results recorded on torch 2.5.1,
-2.13.0 and 2.14.1 against the classes written down before classifying (tests/corpus/expected.toml).
+Fast: classify every case in eight directions from the probe results recorded on torch 2.5.1,
+2.13.0, 2.14.1 and 2.15.0 against the classes written down before classifying (tests/corpus/expected.toml).
 Slow: re-record a few cases for real on the three releases and classify the fresh runs.
 """
 
@@ -29,6 +29,9 @@ import record  # noqa: E402
 
 CASES = sorted(confusion.expected_classes())
 PATTERNS = {str(n) for n in range(1, 8)} | {"gone+new", "renumbered", "helper", "def-use"}
+# issue 31's patterns: subclass outputs, a helper under two entry points, a release's changed default, a caller
+# falling back after its callee did, a tail that ran eagerly behind a skipped context manager
+PATTERNS |= {"subclass-outputs", "two-entry-points", "changed-default", "caller-fallback", "tail-fallback"}
 
 
 def test_the_corpus_is_large_cites_its_sources_and_covers_every_pattern():
@@ -46,7 +49,7 @@ def test_the_corpus_is_large_cites_its_sources_and_covers_every_pattern():
 def test_agreement_is_100_percent_over_every_pair_of_releases():
     rows = confusion.classify_corpus()
     per_pair = {pair: confusion.agreement(pair_rows) for pair, pair_rows in confusion.pairs(rows).items()}
-    assert set(per_pair) == {("2.5.1", "2.13.0"), ("2.13.0", "2.14.1"), ("2.5.1", "2.14.1")}
+    assert set(per_pair) == {("2.5.1", "2.13.0"), ("2.13.0", "2.14.1"), ("2.5.1", "2.14.1"), ("2.14.1", "2.15.0")}
     assert all(value == 100.0 for value in per_pair.values()), (per_pair, confusion.confusion_markdown(rows))
 
 
@@ -86,10 +89,10 @@ SAMPLE = [
 def test_fresh_runs_on_three_releases_classify_as_expected(torch251_python, torch2141_python, tmp_path: Path):
     pythons = (sys.executable, torch251_python, torch2141_python)
     releases = {record.record(python, SAMPLE, tmp_path) for python in pythons}
-    assert releases == set(confusion.RELEASES)
+    assert releases == {"2.5.1", "2.13.0", "2.14.1"}  # 2.15.0 is a ~3 GB download: its records are fixtures only
     for case in SAMPLE:
         (tmp_path / case / "repro.py").write_text((confusion.HERE / case / "repro.py").read_text())
-    rows = confusion.classify_corpus(SAMPLE, fixtures=tmp_path)
+    rows = confusion.classify_corpus(SAMPLE, fixtures=tmp_path, releases=tuple(sorted(releases)))
     assert rows and [(r.case, r.direction, r.site, r.got) for r in rows if r.expected != r.got] == []
 
 
