@@ -67,6 +67,32 @@ def test_each_pattern_case_classifies_right_in_both_directions(case):
     assert not wrong, wrong
 
 
+def bare_counts() -> list[tuple[str, str, dict[str, int]]]:
+    """(case, release, counts) of every bare run recorded: Dynamo's own counts of the script alone (bare.py)."""
+    return [
+        (path.parent.parent.name, path.stem, json.loads(path.read_text()))
+        for path in sorted(confusion.HERE.glob("*/bare/*.json"))
+    ]
+
+
+def test_the_probe_counts_what_the_script_alone_compiles_on_every_recorded_release():
+    """Observing changes nothing: casekit's graph and recompile counts of every corpus repro (its recorded
+    probe result) equal the script's own, run with no casekit at all (tests/corpus/bare.py), on every release
+    with a bare record: every release of the corpus, every case (a missing bare record fails, never agrees)."""
+    counts = bare_counts()
+    by_release: dict[str, set[str]] = {}
+    for case, release, bare in counts:
+        by_release.setdefault(release, set()).add(case)
+        observed = confusion.observation(case, release)
+        assert {"graphs": observed.graphs, "recompiles": len(observed.recompiles)} == bare, (case, release)
+    assert set(by_release) == set(confusion.RELEASES)
+    for release in confusion.RELEASES:
+        assert by_release[release] == set(CASES), (release, set(CASES) - by_release[release])
+    # the observer effect this guards against is in the corpus: a helper compiled alone and under a second
+    # entry point (3 graphs, 0 recompiles alone; one counting backend per compile call made it 4 and 1)
+    assert ("helper_two_entry_points", "2.5.1", {"graphs": 3, "recompiles": 0}) in counts
+
+
 def test_docs_identity_is_regenerated():
     assert (ROOT / "docs" / "identity.md").read_text() == confusion.document(), "run `make identity`"
 
