@@ -429,3 +429,78 @@ def test_uv_is_found_from_its_package_with_no_uv_on_path(tmp_path: Path) -> None
     )  # fmt: skip
     assert hidden.returncode == 0, hidden.stderr
     assert hidden.stdout.split() == ["None", "None", "pip"]
+
+
+# ------------------------------------------------ the installer's own configuration refuses a build
+
+
+@pytest.mark.slow
+@needs_local_wheel
+def test_a_build_refused_by_pips_configuration_names_where_the_constraint_is_set(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Real pip, a constraint file made here: pip alone says "The user requested (constraint) torch<=2.12.0";
+    casekit's one line says which configuration set it (PIP_CONSTRAINT, then a pip.conf's `constraint`),
+    so the person can lift it there. The same refusal with no configured constraint quoted names none."""
+    from casekit.runners.venv.install import ensure_env
+
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("# the host's cap\ntorch<=2.12.0\n")
+    request = EnvRequest(python=None, python_version="3.11", torch="2.13.0", find_links=str(LOCAL_WHEELS))
+    monkeypatch.setenv("CASEKIT_CACHE", str(tmp_path / "cache"))
+
+    def refusal() -> str:
+        with pytest.raises(EnvironmentFailed) as failed:
+            ensure_env(request, tmp_path / "cache", quiet, installer="pip")
+        return str(failed.value)
+
+    monkeypatch.setenv("PIP_CONSTRAINT", str(constraints))
+    said = refusal()
+    assert "\n" not in said
+    assert "(constraint) torch<=2.12.0" in said, said  # pip's own words, kept
+    assert (
+        f"refused by pip's own configuration, not by casekit: torch<=2.12.0 from {constraints}, named by PIP_CONSTRAINT"
+        in said
+    ), said
+
+    monkeypatch.delenv("PIP_CONSTRAINT")
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nconstraint = {constraints}\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    said = refusal()
+    assert "\n" not in said
+    assert f"torch<=2.12.0 from {constraints}, named by `constraint` in {conf} [global]" in said, said
+    assert not list((tmp_path / "cache").glob("envs/torch-*/bin")), "a refused build publishes no env"
+
+    # control: the same cap written as a requirement pip is asked for, not as configuration, names nothing
+    monkeypatch.delenv("PIP_CONFIG_FILE")
+    capped = EnvRequest(python=None, python_version="3.11", torch="2.13.0", find_links=str(LOCAL_WHEELS),
+                        extra_packages=("torch<=2.12.0",))  # fmt: skip
+    with pytest.raises(EnvironmentFailed) as failed:
+        ensure_env(capped, tmp_path / "cache", quiet, installer="pip")
+    assert "own configuration" not in str(failed.value), failed.value
+
+
+@pytest.mark.slow
+@needs_local_wheel
+def test_a_build_refused_by_uvs_configuration_names_where_the_constraint_is_set(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Real uv (casekit's installer), which reads no pip configuration but its own: UV_CONSTRAINT. uv says
+    "Because you require torch==2.13.0 and torch<=2.12.0, ..."; casekit's line says where torch<=2.12.0 is set."""
+    from casekit.runners.venv.install import ensure_env
+
+    constraints = tmp_path / "uv-constraints.txt"
+    constraints.write_text("torch<=2.12.0\n")
+    monkeypatch.setenv("CASEKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UV_CONSTRAINT", str(constraints))
+    request = EnvRequest(python=None, python_version="3.11", torch="2.13.0", find_links=str(LOCAL_WHEELS))
+    with pytest.raises(EnvironmentFailed) as failed:
+        ensure_env(request, tmp_path / "cache", quiet, installer="uv")
+    said = str(failed.value)
+    assert "\n" not in said
+    assert "you require torch==2.13.0 and torch<=2.12.0" in said, said
+    assert (
+        f"refused by uv's own configuration, not by casekit: torch<=2.12.0 from {constraints}, named by UV_CONSTRAINT"
+        in said
+    ), said

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,6 +48,7 @@ from casekit.runners.venv.cache import (
     why_not_ready,
 )
 from casekit.runners.torch_source.request import ask_for, pick_newest, version_or_none
+from casekit.runners.venv.config import configured_cause
 from casekit.versions import VersionError, parse_pip_index_versions, without_local
 
 STREAM_EVERY_S = 5.0
@@ -387,7 +389,8 @@ def _build(
         # bytecode compiled now, before the env is published: the sandbox shows it read-only later
         command = [_uv(), "pip", "install", "--python", str(python), "--only-binary", ":all:", "--compile-bytecode"]
         command += [*_uv_tls_flags(), *_uv_index_flags(request)]
-        _run_logged([*command, *packages], log_path, env, root, progress, "uv pip install")
+        refused = functools.partial(configured_cause, "uv", env=env, asked=packages)
+        _run_logged([*command, *packages], log_path, env, root, progress, "uv pip install", explain=refused)
         installer_version = _uv_version()
     else:
         base = _base_interpreter(request.python)
@@ -398,7 +401,8 @@ def _build(
         progress(f"installing {' '.join(packages)} with pip (this can take minutes) …")
         command = [str(python), "-m", "pip", "install", "--progress-bar", "off", "--only-binary=:all:", "--compile"]
         command += _pip_index_flags(request)
-        _run_logged([*command, *packages], log_path, env, root, progress, "pip install")
+        refused = functools.partial(configured_cause, "pip", env=env, asked=packages)
+        _run_logged([*command, *packages], log_path, env, root, progress, "pip install", explain=refused)
         installer_version = _pip_version(python)
     progress("checking that torch imports …")
     try:
@@ -443,8 +447,10 @@ def _run_logged(
     progress: ProgressFn,
     what: str,
     check: bool = True,
+    explain: Callable[[str], str | None] | None = None,
 ) -> None:
-    """Run an installer step, its output appended to the build log; echo its latest line every few seconds."""
+    """Run an installer step, its output appended to the build log; echo its latest line every few seconds.
+    `explain`: a cause the failure's output shows that the installer does not name (its own configuration)."""
     with open(log_path, "ab") as log:
         log.write(f"$ {' '.join(command)}\n".encode())
         log.flush()
@@ -475,7 +481,9 @@ def _run_logged(
         with open(log_path, "rb") as handle:
             handle.seek(start)
             output = handle.read().decode("utf-8", "replace")
-        raise EnvironmentFailed(f"{what} failed: {_summarize(output)} (log: {log_path})")
+        cause = explain(output) if explain else None
+        said = f"{_summarize(output)}; {cause}" if cause else _summarize(output)
+        raise EnvironmentFailed(f"{what} failed: {said} (log: {log_path})")
 
 
 def _last_line(path: Path, start: int) -> str:
