@@ -16,6 +16,7 @@ import pytest
 
 from casekit.bundle import sha256_text
 from casekit.classify import classify_case
+from casekit.classify.attribution import Axes, attribute_changes, attributed, settings_axes
 from casekit.model import Case, ScriptObservation, ScriptSource
 from casekit.replay.document import result_entry
 from casekit.report.text import observation_summary, result_text
@@ -120,6 +121,62 @@ def test_fresh_runs_on_three_releases_classify_as_expected(torch251_python, torc
         (tmp_path / case / "repro.py").write_text((confusion.HERE / case / "repro.py").read_text())
     rows = confusion.classify_corpus(SAMPLE, fixtures=tmp_path, releases=tuple(sorted(releases)))
     assert rows and [(r.case, r.direction, r.site, r.got) for r in rows if r.expected != r.got] == []
+
+
+# ------------------------------------------------------------------ a release's own defaults
+
+# The Dynamo settings each release records, from real runs: a capture of specialize_float_default on torch
+# 2.5.1 (the bundle's environment) and its plain replay on 2.13.0 (the replay JSON's target), both nothing set.
+SETTINGS = confusion.HERE / "dynamo_settings"
+
+
+def plain_replay(case: str, captured_on: str, replayed_on: str):
+    """`case` captured on one release and replayed on another with nothing set, classified and attributed as
+    a replay does (one target: no twin)."""
+    source = (confusion.HERE / case / "repro.py").read_text()
+    bundle = Case(
+        id=case,
+        title=case,
+        pre=ScriptSource("repro.py", sha256_text(source), source),
+        observations={"pre": confusion.observation(case, captured_on)},
+    )
+    result = classify_case(bundle, replayed_on, {"pre": confusion.observation(case, replayed_on)})
+    axes = {r: Axes(r, {}, settings_axes(json.loads((SETTINGS / f"{r}.json").read_text()))) for r in SETTINGS_RELEASES}
+    (said,) = attribute_changes(axes[captured_on], [("target", axes[replayed_on], result)]).values()
+    return attributed(result, said)
+
+
+SETTINGS_RELEASES = ("2.5.1", "2.13.0")
+
+
+@pytest.mark.parametrize(("captured_on", "replayed_on"), [("2.5.1", "2.13.0"), ("2.13.0", "2.5.1")])
+def test_a_plain_replay_names_a_moved_default_with_torch_and_never_says_cause_unknown(captured_on, replayed_on):
+    """specialize_float defaults to True on 2.5.1 and False on 2.13; nobody set it. Every changed break of the
+    corpus, replayed with nothing set, is torch's change naming the default that moved with it; no line says
+    "cause unknown" (it did: "cause unknown: gone: setting specialize_float and torch all differ")."""
+    changed = 0
+    for case in CASES:
+        result = plain_replay(case, captured_on, replayed_on)
+        text = result_text(result_entry(result))
+        assert "cause unknown" not in text and "differ from the recording" not in text, (case, text)
+        for script in result.scripts.values():
+            for pairing in script.sites:
+                if pairing.site_class.value in ("moved", "gone", "new", "reappeared"):
+                    changed += 1
+                    assert pairing.axis == "torch", (case, pairing.axis, pairing.cause)
+                    assert "specialize_float" in pairing.cause, (case, pairing.cause)
+    assert changed >= 10, changed
+
+
+def test_the_readme_changed_default_example_is_what_casekit_says():
+    """The README's example (a real `casekit replay` of specialize_float_default captured on 2.5.1, on 2.13.0)."""
+    result = plain_replay("specialize_float_default", "2.5.1", "2.13.0")
+    line = (
+        "pre: its changes (recompiles 6 -> 2) coincide with torch 2.5.1 -> 2.13.0 (its default specialize_float"
+        " True -> False also changed), the only difference from the recording"
+    )
+    assert line in result.reasons, result.reasons
+    assert line in (ROOT / "README.md").read_text().replace("\n  ", " ")
 
 
 # ------------------------------------------------------------------ the messages a person reads
