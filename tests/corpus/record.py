@@ -5,6 +5,10 @@ writes tests/corpus/<name>/probe/<torch version>.json, the fixtures the fast
 corpus test classifies (tests/test_corpus.py), and tests/corpus/<name>/bare/<torch version>.json,
 Dynamo's own graph and recompile counts of the script run alone (bare.py). Same trimming as
 tests/fixtures/record_probe_fixtures.py: small and machine-independent.
+
+2.15.0 (PyPI's 2.15.0+cu132, about 3 GB with its CUDA wheels; it runs on a CPU host) was recorded from a
+plain `uv venv` + `uv pip install torch==2.15.0 numpy`: uv reads no pip configuration, so a pip cap such as
+/etc/xdg/pip/constraints.txt's torch<=2.14.1 does not apply to it.
 """
 
 from __future__ import annotations
