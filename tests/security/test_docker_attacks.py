@@ -118,10 +118,14 @@ def overlapped(batch: ProbeBatchResult, one: str, other: str) -> bool:
 
 @pytest.mark.parametrize("signals", [(), ("SIGSTOP",)], ids=["stop-then-kill", "stop-alone"])
 def test_kill_all_and_stop_all_reach_only_the_scripts_own_uid(client: Any, signals: tuple[str, ...]) -> None:
-    # the victim sleeps long enough to be alive in the other worker when the killer runs (20 s: a loaded machine)
-    jobs = [job("victim", "victim.py", "20"), job("killer", "kill_all.py", *signals), job("victim2", "victim.py")]
-    batch = run_in_docker(client, jobs, parallel=2)
-    assert batch.failed == {}
+    # the victim sleeps long enough to be alive in the other worker when the killer runs (20 s; on a machine
+    # loaded enough that the killer started later than that, once more with 60 s: the attack must meet its victim)
+    for sleep in ("20", "60"):
+        jobs = [job("victim", "victim.py", sleep), job("killer", "kill_all.py", *signals), job("victim2", "victim.py")]
+        batch = run_in_docker(client, jobs, parallel=2)
+        assert batch.failed == {}
+        if overlapped(batch, "victim.pre", "killer.pre"):
+            break
     assert intact(batch, "victim.pre") and intact(batch, "victim2.pre")
     assert overlapped(batch, "victim.pre", "killer.pre")
     assert "CASEKIT-KILLALL SIGSTOP sent" in eager(batch, "killer.pre")["stdout_tail"]
