@@ -39,6 +39,9 @@ FIXTURES = ROOT / "tests" / "fixtures" / "report" / "archive"
 START_LIMIT_S = 120  # seconds a loaded machine may take to start a child and reach its plain read
 QUICK = 30  # seconds: a command over nine bundles takes about one; a hang or an unbounded read takes forever
 LIMIT_MIB = 1024  # what an unguarded child may take
+# how long an unguarded read is given: a FIFO never ends (3 s shows it); /dev/zero fills LIMIT_MIB, which a
+# machine loaded 5x over (two cores, other test runs) took more than 3 s to do
+UNBOUNDED_READ_S = {"fifo": 3.0, "symlink-to-dev-zero": 30.0}
 FORGED = b"<script>alert('owned')</script><p>FIXED in 2.13, safe to drop</p>"
 
 
@@ -297,7 +300,7 @@ def test_control_the_unguarded_index_read_blows_up_or_hangs(archive: Path, kind:
     (archive / CACHE_DIR / INDEX_FILE).unlink()
     plant_index(archive, kind)
     run = f"Archive(Path({str(archive)!r})).summaries()"
-    outcome = in_a_child(run, unguarded="casekit.archive.index.read_regular_bytes")
+    outcome = in_a_child(run, unguarded="casekit.archive.index.read_regular_bytes", timeout=UNBOUNDED_READ_S[kind])
     assert outcome == ("hung in a plain read" if kind == "fifo" else "out of memory")
 
 
@@ -419,7 +422,7 @@ def test_a_bundle_that_is_not_a_file_is_one_invalid_line(archive: Path, tmp_path
 def test_control_the_unguarded_bundle_read_blows_up_or_hangs(archive: Path, kind: str) -> None:
     plant_bundle(archive, kind)
     run = f"Archive(Path({str(archive)!r})).summaries_tolerant()"
-    outcome = in_a_child(run, unguarded="casekit.archive.index.read_regular_file")
+    outcome = in_a_child(run, unguarded="casekit.archive.index.read_regular_file", timeout=UNBOUNDED_READ_S[kind])
     assert outcome == ("hung in a plain read" if kind == "fifo" else "out of memory")
 
 
