@@ -504,3 +504,33 @@ def test_a_build_refused_by_uvs_configuration_names_where_the_constraint_is_set(
         f"refused by uv's own configuration, not by casekit: torch<=2.12.0 from {constraints}, named by UV_CONSTRAINT"
         in said
     ), said
+
+
+@pytest.mark.process
+def test_a_packaged_uv_that_cannot_run_gives_way_to_one_on_path_then_to_pip(tmp_path: Path) -> None:
+    """`uv` installed for another platform (or truncated): its binary is there but does not run. casekit
+    takes a uv on PATH that runs, and builds with pip only when none does (never a traceback or a build
+    that fails at the first uv call)."""
+    import uv
+
+    shadow = tmp_path / "shadow"
+    (shadow / "uv").mkdir(parents=True)
+    foreign = tmp_path / "uv-of-another-platform"
+    foreign.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(57))  # an ELF header the kernel will not execute
+    foreign.chmod(0o755)
+    (shadow / "uv" / "__init__.py").write_text(f"def find_uv_bin():\n    return {str(foreign)!r}\n")
+    on_path = tmp_path / "bin"
+    on_path.mkdir()
+    (on_path / "uv").symlink_to(uv.find_uv_bin())
+    show = (
+        "import uv; from casekit.runners.venv.install import choose_installer, uv_binary; "
+        "print(uv.find_uv_bin(), uv_binary(), choose_installer())"
+    )
+    said: dict[str, list[str]] = {}
+    for name, path in (("on path", f"{on_path}:/usr/bin:/bin"), ("none", "/usr/bin:/bin")):
+        variables = {"PATH": path, "HOME": str(tmp_path), "PYTHONPATH": f"{shadow}:{REPO_ROOT}"}
+        done = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, timeout=60, env=variables)
+        assert done.returncode == 0, done.stderr
+        said[name] = done.stdout.split()
+    assert said["on path"] == [str(foreign), str(on_path / "uv"), "uv"], said
+    assert said["none"] == [str(foreign), "None", "pip"], said

@@ -405,3 +405,26 @@ def test_the_slurm_script_names_absolute_paths_and_its_time_from_the_plan(tmp_pa
         "--sbatch", "-t 90",
     )  # fmt: skip
     assert "#SBATCH --time" not in mine.stdout and '#SBATCH "-t 90"' in mine.stdout  # the user's own limit wins
+
+
+@pytest.mark.process
+def test_the_next_steps_on_the_terminal_name_the_file_where_it_was_written(tmp_path: Path) -> None:
+    """`plan --out jobs/replay.sbatch` then `bash replay.sbatch` (as the terminal said) finds no file: the steps
+    printed name the file as --out gave it, while the file's own header names it beside itself."""
+    (tmp_path / "cases").mkdir()
+    shutil.copy(STARTER / "item-branch.toml", tmp_path / "cases")
+    (tmp_path / "jobs").mkdir()
+    said = {}
+    for engine, name in (("slurm", "replay.sbatch"), ("k8s", "replay.yaml")):
+        done = run_casekit(
+            "plan", "--archive", "cases", "--torch", "2.13.0", "--shards", "2", "--emit", engine,
+            "--out", f"jobs/{name}", cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        said[engine] = done.stdout + done.stderr
+        assert (tmp_path / "jobs" / name).is_file()
+    assert "  bash jobs/replay.sbatch   (submits 2 array task(s), then the merge)" in said["slurm"], said["slurm"]
+    assert "3. kubectl apply -f jobs/replay.yaml" in said["k8s"], said["k8s"]
+    header = (tmp_path / "jobs" / "replay.yaml").read_text()
+    assert "kubectl apply -f replay.yaml" in header and "jobs/replay.yaml" not in header
+    assert "bash replay.sbatch" in (tmp_path / "jobs" / "replay.sbatch").read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -205,7 +206,8 @@ def plan(
             except OSError as error:
                 raise CasekitError(f"--out {target}: cannot write: {error.strerror or error}") from None
             notice(f"wrote {target} ({emitter.name}, {schedule.count} shard(s)); next:")
-            for step in emitter.steps(schedule, setup):
+            # the file's header names it beside itself; here it is named as --out gave it, from this folder
+            for step in emitter.steps(schedule, dataclasses.replace(setup, file=str(target))):
                 notice(f"  {step}")
     if schedule.invalid:
         report_invalid(list(schedule.invalid))
