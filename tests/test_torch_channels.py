@@ -24,7 +24,7 @@ from casekit.runners.venv import VenvRunner
 from casekit.runners.venv.cache import bytecode_counts, disk_usage
 from casekit.runners.venv.resolve import IndexSeams, resolve_request
 from tests.conftest import ROOT, run_casekit
-from tests.torch_index import PLATFORM_TAG, REAL_CPU_WHEEL, Nightly, TorchIndex, downloaded, serving
+from tests.torch_index import PLATFORM_TAG, REAL_CPU_WHEEL, Nightly, TorchIndex, dependency_sites, downloaded, serving
 
 pytestmark = [
     pytest.mark.slow,
@@ -211,6 +211,9 @@ def test_bisect_nightlies_rolls_over_fetches_hidden_builds_and_names_the_commit_
     index.requests.clear()
     command = ["bisect", "item-case", "--nightlies", "--good", good, "--bad", bad, "--torch-repo", str(repo)]
     command += ["--archive", str(archive), "--json", str(tmp_path / "bisect.json"), "--cache", str(tmp_path / "c.json")]
+    # the fake nightlies import this interpreter's real torch from its site folder: the sandbox shows it when asked,
+    # as it would a user's (bisect takes replay's --allow)
+    command += [f"--allow=read={folder}" for folder in dependency_sites()]
     result = run_casekit(*command, env=env)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
@@ -232,8 +235,11 @@ def test_bisect_nightlies_rolls_over_fetches_hidden_builds_and_names_the_commit_
     assert f"commits: {commits[last_good][:12]}..{commits[first_bad][:12]}" in out
     assert report["reproduce_good"].startswith(f"casekit replay --case item-case --torch nightly:{last_good} ")
     assert report["reproduce"].startswith(f"casekit replay --case item-case --torch nightly:{first_bad} ")
-    assert f"reproduce the last unfixed side with: {report['reproduce_good']}" in out
-    assert f"reproduce the first fixed side with: {report['reproduce']}" in out
+    # the terminal names the archive where it is (a command to paste); the JSON, shared, keeps no machine path
+    for side, key in (("last unfixed", "reproduce_good"), ("first fixed", "reproduce")):
+        shown_here = report[key].replace(report[key].split("--archive ")[1].split()[0], str(archive))
+        assert f"reproduce the {side} side with: {shown_here}" in out, out
+        assert str(tmp_path) not in report[key]
     # the builds below the horizon were found by HEAD at their URLs, and installed from there
     for name in hidden[2:]:  # those in the range
         assert f"HEAD /whl/nightly/cpu/{name}" in index.requests, index.requests

@@ -28,6 +28,7 @@ import html
 import http.server
 import importlib.util
 import os
+import sys
 import urllib.parse
 import zipfile
 from collections.abc import Iterator
@@ -87,8 +88,9 @@ import os as _os
 import sys as _sys
 
 _REAL = {real!r}
-if {site!r} not in _sys.path:
-    _sys.path.append({site!r})  # the real torch's own dependencies
+for _site in {sites!r}:  # the real torch's own dependencies (a venv's and the system's site folders)
+    if _site not in _sys.path:
+        _sys.path.append(_site)
 if {fixed!r}:
     _os.environ["TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS"] = "1"  # the behaviour this date has
 __file__ = _os.path.join(_REAL, "__init__.py")
@@ -101,6 +103,13 @@ __version__ = _TorchVersion({version!r})
 version.__version__ = __version__
 version.git_version = {commit!r}
 '''
+
+
+def dependency_sites() -> list[str]:
+    """The site folders the real torch and what it imports come from: its own, and every other site folder of
+    the interpreter running the tests (a venv that sees the system's holds torch, the system sympy)."""
+    own = real_torch()[1]
+    return [own] + sorted({p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)} - {own})
 
 
 def real_torch() -> tuple[str, str]:
@@ -151,9 +160,14 @@ class TorchIndex:
         folder = f"nightly/{build.variant}"
         target = self.root / folder
         target.mkdir(parents=True, exist_ok=True)
-        real, site = real_torch()
+        real, _ = real_torch()
         shim = SHIM.format(
-            version=build.version, date=build.date, real=real, site=site, fixed=fixed, commit=build.commit
+            version=build.version,
+            date=build.date,
+            real=real,
+            sites=dependency_sites(),
+            fixed=fixed,
+            commit=build.commit,
         )
         files = {
             "torch/__init__.py": shim,

@@ -121,9 +121,13 @@ class BisectRequest:
     outputs: Outputs = field(default_factory=Outputs)
     dynamo: tuple[str, ...] = ()  # --dynamo NAME=VALUE, set on every release
     perf: PerfRule | None = None  # --perf RULE: follow the repro's timing against the good end, not its breaks
+    allow: tuple[str, ...] = ()  # --allow KEY=VALUE: the runner's relaxations, as replay takes them
 
     def __post_init__(self) -> None:
-        parse_dynamo(self.dynamo)  # a malformed setting: one line now, not after the first build
+        parse_dynamo(self.dynamo)
+        registry.parse_allow(
+            self.allow
+        )  # a malformed key: one line now  # a malformed setting: one line now, not after the first build
         if self.perf is not None:
             _check_perf(self)
         if self.all_cases and self.case_ids:
@@ -165,6 +169,7 @@ class BisectRequest:
             cache=self.cache,
             ahead=Ahead(limit=self.ahead_limit),
             dynamo=parse_dynamo(self.dynamo),
+            options=registry.parse_allow(self.allow),
         )
 
 

@@ -72,6 +72,7 @@ class ReleaseBisect:
     # pins installed beside torch (a shared bisection pins all its cases' libraries)
     extra_packages: tuple[str, ...] = ()
     dynamo: tuple[tuple[str, str], ...] = ()  # --dynamo NAME=VALUE, set in every run of every release
+    options: tuple[tuple[str, str], ...] = ()  # --allow KEY=VALUE: the runner's relaxations (each runner checks them)
 
     @property
     def channel(self) -> Channel:
@@ -87,6 +88,7 @@ class ReleaseBisect:
             extra_packages=self.extra_packages,
             channel=self.channel,
             dynamo=self.dynamo,
+            options=self.options,
         )
 
     def label(self, version: str) -> str:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from casekit.cli.common import emit_json, examples, notice, open_archive, progress_view
+from casekit.cli.common import Allow, emit_json, examples, notice, open_archive, progress_view
 from casekit.fsutil import STDOUT
 from casekit.outcome import check_seconds
 
@@ -173,6 +173,7 @@ def bisect(
             "is open; cold=0 for slower, 1 for compile-slower, 5 for cold-compile-slower].",
         ),
     ] = None,
+    allow: Allow = None,
 ) -> None:
     """Find the first torch version between --good and --bad where the case's outcome changes."""
     from casekit.bisect.engine import CacheSettings
@@ -199,6 +200,7 @@ def bisect(
         outputs=Outputs(json_out, html_out),
         dynamo=tuple(dynamo or ()),
         perf=perf_rule_for(perf, perf_repeats),
+        allow=tuple(allow or ()),
     )
     with progress_view() as progress:
         outcome = run_bisect(request, open_archive(archive), progress, notice)

@@ -17,6 +17,8 @@ from casekit.fsutil import STDOUT, write_atomic
 from casekit.outcome import ExitCode
 from casekit.progress import ProgressView, Verbosity, verbosity
 from casekit.runners.interface import ProgressFn, Runner, TargetSpec
+from casekit.runners.registry import allow_help
+from casekit.settings import ALLOW_ENV
 
 ArchiveOption = Annotated[
     Path | None,
@@ -129,3 +131,14 @@ def default_runner_factory(spec: TargetSpec) -> Runner:
     from casekit.runners.registry import make_runner
 
     return make_runner(spec)
+
+
+Allow = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow",
+        metavar="KEY=VALUE",
+        envvar=ALLOW_ENV,  # CASEKIT_ALLOW="sandbox=none network=host": for make run and CI jobs
+        help=allow_help(),  # each runner's keys, from the registry
+    ),
+]

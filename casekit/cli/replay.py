@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from casekit.cli.common import (
+    Allow,
     ArchiveOption,
     FailOnOption,
     PerfRepeats,
@@ -23,8 +24,6 @@ from casekit.cli.common import (
 )
 from casekit.fsutil import STDOUT
 from casekit.outcome import FailOn
-from casekit.runners.registry import allow_help
-from casekit.settings import ALLOW_ENV
 
 if TYPE_CHECKING:  # the replay core (runners, classification) is imported only when the command runs
     from casekit.replay.plan import ReplayOutcome
@@ -123,15 +122,6 @@ BaseImage = Annotated[
     typer.Option(
         "--base-image",
         help="Docker: base image for the replay image (casekit-base:bookworm on hosts without a registry).",
-    ),
-]
-Allow = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--allow",
-        metavar="KEY=VALUE",
-        envvar=ALLOW_ENV,  # CASEKIT_ALLOW="sandbox=none network=host": for make run and CI jobs
-        help=allow_help(),  # each runner's keys, from the registry
     ),
 ]
 AllowInvalid = Annotated[
