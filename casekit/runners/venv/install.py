@@ -385,12 +385,15 @@ def _build(
         base = request.python or sys.executable
         _run_logged([_uv(), "venv", *relocatable, "-p", base, str(building)], log_path, env, root, progress, "uv venv")
         progress(f"installing {' '.join(packages)} with uv (this can take minutes) …")
-        # wheels only: the pins come from shared bundles, and building an sdist runs its code here, unsandboxed
-        # bytecode compiled now, before the env is published: the sandbox shows it read-only later
-        command = [_uv(), "pip", "install", "--python", str(python), "--only-binary", ":all:", "--compile-bytecode"]
+        # wheels only: the pins come from shared bundles, and building an sdist runs its code here, unsandboxed.
+        # No --compile-bytecode: uv compiles by running the env's interpreter with its site hook, after the
+        # packages are in, so a pinned wheel's .pth would run here as the user (as root in CI). casekit compiles
+        # with `-I -S` itself, below, before the env is published (the sandbox shows it read-only later).
+        command = [_uv(), "pip", "install", "--python", str(python), "--only-binary", ":all:"]
         command += [*_uv_tls_flags(), *_uv_index_flags(request)]
         refused = functools.partial(configured_cause, "uv", env=env, asked=packages)
         _run_logged([*command, *packages], log_path, env, root, progress, "uv pip install", explain=refused)
+        _compile_bytecode(building, final, log_path, root, progress)
         installer_version = _uv_version()
     else:
         base = _base_interpreter(request.python)
@@ -425,6 +428,17 @@ def _build(
     write_atomic(building / MARKER, json.dumps(marker, indent=1))  # written last: its presence means "complete"
     progress(f"env {final.name} ready: torch {torch_version}, python {python_version} ({marker['build_s']} s)")
     return marker
+
+
+def _compile_bytecode(building: Path, final: Path, log_path: Path, root: Path, progress: ProgressFn) -> None:
+    """Compile an env's site folders with its own interpreter under `-I -S` (no site hook: no .pth line of a
+    pinned package runs), the paths in the bytecode naming the folder the env is published as."""
+    progress("compiling bytecode (python -I -S -m compileall) …")
+    python = building / "bin" / "python"
+    for site in site_folders(building):
+        command = [str(python), "-I", "-S", "-m", "compileall", "-q", "-j", "0"]
+        command += ["-s", str(building), "-p", str(final), str(site)]
+        _run_logged(command, log_path, installer_environment(root), root, progress, "compileall", check=False)
 
 
 def _base_interpreter(python: str | None) -> str:
