@@ -155,6 +155,7 @@ def bench_one(repro: Repro, args: argparse.Namespace, out_root: Path) -> dict[st
         "wall_s": round(result.seconds, 1),
         "load": os.getloadavg(),
         "stopped": result.stopped,
+        "refusals": dict(sorted(result.refusals.items(), key=lambda kv: -kv[1])),  # why candidates were refused
         "kept": f"{result.kept.where()} {result.kept.gb_id or result.kept.category}",
         "confirmed": bool(result.confirmed and result.confirmed.kept),
         "out": str(out),
@@ -205,7 +206,8 @@ def main() -> int:
             f"{row['reduce_s_per_candidate']} ({row['naive_over_reduce']}x)"
             + f"; python {repro.script.name} alone: {row['standalone']}"
             + (f"; second release: {row['second_release']}" if "second_release" in row else "")
-            + f"; checklist: {'; '.join(row.get('checklist') or []) or 'passes'}",
+            + f"; checklist: {'; '.join(row.get('checklist') or []) or 'passes'}"
+            + f"; refused: {row['refusals']}",
             flush=True,
         )
     print(f"reduced files under {out_root}; load after {os.getloadavg()}")

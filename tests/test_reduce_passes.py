@@ -182,6 +182,22 @@ def test_single_use_variables_are_written_where_they_are_read_at_that_place() ->
     assert read.lineno == 9  # the value now sits on the reading line (the pairing sees that line)
 
 
+def test_a_stand_in_written_in_place_is_still_a_stand_in() -> None:
+    from casekit.reduce.passes.stand_ins import TENSOR, stand_ins
+    from casekit.reduce.passes.variables import inline_variables
+
+    original = "import torch\n\ndef route(x):\n    w = x.softmax(-1)\n    return (w, x)\n"
+    tree = ast.parse(original)
+    value = next(n for n in ast.walk(tree) if isinstance(n, ast.Assign)).value
+    assign = next(n for n in ast.walk(tree) if isinstance(n, ast.Assign))
+    assign.value = ast.Constant(value=0)  # what pysource-minimize writes: a 0 with no place
+    assert value is not None
+    reduced = inline_variables(tree, lambda candidate: True, copy.deepcopy)
+    assert "return (0, x)" in ast.unparse(reduced)
+    found = stand_ins({"m.py": reduced}, {"m.py": ast.parse(original)})
+    assert [s.kind for s in found] == [TENSOR]  # the returned tensor's stand-in, seen for what it is
+
+
 def test_a_field_read_that_no_method_sets_any_more_is_seen_without_running() -> None:
     from casekit.reduce.explore.search import unset_attributes
 

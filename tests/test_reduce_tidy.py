@@ -103,6 +103,58 @@ def test_a_forward_called_through_an_instance_loses_its_argument_at_the_recorded
     assert "return router(tokens, offset)" in control.text
 
 
+COMPILED_STEP = textwrap.dedent(
+    """
+    import torch
+
+    class Encoder(torch.nn.Module):
+        def __init__(self, config):
+            super().__init__()
+
+    class Classifier(torch.nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.encoder = Encoder(config)
+
+    def train_step(model, tokens, recorded):
+        return model(tokens).sum().item()
+
+    def train():
+        step_fn = torch.compile(train_step)
+        step_fn(Classifier(0), torch.ones(2), [])
+        torch.compile(train_step)(Classifier(0), torch.ones(2), [])
+    """
+)
+
+
+def test_a_compiled_function_loses_its_argument_and_what_a_removal_frees_goes_next() -> None:
+    tree = ast.parse(COMPILED_STEP)
+    step = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "train_step")
+    calls = {n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and "Classifier(0)" in ast.unparse(n)}
+    search = Asked(COMPILED_STEP)
+    search.facts = Facts(
+        "m.py",
+        {"m.py": COMPILED_STEP},
+        ("m.py",),
+        callers={("m.py", step.lineno): frozenset(("m.py", c) for c in calls)},
+    )
+    parameters.run(search)  # type: ignore[arg-type]
+    text = search.text
+    assert "def train_step(model, tokens):" in text
+    assert (
+        "step_fn(Classifier(), torch.ones(2))" in text
+        and "torch.compile(train_step)(Classifier(), torch.ones(2))" in text
+    )
+    # Encoder(config) went in the first round, which left Classifier's config unused: the next round takes it
+    assert "def __init__(self, config)" not in text and "Encoder()" in text
+    assert parameters.unused_parameters(search.trees) == []
+    # the control: without the recorded callers the compiled calls are not found, the calls still pass three
+    # arguments to two parameters (a TypeError: the oracle refuses it), and the parameter stays
+    control = Asked(COMPILED_STEP, keep=lambda text: not ("def train_step(model, tokens):" in text and ", [])" in text))
+    parameters.run(control)  # type: ignore[arg-type]
+    assert "def train_step(model, tokens, recorded):" in control.text and "Encoder()" in control.text
+
+
 LOOPY = textwrap.dedent(
     """
     def main(blocks, data):

@@ -142,9 +142,9 @@ def train(config: TrainConfig) -> dict[str, float]:
             if step % config.log_every == 0:
                 metrics.log(step)
                 metrics.reset()
-        print(f"epoch {epoch}: eval mse {evaluate(model, loader):.4f}")
+        print(f"epoch {epoch}: eval mse {evaluate(compiled, loader):.4f}")
     print(stream.getvalue().strip().splitlines()[-1])
-    return {"steps": float(step), "eval_mse": evaluate(model, loader)}
+    return {"steps": float(step), "eval_mse": evaluate(compiled, loader)}
 
 
 if __name__ == "__main__":

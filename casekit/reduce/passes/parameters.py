@@ -5,10 +5,12 @@ still builds and passes a value for it; a reducer that only deletes code leaves 
 cfg)` with `cfg` unused and calls that pass `0` for it. Here a parameter that its function's body
 never reads goes, and so does the argument at each call of that function: calls by its name (a
 function, a class for its `__init__`, `.name(...)` for a method) and, for what is called through
-something else (a module's `forward` through `nn.Module.__call__`), the calls on the lines the
-original's eager run recorded as its callers, those whose arguments fit the signature. All unused
-parameters at once first, then each function's, then each one's; the oracle judges each candidate,
-so a call found wrongly costs one run, never a wrong result.
+something else (a module's `forward` through `nn.Module.__call__`, a compiled function through what
+`torch.compile` returned), the calls on the lines the original's eager run recorded as its callers,
+those whose arguments fit the signature. All unused parameters at once first, then each function's,
+then each one's; again while a round frees more (`Block(config)` gone, `Model.__init__`'s `config`
+is unused too). The oracle judges each candidate, so a call found wrongly costs one run, never a
+wrong result.
 """
 
 from __future__ import annotations
@@ -104,7 +106,9 @@ def _named(call: ast.Call, unused: Unused) -> bool:
 
 
 def _calls_of(trees: Trees, unused: Unused, callers: frozenset[tuple[str, int]]) -> Iterator[ast.Call]:
-    through_instance = unused.owner is not None and unused.name == "forward"  # nn.Module.__call__ calls it
+    # called through something else: a module's forward through nn.Module.__call__, a function through
+    # what holds it (`step_fn = torch.compile(train_step)`, `torch.compile(train_step)(...)`)
+    through_instance = unused.owner is None or unused.name == "forward"
     known = _known_names(trees) if through_instance else frozenset()
     for file, tree in trees.items():
         for node in ast.walk(tree) if tree is not None else ():
@@ -176,7 +180,19 @@ def _drop_parameter(arguments: ast.arguments, name: str) -> None:
     arguments.kw_defaults = [d for _, d in pairs]
 
 
+ROUNDS = 3  # a parameter that only fed another function's unused one is unused once that one goes
+
+
 def run(search: Search) -> None:
+    for _ in range(ROUNDS):
+        before = {(u.file, u.function, u.parameter) for u in unused_parameters(search.trees)}
+        _one_round(search)
+        after = {(u.file, u.function, u.parameter) for u in unused_parameters(search.trees)}
+        if not after or after == before:
+            return
+
+
+def _one_round(search: Search) -> None:
     found = unused_parameters(search.trees)
     if not found or search.ask(without_parameters(search.trees, found, search)):
         return
