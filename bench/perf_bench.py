@@ -13,7 +13,12 @@ while a verdict is open) and judged by its rule (casekit.perf.judge):
 The script compiles with Inductor (the default backend). Cold compiles are left out (--cold 0: the A/A
 bound is about the axes judged with several processes; a cold compile is one process a side by default).
 Every comparison prints its verdicts, the change and the A/A noise floor per axis; the summary gives the
-counts, the blocks and processes used, the floors seen and the host's load. JSON with --json.
+counts, the blocks and processes used, the floors seen and the host's load. JSON with --json, rewritten after
+every comparison, so an interrupted bench keeps what it measured.
+
+Cost on 2 cores: a comparison is 15-24 fresh processes of 7-12 s each (importing torch, a warm compile, the
+blocks), 2.5-5 minutes, so the default 100 A/A comparisons take 4-8 hours (`make bench BENCH_PERF_ARGS='--aa 20'`
+for a shorter look; 20 comparisons cannot show a 1-in-100 bound).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -89,17 +95,21 @@ def compare_once(subject: PerfSubject, a: PerfTarget, b: PerfTarget, settings: P
     }
 
 
-def run(kind: str, times: int, extra: int, settings: PerfSettings, folder: Path) -> list[dict]:
+def run(
+    kind: str, times: int, extra: int, settings: PerfSettings, folder: Path, found: list[dict], save: Callable[[], None]
+) -> list[dict]:
+    """`times` comparisons of A against B (B `extra` products heavier), each appended to `found` and saved at
+    once: 100 A/A comparisons take hours on 2 cores, and an interrupted bench keeps what it measured."""
     script = folder / "bench.py"
     script.write_text(SCRIPT)
     subject = PerfSubject("bench", ScriptRole.PRE, script.name, SCRIPT, script)
     a, b = session(20), session(20 + extra)
-    found = []
     try:
         targets = (PerfTarget("A", a), PerfTarget("B", b))
         for index in range(times):
             result = compare_once(subject, *targets, settings)
             found.append(result)
+            save()
             called = {k: v for k, v in result["verdicts"].items() if v in ("slower", "faster")}
             floors = ", ".join(f"{k} {v:.1%}" for k, v in result["floors"].items() if v is not None)
             print(
@@ -146,10 +156,17 @@ def main() -> int:
     settings = replace(PerfSettings(), cold=args.cold)
     folder = Path(tempfile.mkdtemp(prefix="perf-bench-"))
     started = time.monotonic()
-    results = {
-        "aa": run("A/A", args.aa, 0, settings, folder),
-        "injected": run("+10 %", args.injected, 2, settings, folder),
-    }
+    results: dict[str, list[dict]] = {"aa": [], "injected": []}
+
+    def save() -> None:
+        if args.json:
+            summaries = [summary("A/A", results["aa"]), summary("injected +10 %", results["injected"])]
+            partial = args.json.with_name(args.json.name + ".part")
+            partial.write_text(json.dumps({"results": results, "summary": summaries}, indent=1))
+            partial.replace(args.json)
+
+    run("A/A", args.aa, 0, settings, folder, results["aa"], save)
+    run("+10 %", args.injected, 2, settings, folder, results["injected"], save)
     summaries = [summary("A/A", results["aa"]), summary("injected +10 %", results["injected"])]
     for item in summaries:
         print(json.dumps(item))
@@ -159,8 +176,6 @@ def main() -> int:
         f"+10 %: steady slower in {injected['steady_slower']} of {injected['comparisons']} (at least 9 of 10 on a quiet "
         f"machine); {time.monotonic() - started:.0f} s in all; {load_average()}"
     )
-    if args.json:
-        args.json.write_text(json.dumps({"results": results, "summary": summaries}, indent=1))
     return 0
 
 

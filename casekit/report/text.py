@@ -431,7 +431,12 @@ def perf_text(case: str, entry: PerfEntry) -> str:
     if figures.steady_unavailable:
         lines.append(f"    steady state not measured: {figures.steady_unavailable}")
     if figures.phases:
-        lines.append("    cold compile phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in figures.phases.items()))
+        # torch's own cumulative timers: each phase includes the ones it calls (dynamo ⊃ aot_autograd ⊃ inductor
+        # ⊃ codegen), so they are read one against the other, never summed
+        lines.append(
+            "    cold compile phases (nested, not to be summed): "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in figures.phases.items())
+        )
     extras = [part for part in (figures.caches, figures.instructions) if part]
     if extras:
         lines.append("    " + "; ".join(extras))
