@@ -65,7 +65,9 @@ def test_a_cold_process_misses_the_compile_cache_and_a_warm_one_hits_it(inductor
     assert (cold.cache, warm.cache) == ("cold", "warm") and cold.ok and warm.ok, (cold.detail, warm.detail)
     assert cold.cache_misses > 0 and cold.cache_hits == 0  # torch's own counters: fxgraph / autograd cache
     assert warm.cache_hits > 0 and warm.cache_misses == 0
-    assert cold.compile_s > warm.compile_s  # C++ codegen is what the warm cache saves
+    # everything Inductor keeps between processes is kept, its C++ precompiled headers in the temp folder too:
+    # a warm run that rebuilt them took half the cold one's time here (9.5 of 19 s), one that keeps them 1.5 s
+    assert warm.compile_s < cold.compile_s / 3, (cold.compile_s, warm.compile_s)
     assert figures("t", ScriptRole.PRE, inductor_2_13).caches == "cold missed, warm hit"
 
 
