@@ -13,6 +13,7 @@ from casekit.runners.interface import ProbeJob, TargetSpec
 from casekit.runners.registry import make_runner
 
 from .conftest import FIXTURES, SCRIPTS
+from .fixtures.record_probe_fixtures import beside_scripts
 from .security.procs import wait_unmarked
 
 HOSTILE = {
@@ -91,7 +92,8 @@ def test_one_torch_import_for_the_whole_batch(hostile_batch):
 def test_live_2_13_run_agrees_with_the_recorded_fixtures():
     runner = make_runner(TargetSpec(runner="python"))
     scripts = sorted((FIXTURES / "scripts").glob("*.py"))
-    batch = runner.run_probe([ProbeJob(id=s.stem, script=s, timeout=60) for s in scripts], lambda m: None)
+    jobs = [ProbeJob(id=s.stem, script=s, timeout=60, includes=beside_scripts()) for s in scripts]
+    batch = runner.run_probe(jobs, lambda m: None)
     if not batch.environment["torch"].startswith("2.13.0"):
         pytest.skip(f"fixtures were recorded on 2.13.0; this interpreter has torch {batch.environment['torch']}")
     for script in scripts:
@@ -102,3 +104,25 @@ def test_live_2_13_run_agrees_with_the_recorded_fixtures():
         recorded = interpret(recorded_raw, recorded_raw["script"], script.name, script.read_text())
         assert [(s.where(), s.category) for s in live.sites] == [(s.where(), s.category) for s in recorded.sites]
         assert live.graphs == recorded.graphs
+
+
+@pytest.mark.slow
+@pytest.mark.torch251
+def test_live_2_5_1_runs_keep_a_library_break_and_a_break_on_its_callers_line_apart(torch251_python):
+    """The scripts whose library function breaks below a line that breaks too, run now on torch 2.5.1 (the release
+    that logs the line's break from a resume function): two sites each, as recorded (test_observe.py)."""
+    names = ["library_and_caller_item", "library_logger_and_caller_item"]
+    runner = make_runner(TargetSpec(runner="python", python=torch251_python))
+    jobs = [
+        ProbeJob(id=n, script=FIXTURES / "scripts" / f"{n}.py", timeout=120, includes=beside_scripts()) for n in names
+    ]
+    batch = runner.run_probe(jobs, lambda m: None)
+    assert batch.environment["torch"].startswith("2.5.1")
+    for name in names:
+        script = FIXTURES / "scripts" / f"{name}.py"
+        live = interpret(batch.results[name], batch.results[name]["script"], script.name, script.read_text())
+        recorded_raw = json.loads((FIXTURES / "probe" / "2.5.1" / f"{name}.json").read_text())
+        recorded = interpret(recorded_raw, recorded_raw["script"], script.name, script.read_text())
+        assert [(s.where(), s.category) for s in live.sites] == [(s.where(), s.category) for s in recorded.sites]
+        assert len(live.sites) == 2 and live.sites[1].where() == f"{name}.py:8", live.sites
+        assert live.graphs == recorded.graphs == 6
