@@ -289,6 +289,10 @@ def test_a_callers_record_that_names_the_library_function_below_it_is_that_break
         caller("'inline in skipfiles: scaled_loss'", "GB0008", SiteKind.SKIP),  # the caller's frame fell back
     ):
         assert len(_merge_call_sites([callee(), other])) == 2, other.reason
+    # a function of the script itself is no library: its break and a record naming it on the line stay two
+    in_script = callee()
+    in_script.file, in_script.stack[-1] = "repro.py", Frame("repro.py", 15, "scaled_loss")
+    assert len(_merge_call_sites([in_script, caller("'inline in skipfiles: scaled_loss'", "GB0008")])) == 2
 
 
 def test_two_records_of_one_break_on_one_line_are_one_site():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import uuid
 
 import pytest
@@ -106,23 +107,35 @@ def test_live_2_13_run_agrees_with_the_recorded_fixtures():
         assert live.graphs == recorded.graphs
 
 
+LIBRARY_AND_CALLER = ["library_and_caller_item", "library_logger_and_caller_item"]
+
+
+def _library_and_caller_sites_live(python: str, release: str) -> None:
+    """The scripts whose library function breaks below a script line that breaks too, run now on `python`: two
+    sites each, the second on the caller's line, as recorded on `release` (test_observe.py reads the records)."""
+    runner = make_runner(TargetSpec(runner="python", python=python))
+    scripts = [FIXTURES / "scripts" / f"{name}.py" for name in LIBRARY_AND_CALLER]
+    jobs = [ProbeJob(id=s.stem, script=s, timeout=120, includes=beside_scripts()) for s in scripts]
+    batch = runner.run_probe(jobs, lambda m: None)
+    assert batch.environment["torch"].startswith(release)
+    for script in scripts:
+        live = interpret(
+            batch.results[script.stem], batch.results[script.stem]["script"], script.name, script.read_text()
+        )
+        recorded_raw = json.loads((FIXTURES / "probe" / release / f"{script.stem}.json").read_text())
+        recorded = interpret(recorded_raw, recorded_raw["script"], script.name, script.read_text())
+        assert [(s.where(), s.category) for s in live.sites] == [(s.where(), s.category) for s in recorded.sites]
+        assert len(live.sites) == 2 and live.sites[1].where() == f"{script.name}:8", live.sites
+        assert live.graphs == recorded.graphs == 6
+
+
+@pytest.mark.slow
+def test_live_2_13_runs_keep_a_library_break_and_a_break_on_its_callers_line_apart():
+    _library_and_caller_sites_live(sys.executable, "2.13.0")
+
+
 @pytest.mark.slow
 @pytest.mark.torch251
 def test_live_2_5_1_runs_keep_a_library_break_and_a_break_on_its_callers_line_apart(torch251_python):
-    """The scripts whose library function breaks below a line that breaks too, run now on torch 2.5.1 (the release
-    that logs the line's break from a resume function): two sites each, as recorded (test_observe.py)."""
-    names = ["library_and_caller_item", "library_logger_and_caller_item"]
-    runner = make_runner(TargetSpec(runner="python", python=torch251_python))
-    jobs = [
-        ProbeJob(id=n, script=FIXTURES / "scripts" / f"{n}.py", timeout=120, includes=beside_scripts()) for n in names
-    ]
-    batch = runner.run_probe(jobs, lambda m: None)
-    assert batch.environment["torch"].startswith("2.5.1")
-    for name in names:
-        script = FIXTURES / "scripts" / f"{name}.py"
-        live = interpret(batch.results[name], batch.results[name]["script"], script.name, script.read_text())
-        recorded_raw = json.loads((FIXTURES / "probe" / "2.5.1" / f"{name}.json").read_text())
-        recorded = interpret(recorded_raw, recorded_raw["script"], script.name, script.read_text())
-        assert [(s.where(), s.category) for s in live.sites] == [(s.where(), s.category) for s in recorded.sites]
-        assert len(live.sites) == 2 and live.sites[1].where() == f"{name}.py:8", live.sites
-        assert live.graphs == recorded.graphs == 6
+    # 2.5.1 logs the line's own break from the resume function that starts on that line
+    _library_and_caller_sites_live(torch251_python, "2.5.1")
