@@ -206,6 +206,95 @@ def test_a_reasons_only_record_of_the_parent_call_line_merges_into_the_break_bel
     assert len(_merge_call_sites([inner, logged])) == 2
 
 
+# Real runs (tests/fixtures/scripts, importing scripts/beside/stats_lib.py): a break inside a library function
+# called from the script's line, and another break on that same line, once with the same id (.item() in both)
+# and once for another cause (a logger call in the library)
+LIBRARY_AND_CALLER = {
+    "library_and_caller_item": [
+        ("stats_lib.py:10", "mean_value", "GB0124"),
+        ("library_and_caller_item.py:8", "step", "GB0124"),
+    ],
+    "library_logger_and_caller_item": [
+        ("stats_lib.py:15", "scaled_loss", "GB0291"),
+        ("library_logger_and_caller_item.py:8", "step", "GB0124"),
+    ],
+}
+
+
+def _logged_innermost(release: str, name: str) -> list[tuple[str, int]]:
+    """(file name, line) of the innermost user frame of every graph_breaks record of the compiled run."""
+    raw = json.loads((FIXTURES / "probe" / release / f"{name}.json").read_text())
+    places = []
+    for record in raw["runs"]["compiled"]["records"]:
+        if record.get("kind") == "graph_breaks":
+            frames = parse_graph_break(record["message"], record.get("exc_type"), record.get("exc_message")).frames
+            user = [f for f in frames if f.file.endswith(("stats_lib.py", f"{name}.py"))]
+            if user:
+                places.append((user[-1].file.rsplit("/", 1)[-1], user[-1].line))
+    return places
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("name", sorted(LIBRARY_AND_CALLER))
+def test_a_break_in_a_library_function_and_another_on_its_callers_line_are_two_sites(release, name):
+    """`mean_value(y) + x.max().item()` breaks in the library function and again on the script's line: two
+    breaks (three graphs a call), whether or not they share an id. The line is a call site on the library
+    break's stack, so a rule that takes a logged break there for the library break seen from its caller
+    (the same id was enough) made them one."""
+    from casekit.observe.interpret import break_invariant
+
+    # the records hold both: one whose innermost frame is the library's, one at the caller's line
+    assert {("stats_lib.py", int(LIBRARY_AND_CALLER[name][0][0].split(":")[1])), (f"{name}.py", 8)} <= set(
+        _logged_innermost(release, name)
+    )
+    observation = observe(release, name)
+    assert [(s.where(), s.function, s.category) for s in observation.sites] == LIBRARY_AND_CALLER[name]
+    library = observation.sites[0]
+    assert library.call_site is not None and library.call_site.where() == f"{name}.py:8"
+    assert observation.graphs == 6 and break_invariant(observation) is None
+
+
+def test_a_callers_record_that_names_the_library_function_below_it_is_that_break():
+    """The merge rule itself (no release recorded here logs it, see the two-site test above): a logged record at
+    the caller's line whose reason names the library function that broke below it, as an inlining failure names
+    it, is that break seen from its caller; one that only shares the id, or names another function, is not."""
+    from casekit.model import Frame, Site, SiteKind
+    from casekit.observe.interpret import _merge_call_sites
+
+    def callee() -> Site:
+        stack = [Frame("repro.py", 8, "step"), Frame("stats_lib.py", 15, "scaled_loss")]
+        return Site("stats_lib.py", 15, "scaled_loss", "", "GB0291", "Logger", stack=stack, sources=["log"])
+
+    def caller(reason: str, category: str, kind: SiteKind = SiteKind.BREAK) -> Site:
+        return Site(
+            "repro.py",
+            8,
+            "step",
+            "",
+            category,
+            reason,
+            stack=[Frame("repro.py", 8, "step")],
+            kind=kind,
+            sources=["log"],
+        )
+
+    below = callee()
+    named = caller("SKIPPED INLINING <code object scaled_loss at 0x7f, file stats_lib.py, line 13>", "GB0008")
+    assert _merge_call_sites([below, named]) == [below]
+    assert len(_merge_call_sites([callee(), caller("'inline in skipfiles: scaled_loss'", "GB0008")])) == 1
+    for other in (
+        caller("Tensor.item", "GB0124"),  # another cause on the line
+        caller("Logger not supported for non-export cases", "GB0291"),  # the same id only
+        caller("'inline in skipfiles: scaled_loss_v2'", "GB0008"),  # another function
+        caller("'inline in skipfiles: scaled_loss'", "GB0008", SiteKind.SKIP),  # the caller's frame fell back
+    ):
+        assert len(_merge_call_sites([callee(), other])) == 2, other.reason
+    # a function of the script itself is no library: its break and a record naming it on the line stay two
+    in_script = callee()
+    in_script.file, in_script.stack[-1] = "repro.py", Frame("repro.py", 15, "scaled_loss")
+    assert len(_merge_call_sites([in_script, caller("'inline in skipfiles: scaled_loss'", "GB0008")])) == 2
+
+
 def test_two_records_of_one_break_on_one_line_are_one_site():
     # 2.13 logs both the key lambda's item() and the max() call it broke: one break, 2 graphs
     [site] = observe_corpus("2.13.0", "max_lambda_key").sites

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import uuid
 
 import pytest
@@ -13,6 +14,7 @@ from casekit.runners.interface import ProbeJob, TargetSpec
 from casekit.runners.registry import make_runner
 
 from .conftest import FIXTURES, SCRIPTS
+from .fixtures.record_probe_fixtures import beside_scripts
 from .security.procs import wait_unmarked
 
 HOSTILE = {
@@ -91,7 +93,8 @@ def test_one_torch_import_for_the_whole_batch(hostile_batch):
 def test_live_2_13_run_agrees_with_the_recorded_fixtures():
     runner = make_runner(TargetSpec(runner="python"))
     scripts = sorted((FIXTURES / "scripts").glob("*.py"))
-    batch = runner.run_probe([ProbeJob(id=s.stem, script=s, timeout=60) for s in scripts], lambda m: None)
+    jobs = [ProbeJob(id=s.stem, script=s, timeout=60, includes=beside_scripts()) for s in scripts]
+    batch = runner.run_probe(jobs, lambda m: None)
     if not batch.environment["torch"].startswith("2.13.0"):
         pytest.skip(f"fixtures were recorded on 2.13.0; this interpreter has torch {batch.environment['torch']}")
     for script in scripts:
@@ -102,3 +105,37 @@ def test_live_2_13_run_agrees_with_the_recorded_fixtures():
         recorded = interpret(recorded_raw, recorded_raw["script"], script.name, script.read_text())
         assert [(s.where(), s.category) for s in live.sites] == [(s.where(), s.category) for s in recorded.sites]
         assert live.graphs == recorded.graphs
+
+
+LIBRARY_AND_CALLER = ["library_and_caller_item", "library_logger_and_caller_item"]
+
+
+def _library_and_caller_sites_live(python: str, release: str) -> None:
+    """The scripts whose library function breaks below a script line that breaks too, run now on `python`: two
+    sites each, the second on the caller's line, as recorded on `release` (test_observe.py reads the records)."""
+    runner = make_runner(TargetSpec(runner="python", python=python))
+    scripts = [FIXTURES / "scripts" / f"{name}.py" for name in LIBRARY_AND_CALLER]
+    jobs = [ProbeJob(id=s.stem, script=s, timeout=120, includes=beside_scripts()) for s in scripts]
+    batch = runner.run_probe(jobs, lambda m: None)
+    assert batch.environment["torch"].startswith(release)
+    for script in scripts:
+        live = interpret(
+            batch.results[script.stem], batch.results[script.stem]["script"], script.name, script.read_text()
+        )
+        recorded_raw = json.loads((FIXTURES / "probe" / release / f"{script.stem}.json").read_text())
+        recorded = interpret(recorded_raw, recorded_raw["script"], script.name, script.read_text())
+        assert [(s.where(), s.category) for s in live.sites] == [(s.where(), s.category) for s in recorded.sites]
+        assert len(live.sites) == 2 and live.sites[1].where() == f"{script.name}:8", live.sites
+        assert live.graphs == recorded.graphs == 6
+
+
+@pytest.mark.slow
+def test_live_2_13_runs_keep_a_library_break_and_a_break_on_its_callers_line_apart():
+    _library_and_caller_sites_live(sys.executable, "2.13.0")
+
+
+@pytest.mark.slow
+@pytest.mark.torch251
+def test_live_2_5_1_runs_keep_a_library_break_and_a_break_on_its_callers_line_apart(torch251_python):
+    # 2.5.1 logs the line's own break from the resume function that starts on that line
+    _library_and_caller_sites_live(torch251_python, "2.5.1")

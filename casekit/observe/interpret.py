@@ -228,9 +228,9 @@ def _merge_site(sites: list[Site], new: Site) -> None:
 def _merge_call_sites(sites: list[Site]) -> list[Site]:
     """A site whose line is a call site on the stack of an observed break is that break seen from its
     parent frame (Dynamo names the caller's line too): never a second break. So is a compile-reason-only
-    site there, and a logged one when the break below is in another file (a library function called from
-    that line) for the same cause: older releases log such a break from the callee and again at the
-    caller's line (2.5.1), newer ones from the callee only."""
+    site there, and a logged one whose reason names the function below it in another file (the caller's
+    record of a library function it could not inline). A logged break on that line with only the same id
+    is a break of its own: `mean_value(y) + x.max().item()` breaks twice, in the helper and on the line."""
     kept = []
     for site in sites:
         parent_of = [
@@ -250,12 +250,13 @@ def _merge_call_sites(sites: list[Site]) -> list[Site]:
 
 
 def _same_break_from_its_caller(caller: Site, callee: Site) -> bool:
-    """`callee` is a break in another file below `caller`'s line, and `caller` names the same cause: the same
-    id, or an inlining failure of the callee's function ("SKIPPED INLINING", "inline in skipfiles: f")."""
+    """`callee` is a break in another file below `caller`'s line, and `caller`'s reason names the callee's
+    function (an inlining failure of it: "SKIPPED INLINING", "inline in skipfiles: f"). The same id alone
+    is no proof: two `.item()` calls, one in the library function and one on the line, are two breaks."""
     if callee.file == caller.file or caller.kind is SiteKind.SKIP and callee.kind is not SiteKind.SKIP:
         return False
-    return caller.category == callee.category or bool(
-        callee.function not in ("?", "<module>") and re.search(rf"\b{re.escape(callee.function)}\b", caller.reason)
+    return callee.function not in ("?", "<module>") and bool(
+        re.search(rf"\b{re.escape(callee.function)}\b", caller.reason)
     )
 
 
