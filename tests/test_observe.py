@@ -295,6 +295,78 @@ def test_a_callers_record_that_names_the_library_function_below_it_is_that_break
     assert len(_merge_call_sites([in_script, caller("'inline in skipfiles: scaled_loss'", "GB0008")])) == 2
 
 
+def _compile_reasons(release: str, name: str) -> list[tuple[str, list[tuple[str, int]]]]:
+    """(reason, [(file name, line)]) of every compile reason of the compiled run, as the probe recorded them."""
+    raw = json.loads((FIXTURES / "probe" / release / f"{name}.json").read_text())
+    return [
+        (r["reason"].splitlines()[0], [(f["file"].rsplit("/", 1)[-1], f["line"]) for f in r["stack"]])
+        for r in raw["runs"]["compiled"]["compile_reasons"]
+    ]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_library_break_2_5_1_logs_only_from_its_own_frame_is_one_site_with_its_callers_cut(release):
+    """transformers 4.47.1 (recorded from a venv holding it beside each release's torch): the script's line
+    `model.loss_function(...)` reads a property whose getter calls `logger.warning_once`. 2.5.1 cuts the
+    script's frame on that line with the bare compile reason "step_unsupported" and logs the break only from
+    the getter's own frame, with no caller on its stack; 2.13 logs it with the script's line above it. One
+    break on both releases, so one site that persists (two sites read "persists + gone" on upgrade)."""
+    from casekit.classify import pair_sites
+    from casekit.model import SiteClass
+    from casekit.observe.interpret import break_invariant
+
+    name, line = "transformers_loss_property", 17
+    reasons = _compile_reasons(release, name)
+    assert ("step_unsupported", [(f"{name}.py", line)]) in reasons
+    logged = _logged_stacks(release, name)
+    assert [("modeling_utils.py", 5129)] in logged  # the getter's own frame, on both releases
+    # only 2.13 logs it from the script's frame too
+    from_the_script = [(f"{name}.py", line), ("modeling_utils.py", 5129)]
+    assert any(stack[-2:] == from_the_script for stack in logged) == (release == "2.13.0")
+    observation = observe(release, name)
+    assert [(s.where(), s.function, s.category) for s in observation.sites] == [
+        ("transformers/modeling_utils.py:5129", "loss_function", "GB0291")
+    ]
+    assert observation.graphs == 2 and break_invariant(observation) is None
+    [pairing] = pair_sites(observe("2.5.1", name).sites, observe("2.13.0", name).sites, set(), set())
+    assert pairing.site_class is SiteClass.PERSISTS
+
+
+def _logged_stacks(release: str, name: str) -> list[list[tuple[str, int]]]:
+    """(file name, line) of the script's and library frames of each graph_breaks record of the compiled run."""
+    raw = json.loads((FIXTURES / "probe" / release / f"{name}.json").read_text())
+    stacks = []
+    for record in raw["runs"]["compiled"]["records"]:
+        if record.get("kind") == "graph_breaks":
+            frames = parse_graph_break(record["message"], record.get("exc_type"), record.get("exc_message")).frames
+            places = [(f.file.rsplit("/", 1)[-1], f.line) for f in frames]
+            stacks.append([p for p in places if p[0] in (f"{name}.py", "modeling_utils.py")])
+    return stacks
+
+
+def test_a_bare_cut_is_the_break_of_the_function_its_line_names_that_ran_alone():
+    """The rule itself: a compile-reason-only "step_unsupported" on a line is the logged break of another
+    file's function that ran as a frame of its own, when the line names that function; not one the line
+    does not name, nor one logged with a caller of its own, nor a cut that gave a cause of its own."""
+    from casekit.model import Frame, Site
+    from casekit.observe.interpret import _merge_call_sites
+
+    def getter(function: str = "loss_function", stack_above: tuple[Frame, ...] = ()) -> Site:
+        stack = [*stack_above, Frame("modeling_utils.py", 5129, function)]
+        return Site("modeling_utils.py", 5129, function, "", "GB0291", "Logger", stack=stack, sources=["log"])
+
+    def cut(reason: str = "step_unsupported", source: str = "loss = model.loss_function(logits, labels, 64)"):
+        stack = [Frame("repro.py", 17, "step", source)]
+        return Site("repro.py", 17, "step", source, f"legacy:{reason}", reason, stack=stack, sources=["reasons"])
+
+    below = getter()
+    assert _merge_call_sites([below, cut()]) == [below] and below.sources == ["log", "reasons"]
+    assert len(_merge_call_sites([getter("other_function"), cut()])) == 2  # the line names another function
+    elsewhere = (Frame("trainer.py", 40, "train_step"),)
+    assert len(_merge_call_sites([getter(stack_above=elsewhere), cut()])) == 2  # it has a caller of its own
+    assert len(_merge_call_sites([getter(), cut("generic_jump")])) == 2  # the cut gave its own cause
+
+
 def test_two_records_of_one_break_on_one_line_are_one_site():
     # 2.13 logs both the key lambda's item() and the max() call it broke: one break, 2 graphs
     [site] = observe_corpus("2.13.0", "max_lambda_key").sites

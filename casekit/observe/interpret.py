@@ -48,6 +48,7 @@ SITE_PACKAGES = re.compile(r"(?:site|dist)-packages/(?P<rel>.+)$")
 ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/])/[^\s'\"():,<>\[\]]+")
 STDLIB = re.compile(r"/lib/python\d+\.\d+/(?P<rel>.+)$")
 FROM_USER_CODE = "from user code:"
+UNEXPLAINED_CUT = "step_unsupported"  # 2.5.1's compile reason for a frame cut where no break was logged
 SHORT_DTYPE = {
     "float32": "f32",
     "float64": "f64",
@@ -241,6 +242,8 @@ def _merge_call_sites(sites: list[Site]) -> list[Site]:
             and any((f.file, f.line) == (site.file, site.line) for f in other.stack[:-1])
         ]
         seen_from_caller = [other for other in parent_of if _same_break_from_its_caller(site, other)]
+        if site.sources == ["reasons"] and not parent_of:
+            parent_of = [other for other in sites if _cut_at_the_call_of(site, other)]
         if (site.sources == ["reasons"] and parent_of) or seen_from_caller:
             below = (seen_from_caller or parent_of)[0]
             below.sources += [source for source in site.sources if source not in below.sources]
@@ -257,6 +260,21 @@ def _same_break_from_its_caller(caller: Site, callee: Site) -> bool:
         return False
     return callee.function not in ("?", "<module>") and bool(
         re.search(rf"\b{re.escape(callee.function)}\b", caller.reason)
+    )
+
+
+def _cut_at_the_call_of(caller: Site, callee: Site) -> bool:
+    """2.5.1 cuts a frame at an instruction that implicitly calls a function it cannot trace (a property read
+    as `model.loss_function`) with the bare reason "step_unsupported" and logs nothing there; the function then
+    runs on its own and its frame logs the real break with no caller on the stack. That logged break, in
+    another file, in a function the caller's line names, is the cause of the cut: one break."""
+    if caller.reason != UNEXPLAINED_CUT or "log" not in callee.sources or callee.file == caller.file:
+        return False
+    ran_alone = len(callee.stack) <= 1  # no caller on its stack: Dynamo compiled it as a frame of its own
+    return (
+        ran_alone
+        and callee.function not in ("?", "<module>")
+        and bool(re.search(rf"\b{re.escape(callee.function)}\b", caller.source))
     )
 
 
