@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from casekit.reduce.passes.base import Search, Trees, copy_tree
 
 TENSOR, INT, FLOAT, BOOL, STR, NONE, UNKNOWN = "tensor", "int", "float", "bool", "str", "None", "unknown"
+TYPE = "type"  # an annotation: the original's is written back
 TORCH_MODULES = frozenset({"torch", "F", "nn", "functional"})
 INT_CALLS = frozenset({"len", "int", "round", "sum", "max", "min", "numel", "dim", "size", "item"})
 TENSOR_METHODS = frozenset(
@@ -61,6 +62,9 @@ TENSOR_METHODS = frozenset(
         "sin",
     }
 )
+
+
+ANNOTATIONS = frozenset({"annotation", "returns"})  # the fields where an expression is a type
 
 
 @dataclass(frozen=True)
@@ -178,7 +182,8 @@ def stand_ins(trees: Trees, originals: dict[str, ast.Module]) -> list[StandIn]:
                     continue
                 counterpart = places.get(_key(parent)) if hasattr(parent, "lineno") or parent is tree else None
                 stood = _at(counterpart, field, index, parent) if counterpart is not None else None
-                found.append(StandIn(file, _key(parent), field, index, kind_of(stood, original), stood))
+                kind = TYPE if field in ANNOTATIONS else kind_of(stood, original)
+                found.append(StandIn(file, _key(parent), field, index, kind, stood))
     return found
 
 
@@ -258,7 +263,8 @@ def run(search: Search) -> None:
     for stand_in in stand_ins(search.trees, originals):
         if stand_in.kind == INT:
             continue  # `0` is of its kind
-        tries = [stand_in.original] if _plain_name(stand_in.original) and stand_in.original is not None else []
+        written_back = _plain_name(stand_in.original) or stand_in.field in ANNOTATIONS  # a type: as written
+        tries = [stand_in.original] if written_back and stand_in.original is not None else []
         for value in [*tries, *_small(stand_in.kind)]:
             candidate = replaced(search.trees, stand_in, value)
             if candidate is not None and search.ask(candidate):
