@@ -424,6 +424,10 @@ def test_a_stand_in_for_an_annotation_is_the_original_type_again() -> None:
     statement.annotation = ast.Constant(0)  # the library's 0, no place
     found = stand_ins.stand_ins({"m.py": minimized}, {"m.py": ast.parse(original)})
     assert [(s.field, s.kind) for s in found] == [("annotation", "type")]
+    placed = ast.parse(original.replace("list[str]", "0"))  # a 0 with a place: a number is never a type either
+    assert [(s.field, s.kind) for s in stand_ins.stand_ins({"m.py": placed}, {"m.py": ast.parse(original)})] == [
+        ("annotation", "type")
+    ]
     search = Asked(original)
     search.trees = {"m.py": minimized}
     stand_ins.run(search)  # type: ignore[arg-type]

@@ -83,6 +83,13 @@ def _key(node: ast.AST) -> tuple[str, int, int]:
     return (type(node).__name__, getattr(node, "lineno", -1), getattr(node, "col_offset", -1))
 
 
+def _stands_in(node: ast.AST, field: str) -> bool:
+    """A library `0`, or any integer where a type is written (no annotation is a number, wherever the `0`
+    got its place: a pass that moves values gives them one)."""
+    in_annotation = field in ANNOTATIONS and isinstance(node, ast.Constant) and type(node.value) is int
+    return in_annotation or is_stand_in(node)
+
+
 def is_stand_in(node: ast.AST) -> bool:
     """The library's `0`: a constant with no place in the original."""
     return (
@@ -178,7 +185,7 @@ def stand_ins(trees: Trees, originals: dict[str, ast.Module]) -> list[StandIn]:
         places[_key(original)] = original
         for parent in ast.walk(tree):
             for field, index, child in _children(parent):
-                if not is_stand_in(child):
+                if not _stands_in(child, field):
                     continue
                 counterpart = places.get(_key(parent)) if hasattr(parent, "lineno") or parent is tree else None
                 stood = _at(counterpart, field, index, parent) if counterpart is not None else None
@@ -221,7 +228,7 @@ def replaced(trees: Trees, stand_in: StandIn, value: ast.expr) -> Trees | None:
             continue
         current = getattr(parent, stand_in.field, None)
         item = current[stand_in.index] if isinstance(current, list) and stand_in.index is not None else current
-        if item is None or not is_stand_in(item):
+        if item is None or not _stands_in(item, stand_in.field):
             continue
         written = copy_tree(value)
         for node in ast.walk(written):
