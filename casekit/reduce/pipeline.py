@@ -87,6 +87,9 @@ PIPELINE: tuple[Step | Rounds, ...] = (
     # tidy: the result as a maintainer would file it (these run even when the time for reducing is up)
     Step("unused parameters left, with their arguments", parameters.run, tidy=True),
     Step("unused results left, with the names they were unpacked into", results.run, tidy=True),
+    # imports, definitions and members nothing reads: a reduction cut short by --max-time ends in the
+    # middle of pysource-minimize's round, before the unread bindings step that follows it
+    Step("what nothing reads, left", unread.run, tidy=True),
     Step("stand-in values written as the kind they stand for", stand_ins.run, tidy=True),
     Step("the compile call as the original wrote it", compile_call.run, tidy=True),
     Step("docstrings of the kept definitions", docstrings.run, tidy=True),
