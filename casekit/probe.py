@@ -747,7 +747,8 @@ class CompileInterceptor:
 
     Works for `@torch.compile`, `@torch.compile(...)`, `torch.compile(fn)` and
     `module.compile()` (which calls torch.compile on `_call_impl`). In eager mode
-    Dynamo is disabled globally, so the very same objects run uncompiled.
+    the same objects run uncompiled: a function as it is, a module through
+    torch's own wrapper with Dynamo disabled (as torch.compile wraps it).
     """
 
     def __init__(self, torch, observation, mode, backend, eager_outputs, tolerances):
@@ -854,11 +855,22 @@ class CompileInterceptor:
         )
 
     def wrap_uncompiled(self, model):
-        """The eager baseline: what the script does with torch.compile taken out."""
+        """The eager baseline: what the script does with torch.compile taken out. A module gets torch's own
+        wrapper with Dynamo disabled in it, as torch.compile returns a wrapper and leaves the module as it
+        was: a plain `model(x)` beside `compiled(x)` is then an entry call in neither run, and the outputs
+        of the two runs pair call for call."""
         entry = self._entry(model, "none", False, None)
         if isinstance(model, self.torch.nn.Module):
-            return self._hook_module(model, entry)
+            return self._hook_module(self._uncompiled_wrapper(model), entry)
         return self._wrap_callable(model, entry)
+
+    def _uncompiled_wrapper(self, module):
+        try:
+            from torch._dynamo.eval_frame import DisableContext, OptimizedModule
+
+            return OptimizedModule(module, DisableContext())
+        except Exception:  # a release without these private names: the module itself, hooked in place
+            return module
 
     def _record_call(self, entry, args, kwargs, started, output, error):
         elapsed = time.perf_counter() - started

@@ -139,3 +139,50 @@ def test_live_2_13_runs_keep_a_library_break_and_a_break_on_its_callers_line_apa
 def test_live_2_5_1_runs_keep_a_library_break_and_a_break_on_its_callers_line_apart(torch251_python):
     # 2.5.1 logs the line's own break from the resume function that starts on that line
     _library_and_caller_sites_live(torch251_python, "2.5.1")
+
+
+PLAIN_AND_COMPILED = """\
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.full((4,), 2.0))
+
+    def forward(self, x):
+        return x * self.scale
+
+
+model = Net()
+compiled = torch.compile(model, backend="eager")
+x = torch.arange(4.0)
+for _ in range(2):
+    print(model(x + 10).sum())  # the plain model, called as the script calls it: not an entry point's call
+    print(compiled(x).sum())
+compiled.eval()  # the wrapper passes what it does not have on to the module, as torch's own does
+print(not model.training, compiled.scale is model.scale, getattr(compiled, "_orig_mod", None) is model)
+print(sorted(compiled.state_dict()))
+"""
+
+
+@pytest.mark.slow
+def test_the_eager_baseline_records_only_the_compiled_object_s_calls(tmp_path):
+    """torch.compile(model) returns a wrapper and leaves `model` as it was: the eager baseline does the same,
+    so calls of the plain model are not entry calls in either run and the outputs pair call for call."""
+    script = tmp_path / "plain_and_compiled.py"
+    script.write_text(PLAIN_AND_COMPILED)
+    batch = make_runner(TargetSpec(runner="python")).run_probe(
+        [ProbeJob(id="both", script=script, timeout=120)], lambda message: None
+    )
+    raw = batch.results["both"]
+    runs = raw["runs"]
+    assert runs["eager"]["status"] == "ok", runs["eager"].get("exception")
+    assert [c["index"] for c in runs["eager"]["calls"]] == [c["index"] for c in runs["compiled"]["calls"]] == [0, 1]
+    assert runs["eager"]["entries"]["Net"]["calls"] == runs["compiled"]["entries"]["Net"]["calls"] == 2
+    assert all(c["comparison"]["allclose"] for c in runs["compiled"]["calls"]), runs["compiled"]["calls"]
+    # the wrapper as torch.compile's: what it lacks comes from the module, state_dict keys named as torch names them
+    for run in ("eager", "compiled"):
+        assert runs[run]["stdout_tail"].strip().splitlines()[-2:] == ["True True True", "['_orig_mod.scale']"], run
+    observation = interpret(raw, raw["script"], script.name, PLAIN_AND_COMPILED)
+    assert observation.status.value == "ok", observation.detail

@@ -196,7 +196,8 @@ def test_the_explorers_find_what_one_search_finds_whatever_the_jobs(jobs: int) -
 @pytest.mark.process
 def test_when_the_time_for_reducing_is_up_only_the_tidy_steps_are_judged() -> None:
     """Time is up from the start: every reducing step's question is refused unrun, and the explorer goes on
-    to the tidy steps, which are judged: the result is the original, finished (its comments, formatted)."""
+    to the tidy steps, which are judged: the result is the original, finished (what nothing reads out, its
+    comments, formatted)."""
     oracle = FakeOracle()
     kept: list[Candidate] = []
     phases: list[str] = []
@@ -208,7 +209,8 @@ def test_when_the_time_for_reducing_is_up_only_the_tidy_steps_are_judged() -> No
     assert phases[-1] in tidy_steps()
     assert 0 < len(oracle.asked) <= 5  # only the tidy steps' candidates ran
     final = kept[-1].files["m.py"].text  # type: ignore[union-attr]
-    assert "graph_break()  # BUG: the break" in final and "def unused_helper(x):" in final
+    assert "graph_break()  # BUG: the break" in final and "def unused_helper(x):" not in final  # nothing read it
+    assert "for step in range(3):" in final and "y = x * SCALE" in final  # what the reducing steps cut stays
     assert formatted(final) == final and 'f"l{i}"' in final  # formatted: ruff's quotes, not ast.unparse's
 
 

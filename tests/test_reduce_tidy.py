@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from casekit.reduce.facts import Facts
-from casekit.reduce.passes import compile_call, docstrings, loops, parameters, stand_ins
+from casekit.reduce.passes import compile_call, docstrings, loops, parameters, results, stand_ins
 from casekit.reduce.passes.unread import without_unread_members
 from casekit.reduce.source.candidate import render
 from casekit.reduce.source.comments import read_comments
@@ -352,3 +352,83 @@ def test_pysource_minimize_is_patched_only_where_its_private_seam_is_the_one_cas
         assert "pins 0.11.0" in str(error)
     else:
         raise AssertionError("a moved seam was patched")
+
+
+ROUTED = textwrap.dedent(
+    """
+    import torch
+
+    class Router(torch.nn.Module):
+        def forward(self, tokens):
+            weights = tokens.softmax(-1)
+            aux = weights.mean()
+            if tokens.shape[0] > 4:
+                return weights.to(tokens.dtype), weights.argmax(-1), aux
+            return (weights, weights.argmax(-1), aux)
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.router = Router()
+
+        def forward(self, x):
+            weights, experts, aux_loss = self.router(x)
+            torch.bincount(experts.flatten())
+
+    def split(x):
+        return x[0], x[1]
+
+    first, second = split(torch.randn(2, 3))
+    print(first)
+    Layer()(torch.randn(4, 3))
+    """
+)
+
+
+def test_unread_results_go_from_the_returns_and_the_unpacking() -> None:
+    router_forward = next(n for n in ast.walk(ast.parse(ROUTED)) if isinstance(n, ast.FunctionDef) and n.lineno == 5)
+    call_line = next(i for i, line in enumerate(ROUTED.splitlines(), 1) if "self.router(x)" in line)
+    search = Asked(ROUTED)
+    search.facts = Facts(  # the original's run: Router.forward called through the instance on that line
+        script="m.py",
+        originals={"m.py": ROUTED},
+        order=("m.py",),
+        callers={("m.py", router_forward.lineno): frozenset({("m.py", call_line)})},
+    )
+    found = {(u.function[0], u.unread) for u in results.unused_results(search.trees, search.facts.callers)}
+    assert found == {
+        (router_forward.lineno, (0, 2)),
+        (
+            next(n.lineno for n in ast.walk(ast.parse(ROUTED)) if isinstance(n, ast.FunctionDef) and n.name == "split"),
+            (1,),
+        ),
+    }
+    results.run(search)  # type: ignore[arg-type]
+    text = search.text
+    assert "experts = self.router(x)" in text  # one name left: no tuple of one
+    assert "return weights.argmax(-1)" in text and "aux" in text  # every return, each alone; `aux = ...` is unread's
+    assert "first = split(torch.randn(2, 3))" in text and "return x[0]" in text
+    # the control: a caller that reads every part, or a call used another way, leaves the function as it is
+    for kept in ("print(weights, experts, aux_loss)", "print(self.router(x))"):
+        reading = ROUTED.replace("torch.bincount(experts.flatten())", kept)
+        assert all(
+            u.function[0] != router_forward.lineno
+            for u in results.unused_results({"m.py": ast.parse(reading)}, search.facts.callers)
+        )
+
+
+def test_a_stand_in_for_an_annotation_is_the_original_type_again() -> None:
+    original = "import dataclasses\n\n@dataclasses.dataclass\nclass Config:\n    kinds: list[str] = dataclasses.field(default_factory=list)\n"
+    minimized = ast.parse(original)
+    statement = minimized.body[1].body[0]  # type: ignore[attr-defined]
+    statement.annotation = ast.Constant(0)  # the library's 0, no place
+    found = stand_ins.stand_ins({"m.py": minimized}, {"m.py": ast.parse(original)})
+    assert [(s.field, s.kind) for s in found] == [("annotation", "type")]
+    placed = ast.parse(original.replace("list[str]", "0"))  # a 0 with a place: a number is never a type either
+    assert [(s.field, s.kind) for s in stand_ins.stand_ins({"m.py": placed}, {"m.py": ast.parse(original)})] == [
+        ("annotation", "type")
+    ]
+    search = Asked(original)
+    search.trees = {"m.py": minimized}
+    stand_ins.run(search)  # type: ignore[arg-type]
+    assert "kinds: list[str] = dataclasses.field(default_factory=list)" in search.text

@@ -13,13 +13,16 @@ The data's path, one folder each:
 
 The pipeline (pipeline.py's PIPELINE, the one list; the reducer picks, the explorer runs, in this order):
   coarse    code the original never ran -> what follows the break in each frame of its call path ->
-            inputs of the compiled call written as literals -> unused parameters -> loops run once ->
-            what nothing reads (names, members) -> config literals -> loop counts -> included files
+            inputs of the compiled call written as literals -> what each frame of the path recomputes
+            before the break -> (unused parameters -> unused results -> what nothing reads) x3 ->
+            loops run once -> what nothing reads (names, members) -> config literals -> loop counts ->
+            included files
   code      (whole statements, halves first -> what nothing reads -> files) x3 -> single-use
             variables -> (pysource-minimize -> what nothing reads) x2 -> unused parameters ->
             (statements -> unread -> files) x2 -> single-use variables -> shapes, loop counts, sizes
-  tidy      unused parameters left -> stand-in values as their kind -> the compile call as written ->
-            docstrings -> comments of the kept lines, formatted (judged even past the deadline)
+  tidy      unused parameters left -> unused results left -> what nothing reads left -> stand-in
+            values as their kind -> the compile call as written -> docstrings -> comments of the kept
+            lines, formatted (judged even past the deadline)
 Every step proposes candidates through one question, judged by the oracle; a kept one is the best so
 far (written to --out at once) and the start of everything after it. Near --max-time the reducing
 steps are refused unrun and the tidy ones still run.

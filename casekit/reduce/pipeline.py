@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from casekit.reduce.passes import (
     after_break,
+    before_break,
     compile_call,
     docstrings,
     files,
@@ -24,6 +25,7 @@ from casekit.reduce.passes import (
     made_up_inputs,
     minimize,
     parameters,
+    results,
     sizes,
     stand_ins,
     statements,
@@ -58,13 +60,16 @@ FILES = Step("whole included files", files.run)
 STATEMENTS = Step("whole statements, halves first", statements.run)
 VARIABLES = Step("single-use variables written in place", variables.run)
 PARAMETERS = Step("unused parameters and the arguments passed for them", parameters.run)
+RESULTS = Step("unused results and the names they were unpacked into", results.run)
 
 PIPELINE: tuple[Step | Rounds, ...] = (
     # coarse: one candidate or a few each, from what the original's run told
     Step("code the original never ran", unrun.run),
     Step("what follows the break in each frame of its call path", after_break.run),
     Step("inputs of the compiled call written as literals", made_up_inputs.run, inputs=True),
-    PARAMETERS,  # what only fed the inputs made up, or what follows the break
+    Step("what each frame of its call path recomputes before the break", before_break.run),
+    # what only fed the inputs made up, what followed the break or what was recomputed before it
+    Rounds("what the cuts left unread", (PARAMETERS, RESULTS, UNREAD), most=3),
     Step("loops run once: one layer, one step, one batch", loops.run),
     UNREAD,
     Step("config literals written in place", literals.run),
@@ -81,6 +86,10 @@ PIPELINE: tuple[Step | Rounds, ...] = (
     Step("shapes, loop counts and sizes", sizes.every_size, inputs=True),
     # tidy: the result as a maintainer would file it (these run even when the time for reducing is up)
     Step("unused parameters left, with their arguments", parameters.run, tidy=True),
+    Step("unused results left, with the names they were unpacked into", results.run, tidy=True),
+    # imports, definitions and members nothing reads: a reduction cut short by --max-time ends in the
+    # middle of pysource-minimize's round, before the unread bindings step that follows it
+    Step("what nothing reads, left", unread.run, tidy=True),
     Step("stand-in values written as the kind they stand for", stand_ins.run, tidy=True),
     Step("the compile call as the original wrote it", compile_call.run, tidy=True),
     Step("docstrings of the kept definitions", docstrings.run, tidy=True),

@@ -26,6 +26,17 @@ FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 @dataclass(frozen=True)
+class Signature:
+    """What finds a function's calls: its name, its class (a method), the positional arguments a call
+    must and may pass."""
+
+    name: str
+    owner: str | None
+    required: int
+    most: int
+
+
+@dataclass(frozen=True)
 class Unused:
     """One unused parameter: its function's place, its name, its position (None: keyword-only)."""
 
@@ -39,12 +50,16 @@ class Unused:
     required: int  # positional arguments a call must pass
     most: int  # positional arguments a call may pass
 
+    @property
+    def signature(self) -> Signature:
+        return Signature(self.name, self.owner, self.required, self.most)
+
 
 def _is_static(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in function.decorator_list)
 
 
-def _functions(tree: ast.Module) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str | None]]:
+def functions(tree: ast.Module) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str | None]]:
     pending: list[tuple[ast.AST, str | None]] = [(tree, None)]
     while pending:
         node, owner = pending.pop(0)
@@ -62,7 +77,7 @@ def unused_parameters(trees: Trees) -> list[Unused]:
     """Every parameter a function's body never reads (a method's `self`, `*args` and `**kwargs` stay)."""
     found = []
     for file, tree in trees.items():
-        for function, owner in _functions(tree) if tree is not None else ():
+        for function, owner in functions(tree) if tree is not None else ():
             arguments = function.args
             if arguments.vararg or arguments.kwarg:
                 continue  # a call may pass anything: its arguments cannot be matched
@@ -88,32 +103,43 @@ def unused_parameters(trees: Trees) -> list[Unused]:
     return found
 
 
-def _fits(call: ast.Call, unused: Unused) -> bool:
+def signature(function: ast.FunctionDef | ast.AsyncFunctionDef, owner: str | None) -> Signature:
+    """The function's signature as its callers see it (a method's `self` is not passed)."""
+    positional = [*function.args.posonlyargs, *function.args.args]
+    bound = 1 if owner is not None and not _is_static(function) and positional else 0
+    return Signature(
+        function.name, owner, len(positional) - bound - len(function.args.defaults), len(positional) - bound
+    )
+
+
+def _fits(call: ast.Call, callee: Signature) -> bool:
     if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
         return False
     given = len(call.args) + sum(1 for k in call.keywords if k.arg is not None)
-    return len(call.args) <= unused.most and given >= unused.required
+    return len(call.args) <= callee.most and given >= callee.required
 
 
-def _named(call: ast.Call, unused: Unused) -> bool:
+def _named(call: ast.Call, callee: Signature) -> bool:
     func = call.func
     name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-    if unused.owner is None:
-        return name == unused.name
-    if unused.name == "__init__":
-        return name == unused.owner
-    return isinstance(func, ast.Attribute) and func.attr == unused.name
+    if callee.owner is None:
+        return name == callee.name
+    if callee.name == "__init__":
+        return name == callee.owner
+    return isinstance(func, ast.Attribute) and func.attr == callee.name
 
 
-def _calls_of(trees: Trees, unused: Unused, callers: frozenset[tuple[str, int]]) -> Iterator[ast.Call]:
+def calls_of(trees: Trees, callee: Signature, callers: frozenset[tuple[str, int]]) -> Iterator[ast.Call]:
+    """The calls of a function: by its name (a function, a class for its `__init__`, `.name(...)` for a
+    method), and through an instance at `callers` (the lines the original's run recorded calling it)."""
     # called through something else: a module's forward through nn.Module.__call__, a function through
     # what holds it (`step_fn = torch.compile(train_step)`, `torch.compile(train_step)(...)`)
-    through_instance = unused.owner is None or unused.name == "forward"
+    through_instance = callee.owner is None or callee.name == "forward"
     known = _known_names(trees) if through_instance else frozenset()
     for file, tree in trees.items():
         for node in ast.walk(tree) if tree is not None else ():
-            if isinstance(node, ast.Call) and _fits(node, unused):
-                if _named(node, unused) or (
+            if isinstance(node, ast.Call) and _fits(node, callee):
+                if _named(node, callee) or (
                     through_instance and (file, node.lineno) in callers and _instance_call(node, known)
                 ):
                     yield node
@@ -150,7 +176,7 @@ def without_parameters(trees: Trees, chosen: list[Unused], search: Search) -> Tr
     cuts: dict[int, tuple[ast.Call, list[Unused]]] = {}
     for unused in chosen:
         callers = search.facts.callers.get((unused.file, unused.first_line), frozenset())
-        for call in _calls_of(new, unused, frozenset(callers)):
+        for call in calls_of(new, unused.signature, frozenset(callers)):
             cuts.setdefault(id(call), (call, []))[1].append(unused)
     for call, gone in cuts.values():
         names = {u.parameter for u in gone}
@@ -161,7 +187,7 @@ def without_parameters(trees: Trees, chosen: list[Unused], search: Search) -> Tr
     for unused in chosen:
         tree = new[unused.file]
         assert tree is not None
-        function = next(f for f, _ in _functions(tree) if (f.lineno, f.col_offset) == unused.function)
+        function = next(f for f, _ in functions(tree) if (f.lineno, f.col_offset) == unused.function)
         _drop_parameter(function.args, unused.parameter)
     return new
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from casekit.reduce.passes.base import Search, Trees, copy_tree
 
 TENSOR, INT, FLOAT, BOOL, STR, NONE, UNKNOWN = "tensor", "int", "float", "bool", "str", "None", "unknown"
+TYPE = "type"  # an annotation: the original's is written back
 TORCH_MODULES = frozenset({"torch", "F", "nn", "functional"})
 INT_CALLS = frozenset({"len", "int", "round", "sum", "max", "min", "numel", "dim", "size", "item"})
 TENSOR_METHODS = frozenset(
@@ -63,6 +64,9 @@ TENSOR_METHODS = frozenset(
 )
 
 
+ANNOTATIONS = frozenset({"annotation", "returns"})  # the fields where an expression is a type
+
+
 @dataclass(frozen=True)
 class StandIn:
     """A `0` the library left: where it is (file, parent's key, field, index) and the kind it stands for."""
@@ -77,6 +81,13 @@ class StandIn:
 
 def _key(node: ast.AST) -> tuple[str, int, int]:
     return (type(node).__name__, getattr(node, "lineno", -1), getattr(node, "col_offset", -1))
+
+
+def _stands_in(node: ast.AST, field: str) -> bool:
+    """A library `0`, or any integer where a type is written (no annotation is a number, wherever the `0`
+    got its place: a pass that moves values gives them one)."""
+    in_annotation = field in ANNOTATIONS and isinstance(node, ast.Constant) and type(node.value) is int
+    return in_annotation or is_stand_in(node)
 
 
 def is_stand_in(node: ast.AST) -> bool:
@@ -174,11 +185,12 @@ def stand_ins(trees: Trees, originals: dict[str, ast.Module]) -> list[StandIn]:
         places[_key(original)] = original
         for parent in ast.walk(tree):
             for field, index, child in _children(parent):
-                if not is_stand_in(child):
+                if not _stands_in(child, field):
                     continue
                 counterpart = places.get(_key(parent)) if hasattr(parent, "lineno") or parent is tree else None
                 stood = _at(counterpart, field, index, parent) if counterpart is not None else None
-                found.append(StandIn(file, _key(parent), field, index, kind_of(stood, original), stood))
+                kind = TYPE if field in ANNOTATIONS else kind_of(stood, original)
+                found.append(StandIn(file, _key(parent), field, index, kind, stood))
     return found
 
 
@@ -216,7 +228,7 @@ def replaced(trees: Trees, stand_in: StandIn, value: ast.expr) -> Trees | None:
             continue
         current = getattr(parent, stand_in.field, None)
         item = current[stand_in.index] if isinstance(current, list) and stand_in.index is not None else current
-        if item is None or not is_stand_in(item):
+        if item is None or not _stands_in(item, stand_in.field):
             continue
         written = copy_tree(value)
         for node in ast.walk(written):
@@ -258,7 +270,8 @@ def run(search: Search) -> None:
     for stand_in in stand_ins(search.trees, originals):
         if stand_in.kind == INT:
             continue  # `0` is of its kind
-        tries = [stand_in.original] if _plain_name(stand_in.original) and stand_in.original is not None else []
+        written_back = _plain_name(stand_in.original) or stand_in.field in ANNOTATIONS  # a type: as written
+        tries = [stand_in.original] if written_back and stand_in.original is not None else []
         for value in [*tries, *_small(stand_in.kind)]:
             candidate = replaced(search.trees, stand_in, value)
             if candidate is not None and search.ask(candidate):
