@@ -97,14 +97,28 @@ def test_live_2_13_run_agrees_with_the_recorded_fixtures():
     batch = runner.run_probe(jobs, lambda m: None)
     if not batch.environment["torch"].startswith("2.13.0"):
         pytest.skip(f"fixtures were recorded on 2.13.0; this interpreter has torch {batch.environment['torch']}")
+    compared = 0
     for script in scripts:
+        recorded_raw = json.loads((FIXTURES / "probe" / "2.13.0" / f"{script.stem}.json").read_text())
+        if _other_releases(_libraries(recorded_raw), _libraries(batch.results[script.stem])):
+            continue  # recorded beside another release of a library it breaks in (transformers 4.47.1): other lines
         live = interpret(
             batch.results[script.stem], batch.results[script.stem]["script"], script.name, script.read_text()
         )
-        recorded_raw = json.loads((FIXTURES / "probe" / "2.13.0" / f"{script.stem}.json").read_text())
         recorded = interpret(recorded_raw, recorded_raw["script"], script.name, script.read_text())
         assert [(s.where(), s.category) for s in live.sites] == [(s.where(), s.category) for s in recorded.sites]
         assert live.graphs == recorded.graphs
+        compared += 1
+    assert compared >= len(scripts) - 2, f"only {compared} of {len(scripts)} fixtures ran beside their libraries"
+
+
+def _libraries(raw: dict) -> dict:
+    """The packages the compiled run imported, with their versions (the fixture's and the live run's)."""
+    return (raw.get("runs", {}).get("compiled") or {}).get("imported_packages") or {}
+
+
+def _other_releases(recorded: dict, live: dict) -> list[str]:
+    return [name for name in recorded.keys() & live.keys() if recorded[name] != live[name]]
 
 
 LIBRARY_AND_CALLER = ["library_and_caller_item", "library_logger_and_caller_item"]
