@@ -41,7 +41,7 @@ def test_tight_alike_samples_are_same() -> None:
 def test_a_noise_floor_past_the_threshold_is_inconclusive_never_slower() -> None:
     base, slow = around(1.0, 0.01, 10, 7), around(1.5, 0.01, 5, 8)
     result = judge(PerfAxis.STEADY, Sample(base), Sample(slow), STEADY, floor=0.09)
-    assert result.verdict is PerfVerdict.INCONCLUSIVE and result.why.startswith("noise floor 9% > 5%")
+    assert result.verdict is PerfVerdict.INCONCLUSIVE and result.why.startswith("noise floor 9.0% > 5%")
 
 
 def test_too_few_processes_are_inconclusive_and_say_how_to_get_more() -> None:

@@ -93,7 +93,7 @@ def judge(axis: PerfAxis, baseline: Sample, target: Sample, rule: AxisRule, floo
         p = max(p, p_value(baseline.blocks, target.blocks))  # both levels must agree: the weaker one counts
     shown = f"{change:+.1%} (p={p:.3g})"
     if floor is not None and floor > rule.threshold:
-        why = f"noise floor {floor:.0%} > {rule.threshold:.0%}: this machine cannot tell a change this small"
+        why = f"noise floor {floor:.1%} > {rule.threshold:.0%}: this machine cannot tell a change this small (measured {shown})"
         return PerfAxisResult(axis, PerfVerdict.INCONCLUSIVE, change, p, floor, why)
     absolute = abs(statistics.median(b) - statistics.median(a))
     large = abs(change) >= rule.threshold and (floor is None or abs(change) > floor) and absolute >= rule.floor_abs
