@@ -1780,7 +1780,7 @@ def prepare_perf_cache(perf):
     if perf.get("cache") == "cold":
         remove_tree(cache)
     caches = os.path.dirname(cache)
-    if os.path.isdir(caches):
+    if os.path.isdir(caches) and not os.path.islink(caches):  # runs write there: never through a link they made
         for name in os.listdir(caches):
             if name != os.path.basename(cache):
                 remove_tree(os.path.join(caches, name))
