@@ -33,6 +33,7 @@ done
 stamp "installing $(basename "$wheel") into a fresh venv"
 "$PYTHON" -m venv --system-site-packages "$WORK/venv"
 VPY="$WORK/venv/bin/python"
+CAPTURE_ALLOW=()
 # --ignore-installed: an editable casekit in the system site-packages must not satisfy the requirement;
 # the second install brings the dependencies the system lacks (docker[ssh]'s paramiko...).
 "$VPY" -m pip install -q --no-deps --ignore-installed "$wheel"
@@ -43,6 +44,8 @@ if ! "$VPY" -c 'import torch' 2>/dev/null; then
     # A path entry (not a site dir: no .pth of that folder runs) shows torch, after the venv's own casekit.
     torch_site=$("$PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
     "$VPY" -c 'import sys, sysconfig; open(sysconfig.get_paths()["purelib"] + "/torch-from-host.pth", "w").write(sys.argv[1] + "\n")' "$torch_site"
+    # That folder is outside this venv, so the sandbox does not show it unless asked: the flag its refusal names.
+    CAPTURE_ALLOW=(--allow "read=$torch_site")
 fi
 
 mkdir "$WORK/outside"
@@ -74,7 +77,7 @@ print(scale_by_total(torch.ones(3)))
 EOF
 
 stamp "capture (this interpreter's torch)"
-"$CASEKIT" capture graph_break.py --archive cases --id wheel-check --title "wheel check" --timeout 300
+"$CASEKIT" capture graph_break.py --archive cases --id wheel-check --title "wheel check" --timeout 300 "${CAPTURE_ALLOW[@]}"
 grep -q 'Tensor.item\|item()' cases/wheel-check.toml || fail "the captured bundle records no Tensor.item break"
 
 stamp "replay on a managed venv with torch $TORCH"

@@ -275,7 +275,7 @@ def runtime_of(python: str, allowed: tuple[str, ...] = ()) -> Runtime:
     sites = list(dict.fromkeys(str(f) for f in data.get("sites", []) if f))
     own = [str(f) for f in data["folders"] if f]
     roots = [os.path.realpath(f) for f in own if not f.startswith("//") and not _too_broad(os.path.realpath(f))]
-    pth_lines = _pth_folders(sites)
+    pth_lines = list(dict.fromkeys(_pth_folders(sites)))  # a site folder seen twice (lib and lib64) names it twice
     inside, refused = [], []
     for folder, named_in in pth_lines:
         real = os.path.realpath(folder)
