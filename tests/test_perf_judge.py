@@ -7,8 +7,10 @@ import random
 import pytest
 
 from casekit.errors import CasekitError
-from casekit.model import PerfAxis, PerfVerdict, ScriptRole
-from casekit.perf.judge import AxisRule, Sample, judge, noise_floor, p_value
+from casekit.model import PerfAxis, PerfVerdict, ScriptRole, ScriptStatus
+from casekit.perf.compare import wants_more
+from casekit.perf.judge import AxisRule, Sample, could_settle, judge, noise_floor, p_value
+from casekit.perf.samples import Block, ProcessSample
 from casekit.perf.settings import PerfSettings, parse_repeats, parse_scripts, parse_thresholds, settings_from_flags
 
 STEADY = AxisRule(threshold=0.05)
@@ -83,6 +85,23 @@ def test_a_a_comparisons_rarely_call_a_change() -> None:
     assert called <= 1
 
 
+def test_more_processes_are_asked_for_only_where_the_rounds_left_could_settle_the_axis() -> None:
+    base = around(1.0, 0.04, 5, 11)
+    near_the_threshold = around(1.048, 0.04, 5, 12)  # the interval straddles +5 % and stays so
+    assert judge(PerfAxis.STEADY, Sample(base), Sample(near_the_threshold), STEADY, None).verdict is (
+        PerfVerdict.INCONCLUSIVE
+    )
+    assert not could_settle(Sample(base), Sample(near_the_threshold), STEADY, growth=8 / 5)
+    assert could_settle(Sample(base), Sample(near_the_threshold), STEADY, growth=400)  # enough would
+    alike = around(1.0, 0.1, 5, 18)  # -3.4 % (-6.5 % … +0.2 %): inside ±5 % once it narrows enough
+    assert judge(PerfAxis.STEADY, Sample(base), Sample(alike), STEADY, None).verdict is PerfVerdict.INCONCLUSIVE
+    assert could_settle(Sample(base), Sample(alike), STEADY, growth=4)
+    assert not could_settle(Sample(base), Sample(alike), STEADY, growth=8 / 5)
+    assert not could_settle(Sample(base), Sample(alike), STEADY, growth=1)  # no round left
+    far = around(1.3, 0.3, 5, 14)  # past the threshold, noisy: narrowing leaves zero out
+    assert could_settle(Sample(base), Sample(far), STEADY, growth=8 / 5)
+
+
 def test_p_value_is_one_when_the_values_cannot_tell() -> None:
     assert p_value((1.0,), (2.0,)) == 1.0 and p_value((1.0, 1.0), (1.0, 1.0)) == 1.0
     assert p_value(around(1, 0.01, 8, 1), around(2, 0.01, 8, 2)) < 0.01
@@ -107,3 +126,23 @@ def test_the_flags_parse_into_settings_and_bad_ones_are_one_line() -> None:
     ):
         with pytest.raises(CasekitError):
             parse(bad)
+
+
+def _warm_processes(values: tuple[float, ...], speedup: float = 1.5) -> list[ProcessSample]:
+    """Warm processes whose steady time is `values` (one block each) and whose compile and speed-up agree."""
+    return [
+        ProcessSample("warm", ScriptStatus.OK, compile_s=1.0, blocks=[Block(eager=v * speedup, compiled=v)])
+        for v in values
+    ]
+
+
+def test_the_protocol_adds_rounds_only_while_the_rounds_left_could_settle_an_axis() -> None:
+    base = _warm_processes(around(1.0, 0.04, 10, 11))
+    halves = (base[:5], base[5:])
+    straddling = {"a": base, "b": _warm_processes(around(1.048, 0.04, 5, 12))}
+    settings = PerfSettings(warm=5, max_warm=8)
+    assert not wants_more(straddling, halves, settings, "a")  # 8 rounds would still straddle +5 %
+    assert wants_more(straddling, halves, PerfSettings(warm=5, max_warm=2000), "a")
+    alike_soon = {"a": base, "b": _warm_processes(around(1.0, 0.1, 5, 18))}
+    assert wants_more(alike_soon, halves, PerfSettings(warm=5, max_warm=40), "a")
+    assert not wants_more(alike_soon, halves, settings, "a")

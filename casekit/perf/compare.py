@@ -17,7 +17,7 @@ from casekit.model import (
     ScriptRole,
     Spread,
 )
-from casekit.perf.judge import Sample, judge, noise_floor, relative_change
+from casekit.perf.judge import Sample, could_settle, judge, noise_floor, relative_change
 from casekit.perf.samples import ProcessSample
 from casekit.perf.settings import PerfSettings
 
@@ -163,16 +163,23 @@ def wants_more(
     settings: PerfSettings,
     baseline: str,
 ) -> bool:
-    """Whether another warm round may settle a verdict: some warm axis is inconclusive with a p-value that
-    more processes could still bring down (not when the noise floor is past the threshold, nor when an axis
-    has nothing to measure: more of the same would not help)."""
+    """Whether another warm round may settle a verdict: some warm axis is inconclusive, its noise floor
+    under the threshold, and the rounds still allowed (up to `max_warm`) could settle it (judge.could_settle:
+    not when its interval would still straddle the threshold with every round run). An axis with nothing
+    to measure, or with a floor past the threshold, is not helped by more of the same."""
     base = measured_samples[baseline]
     for label, samples in measured_samples.items():
         if label == baseline:
             continue
+        warm = sum(1 for s in samples if s.cache == "warm")
+        growth = max(settings.max_warm, warm) / warm if warm else 1.0  # the processes a side it may reach
         for result in compare(samples, base, halves, settings, baseline).axes:
             open_ = result.verdict is PerfVerdict.INCONCLUSIVE and result.axis is not PerfAxis.COMPILE_COLD
             floored = result.floor is not None and result.floor > settings.rule(result.axis).threshold
-            if open_ and result.p is not None and not floored:
+            if not open_ or result.p is None or floored:
+                continue
+            cache, value, _ = AXIS_VALUES[result.axis]
+            a, b = _values(base, cache, value), _values(samples, cache, value)
+            if could_settle(Sample(tuple(a)), Sample(tuple(b)), settings.rule(result.axis), growth):
                 return True
     return False

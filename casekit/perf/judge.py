@@ -112,6 +112,24 @@ def judge(axis: PerfAxis, baseline: Sample, target: Sample, rule: AxisRule, floo
     return PerfAxisResult(axis, PerfVerdict.INCONCLUSIVE, change, p, floor, why)
 
 
+def could_settle(baseline: Sample, target: Sample, rule: AxisRule, growth: float) -> bool:
+    """Whether an axis left inconclusive could be settled once each side has `growth` times the processes it
+    has now (the rounds still allowed): the bootstrap interval, narrowed as 1/sqrt(n) around the measured
+    change, would then lie inside the threshold (`same`), or the change is past the threshold and the
+    interval would leave zero out (`slower`/`faster`). Where neither can happen, more of the same processes
+    are time spent for the same `inconclusive`, and the protocol stops."""
+    a, b = baseline.processes, target.processes
+    if len(a) < 2 or len(b) < 2 or growth <= 1:
+        return growth > 1
+    change = relative_change(a, b)
+    low, high = bootstrap_interval(a, b)
+    shrink = 1 / math.sqrt(growth)
+    low, high = change - (change - low) * shrink, change + (high - change) * shrink
+    alike = -rule.threshold < low and high < rule.threshold
+    changed = abs(change) >= rule.threshold and (low > 0 or high < 0)
+    return alike or changed
+
+
 def _too_few(axis: PerfAxis, baseline: int, target: int) -> str:
     repeats = "cold" if axis is PerfAxis.COMPILE_COLD else "warm"
     return (

@@ -7,7 +7,8 @@ compiled: a fresh process for Dynamo, Inductor and their caches). Per script:
     cold rounds   each target once (the first one rotating), its compile cache emptied first
     warm rounds   baseline, every other target, baseline again: the caches kept; the baseline's two halves
                   (before and after the others) are its A/A pair, the noise floor measured in the same window
-    more rounds   while an axis is inconclusive for want of processes, up to `max_warm` (and the budget)
+    more rounds   while an axis is inconclusive and the rounds left up to `max_warm` could settle it
+                  (casekit.perf.compare.wants_more), and within the budget
 
 Each process times its first calls (the compile), then calls each entry point again in blocks, eager and
 compiled in turn (casekit.probe: measure_steady).
