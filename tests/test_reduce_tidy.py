@@ -432,3 +432,17 @@ def test_a_stand_in_for_an_annotation_is_the_original_type_again() -> None:
     search.trees = {"m.py": minimized}
     stand_ins.run(search)  # type: ignore[arg-type]
     assert "kinds: list[str] = dataclasses.field(default_factory=list)" in search.text
+
+
+def test_a_compile_call_moved_to_another_line_gets_its_keywords_on_that_line() -> None:
+    # The original compiles on line 4 and calls on line 5; the reduction inlined the compile into line 5.
+    original = "import torch\nmodel = torch.nn.ReLU()\n\ncompiled = torch.compile(model, backend='eager')\nprint(compiled(torch.ones(1)))\n"
+    inlined = ast.parse("import torch\n\n\n\nprint(torch.compile(torch.nn.ReLU())(torch.ones(1)))\n")
+    new = compile_call.as_written({"m.py": inlined}, {"m.py": ast.parse(original)}, "eager")
+    assert new is not None
+    kept = next(compile_call.compile_calls(new["m.py"]))  # type: ignore[arg-type]
+    assert ast.unparse(kept) == "torch.compile(torch.nn.ReLU(), backend='eager')"
+    # every node of the keyword sits on the kept call's line (5), none on the original compile line (4),
+    # so the statement still maps to line 5 and the break's call path reads as the original's
+    assert {node.lineno for node in ast.walk(kept.keywords[0]) if hasattr(node, "lineno")} == {5}
+    assert render(new["m.py"], OriginalIndex(original)).lines == (1, 5)  # type: ignore[arg-type]

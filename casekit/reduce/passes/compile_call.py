@@ -67,7 +67,7 @@ def as_written(trees: Trees, originals: dict[str, ast.Module], backend: str) -> 
             if any(present.get(str(k.arg)) != ast.dump(k.value) for k in wanted):
                 names = {k.arg for k in wanted}
                 call.keywords = [k for k in call.keywords if k.arg not in names]
-                call.keywords += [ast.copy_location(copy_tree(k), call) for k in wanted]
+                call.keywords += [_placed_at(copy_tree(k), call) for k in wanted]
                 changed = True
             names = {k.arg for k in call.keywords}
             if backend == "eager" and "backend" not in names and "mode" not in names and not callable_backend(call):
@@ -76,6 +76,15 @@ def as_written(trees: Trees, originals: dict[str, ast.Module], backend: str) -> 
                 changed = True
         out[file] = new
     return out if changed else None
+
+
+def _placed_at(keyword: ast.keyword, call: ast.Call) -> ast.keyword:
+    """The original's keyword at the kept call's place, its value included: a value keeping the original's
+    line would map the kept statement to the compile call's old line, and the oracle would read the
+    break's call path as reached from another call site (the call is often inlined elsewhere by then)."""
+    for node in ast.walk(keyword):
+        ast.copy_location(node, call)
+    return keyword
 
 
 def callable_backend(call: ast.Call) -> bool:
