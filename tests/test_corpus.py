@@ -33,6 +33,8 @@ PATTERNS = {str(n) for n in range(1, 8)} | {"gone+new", "renumbered", "helper", 
 # issue 31's patterns: subclass outputs, a helper under two entry points, a release's changed default, a caller
 # falling back after its callee did, a tail that ran eagerly behind a skipped context manager
 PATTERNS |= {"subclass-outputs", "two-entry-points", "changed-default", "caller-fallback", "tail-fallback"}
+# and a library break that torch logs twice (a bare cut at the caller's line beside the library's own record)
+PATTERNS |= {"library-logged-twice"}
 
 
 def test_the_corpus_is_large_cites_its_sources_and_covers_every_pattern():
@@ -121,6 +123,33 @@ def test_fresh_runs_on_three_releases_classify_as_expected(torch251_python, torc
         (tmp_path / case / "repro.py").write_text((confusion.HERE / case / "repro.py").read_text())
     rows = confusion.classify_corpus(SAMPLE, fixtures=tmp_path, releases=tuple(sorted(releases)))
     assert rows and [(r.case, r.direction, r.site, r.got) for r in rows if r.expected != r.got] == []
+
+
+# The corpus case whose break is in a library (transformers 4.47.1, recorded beside each release's torch).
+LIBRARY_CASE, LIBRARY = "library_break_logged_twice", "transformers"
+
+
+@pytest.mark.slow
+def test_the_library_case_run_now_matches_its_record_where_the_library_release_does(tmp_path: Path):
+    """The library case run now on this interpreter (the project venv: torch 2.13.0 and its own transformers).
+    Beside the recorded transformers release its sites and counts are the record's; beside another release
+    (5.x puts the getter's warning_once on another line) it is the same single break, in the same function of
+    the same library file, at that release's line. Either way the probe counts what the script alone compiles."""
+    release = record.record(sys.executable, [LIBRARY_CASE], tmp_path)
+    assert release in confusion.RELEASES, f"no record of {LIBRARY_CASE} on torch {release}"
+    (tmp_path / LIBRARY_CASE / "repro.py").write_text((confusion.HERE / LIBRARY_CASE / "repro.py").read_text())
+    live = confusion.observation(LIBRARY_CASE, release, tmp_path)
+    recorded = confusion.observation(LIBRARY_CASE, release)
+    assert recorded.packages[LIBRARY] == "4.47.1" and live.packages.get(LIBRARY), live.packages
+    if live.packages[LIBRARY] == recorded.packages[LIBRARY]:
+        place = [(s.where(), s.function, s.category) for s in live.sites]
+        assert place == [(s.where(), s.function, s.category) for s in recorded.sites]
+    else:  # another release of the library: the same break, wherever that release's line is
+        assert [(s.file, s.function, s.category) for s in live.sites] == [
+            (s.file, s.function, s.category) for s in recorded.sites
+        ]
+    bare = json.loads((tmp_path / LIBRARY_CASE / "bare" / f"{release}.json").read_text())
+    assert {"graphs": live.graphs, "recompiles": len(live.recompiles)} == bare == {"graphs": 2, "recompiles": 0}
 
 
 # ------------------------------------------------------------------ a release's own defaults
