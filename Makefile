@@ -66,13 +66,13 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 # torch's import in a managed venv vs one built without bytecode and one compiled after (bytecode_bench);
 # a broken fix's rollback verified in the replay's warm probe vs a second probe (rollback_bench);
 # replay --perf: how often its verdicts are wrong, A/A and with a known 10 % change (perf_bench);
-# casekit reduce on five large repros (lines before -> after, candidates/s, naive cost per candidate beside it;
+# casekit reduce on seven large repros (lines before -> after, candidates/s, naive cost per candidate beside it;
 # BENCH_REDUCE_ARGS="--second-python PATH" also checks the pairing on a second release);
 # with BENCH_BISECT=1 also k cases x n releases bisected one by one vs shared (builds envs: minutes).
 BENCH_SIZES ?= 1000,10000
 BENCH_BISECT_ARGS ?= --k 2 --versions 2.5.1,2.8.0,2.13.0
 BENCH_REDUCE_ARGS ?= --jobs 2
-# replay --perf's false alarms (100 A/A comparisons) and its power (a 10 % heavier side, 10 times): ~1 h here
+# replay --perf's false alarms (100 A/A comparisons) and its power (a 10 % heavier side, 10 times): ~1.5-2 h here
 BENCH_PERF_ARGS ?= --aa 100 --injected 10
 bench: $(STAMP)
 	$(PYTHON) bench/replay_bench.py

@@ -16,9 +16,9 @@ Every comparison prints its verdicts, the change and the A/A noise floor per axi
 counts, the blocks and processes used, the floors seen and the host's load. JSON with --json, rewritten after
 every comparison, so an interrupted bench keeps what it measured.
 
-Cost on 2 cores: a comparison is 15-24 fresh processes of 7-12 s each (importing torch, a warm compile, the
-blocks), 2.5-5 minutes, so the default 100 A/A comparisons take 4-8 hours (`make bench BENCH_PERF_ARGS='--aa 20'`
-for a shorter look; 20 comparisons cannot show a 1-in-100 bound).
+Cost on 2 cores: a comparison is 15-24 fresh processes of about 2-3 s each (importing torch, a warm compile
+from the kept cache, the blocks), a median 49 s, so the default 100 A/A comparisons take about 1.5 hours
+(`make bench BENCH_PERF_ARGS='--aa 20'` for a shorter look; 20 comparisons cannot show a 1-in-100 bound).
 """
 
 from __future__ import annotations

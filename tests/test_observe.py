@@ -328,6 +328,12 @@ def test_a_library_break_2_5_1_logs_only_from_its_own_frame_is_one_site_with_its
         ("transformers/modeling_utils.py:5129", "loss_function", "GB0291")
     ]
     assert observation.graphs == 2 and break_invariant(observation) is None
+    # reached from the script's line on both (2.5.1's from the cut's frames: its own record has no caller)
+    [site] = observation.sites
+    assert site.call_site is not None and (site.call_site.file.rsplit("/", 1)[-1], site.call_site.line) == (
+        f"{name}.py",
+        line,
+    )
     [pairing] = pair_sites(observe("2.5.1", name).sites, observe("2.13.0", name).sites, set(), set())
     assert pairing.site_class is SiteClass.PERSISTS
 

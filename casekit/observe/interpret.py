@@ -244,6 +244,8 @@ def _merge_call_sites(sites: list[Site]) -> list[Site]:
         seen_from_caller = [other for other in parent_of if _same_break_from_its_caller(site, other)]
         if site.sources == ["reasons"] and not parent_of:
             parent_of = [other for other in sites if _cut_at_the_call_of(site, other)]
+            for callee in parent_of[:1]:
+                _called_from(callee, site)
         if (site.sources == ["reasons"] and parent_of) or seen_from_caller:
             below = (seen_from_caller or parent_of)[0]
             below.sources += [source for source in site.sources if source not in below.sources]
@@ -276,6 +278,14 @@ def _cut_at_the_call_of(caller: Site, callee: Site) -> bool:
         and callee.function not in ("?", "<module>")
         and bool(re.search(rf"\b{re.escape(callee.function)}\b", caller.source))
     )
+
+
+def _called_from(callee: Site, cut: Site) -> None:
+    """The cut's frames are the callers the library break's own record lacked (2.5.1 compiled the function as
+    a frame of its own): the break then reads as later releases record it, reached from the user's line."""
+    if cut.stack and len(callee.stack) <= 1:
+        callee.stack = [*cut.stack, *callee.stack]
+        callee.call_site = cut.call_site or cut.anchor
 
 
 RESUMED_AT = re.compile(r"^torch_dynamo_resume_in_.+_at_(?P<line>\d+)$")
