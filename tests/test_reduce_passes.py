@@ -121,6 +121,26 @@ def test_class_literals_are_the_fields_with_literal_values_agreed_by_every_class
     }
     clashing = CONFIGURED.replace("class Other:\n    dim = 4", "class Other:\n    dim = 8")
     assert "dim" not in class_literals({"m.py": ast.parse(clashing)})
+    # containers of literals, and what a dataclass field gives each instance; a factory that computes is not one
+    fields = textwrap.dedent(
+        """
+        import dataclasses
+        from dataclasses import field
+
+        @dataclasses.dataclass
+        class Config:
+            kinds: list[str] = field(default_factory=lambda: ["dense", "moe"])
+            shape: tuple = (2, -3)
+            scale: float = dataclasses.field(default=0.5)
+            seen: list = field(default_factory=list)
+            made: list = field(default_factory=lambda: [make()])
+        """
+    )
+    assert {n: ast.unparse(v) for n, v in class_literals({"m.py": ast.parse(fields)}).items()} == {
+        "kinds": "['dense', 'moe']",
+        "shape": "(2, -3)",
+        "scale": "0.5",
+    }
 
 
 def test_literals_written_in_place_of_reads_not_of_method_calls_and_refused_ones_stay() -> None:
@@ -248,3 +268,122 @@ def test_a_statement_on_the_break_s_call_path_is_never_asked_about_without_it() 
     control_ask, control_asked = needs("breaks_here(y)")
     reduce_statements(ast.parse(SCRIPT), control_ask, copy.deepcopy)
     assert any("breaks_here(y)" not in text for text in control_asked)  # without `stays`, such runs are asked
+
+
+MODEL = textwrap.dedent(
+    """
+    from __future__ import annotations
+    import torch.nn as nn
+    from speech.config import Config
+    from speech.layers import Conv, Pool, Unused
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pool = Pool()
+    """
+)
+LAYERS = textwrap.dedent(
+    """
+    import torch.nn as nn
+    import math
+
+    def helper(x):
+        return math.sqrt(x)
+
+    class Conv(nn.Module):
+        def forward(self, x):
+            return helper(x)
+
+    class Pool(nn.Module):
+        def forward(self, x):
+            return x.tolist()
+
+    class Unused:
+        pass
+
+    REGISTRY = {"pool": Pool}
+    print("imported")
+    """
+)
+
+
+def _multifile() -> dict[str, ast.Module | None]:
+    script = "from speech.model import Encoder\nEncoder()(1)\n"
+    return {
+        "run.py": ast.parse(script),
+        "speech/model.py": ast.parse(MODEL),
+        "speech/layers.py": ast.parse(LAYERS),
+        "speech/config.py": ast.parse("class Config:\n    dim = 4\n"),
+    }
+
+
+def test_an_included_module_loses_what_no_file_imports_or_reads_and_imports_keep_only_the_names_read() -> None:
+    """The bindings of included files too (a reduction of a model spread over files left unread classes in
+    its layers file, imported by name but never used): `from m import a, b` keeps `b` alone when only `b` is
+    read; a class or function of an included module stays while another file imports it, reads an attribute
+    of that name or names it in a string; statements that do more than bind (a print) stay."""
+    from casekit.reduce.passes.unread import without_unread
+
+    trees = _multifile()
+    before = {name: ast.dump(tree) for name, tree in trees.items() if tree is not None}
+    out = without_unread(trees, "run.py", True)
+    model, layers = ast.unparse(out["speech/model.py"]), ast.unparse(out["speech/layers.py"])  # type: ignore[arg-type]
+    assert "from speech.layers import Pool\n" in model + "\n" and "Config" not in model
+    assert "class Pool" in layers and "REGISTRY" not in layers and "print('imported')" in layers
+    assert "class Conv" not in layers and "def helper" not in layers and "import math" not in layers
+    assert "class Unused" not in layers
+    assert {name: ast.dump(tree) for name, tree in trees.items() if tree is not None} == before  # not changed
+    # another file's attribute read or string keeps the name; a star import keeps everything
+    trees["run.py"] = ast.parse("import speech.layers as layers\nfrom speech.model import Encoder\nlayers.Conv\n")
+    assert "class Conv" in ast.unparse(without_unread(trees, "run.py", True)["speech/layers.py"])  # type: ignore[arg-type]
+    trees["run.py"] = ast.parse("from speech.layers import *\nfrom speech.model import Encoder\nEncoder()\n")
+    assert "class Unused" in ast.unparse(without_unread(trees, "run.py", True)["speech/layers.py"])  # type: ignore[arg-type]
+
+
+class _RecordingSearch:
+    """Records the questions a pass asks and refuses them all (the Search interface at its boundary)."""
+
+    def __init__(self, trees: dict[str, ast.Module | None], order: tuple[str, ...]) -> None:
+        from casekit.reduce.facts import Facts
+
+        self.facts = Facts(script=order[0], originals={}, order=order)
+        self.trees = trees
+        self.asked: list[dict[str, ast.Module | None]] = []
+
+    def ask(self, trees: dict[str, ast.Module | None]) -> bool:
+        self.asked.append(dict(trees))
+        return False
+
+    def say(self, phase: str) -> None:
+        pass
+
+    def finishing(self, on: bool) -> None:
+        pass
+
+
+def test_the_tidy_stage_drops_in_one_candidate_the_included_files_no_import_names() -> None:
+    from casekit.reduce.passes.files import unimported
+    from casekit.reduce.passes.unread import without_unread
+
+    order = ("run.py", "speech/model.py", "speech/layers.py", "speech/config.py")
+    search = _RecordingSearch(without_unread(_multifile(), "run.py", True), order)
+    unimported(search)
+    assert search.asked == [{"speech/config.py": None}]  # model.py no longer imports it; layers.py still is
+    search = _RecordingSearch(_multifile(), order)
+    unimported(search)
+    assert search.asked == []  # every included file is still named by an import
+
+
+def test_a_local_left_unread_goes_though_an_attribute_of_that_name_is_read() -> None:
+    """In a function, only a plain name reads a local: `capacity = self.capacity(n)` left unread goes (its
+    call kept as a statement), where reading the attribute `.capacity` used to keep the binding."""
+    from casekit.reduce.passes.unread import without_unread
+
+    text = "class F:\n    def forward(self, x):\n        capacity = self.capacity(x)\n        return x\n\n\nF().forward(1)\n"
+    out = ast.unparse(without_unread({"m.py": ast.parse(text)}, "m.py", False)["m.py"])  # type: ignore[arg-type]
+    assert "capacity =" not in out and "self.capacity(x)" in out
+    read = text.replace("return x", "return capacity")
+    assert "capacity = self.capacity(x)" in ast.unparse(
+        without_unread({"m.py": ast.parse(read)}, "m.py", False)["m.py"]
+    )  # type: ignore[arg-type]

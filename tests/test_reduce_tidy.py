@@ -323,7 +323,7 @@ def test_members_nothing_reads_go_and_their_classes_become_unread() -> None:
     assert "self.attn = 1" in out and "def forward" in out and "register_buffer('cos'" in out
 
 
-def test_a_statement_that_is_a_library_zero_alone_goes() -> None:
+def test_a_statement_that_is_a_value_alone_goes() -> None:
     tree = ast.parse("def f(x):\n    y = x\n    return y\n")
     function = tree.body[0]
     assert isinstance(function, ast.FunctionDef)
@@ -331,7 +331,15 @@ def test_a_statement_that_is_a_library_zero_alone_goes() -> None:
     assert "\n    0\n" in ast.unparse(tree)
     cleaned = stand_ins.without_bare_stand_ins({"m.py": tree})
     assert cleaned is not None and "0" not in ast.unparse(cleaned["m.py"])  # type: ignore[arg-type]
-    assert stand_ins.without_bare_stand_ins({"m.py": ast.parse("0\n")}) is None  # the user's own 0 stays
+    # a value a pass left in a statement's place, with that place, goes too; a docstring and `...` stay
+    placed = ast.parse('"""Doc."""\n\n\ndef f(x):\n    """Its doc."""\n    0\n    return x\n\n\nclass P:\n    ...\n')
+    cleaned = stand_ins.without_bare_stand_ins({"m.py": placed})
+    assert cleaned is not None and ast.unparse(cleaned["m.py"]).count("0") == 0  # type: ignore[arg-type]
+    assert '"""Doc."""' in ast.unparse(cleaned["m.py"]) and '"""Its doc."""' in ast.unparse(cleaned["m.py"])  # type: ignore[arg-type]
+    assert "..." in ast.unparse(cleaned["m.py"])  # type: ignore[arg-type]
+    kept = '"""Doc."""\nclass P:\n    ...\n'
+    assert stand_ins.without_bare_stand_ins({"m.py": ast.parse(kept)}) is None
+    assert [b.lineno for b in stand_ins.bare_values(placed)] == [6]  # the checklist's rule
 
 
 def test_pysource_minimize_is_patched_only_where_its_private_seam_is_the_one_casekit_knows(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -359,7 +367,7 @@ ROUTED = textwrap.dedent(
     import torch
 
     class Router(torch.nn.Module):
-        def forward(self, tokens):
+        def forward(self, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             weights = tokens.softmax(-1)
             aux = weights.mean()
             if tokens.shape[0] > 4:
@@ -375,7 +383,7 @@ ROUTED = textwrap.dedent(
             weights, experts, aux_loss = self.router(x)
             torch.bincount(experts.flatten())
 
-    def split(x):
+    def split(x) -> Pair:
         return x[0], x[1]
 
     first, second = split(torch.randn(2, 3))
@@ -408,6 +416,8 @@ def test_unread_results_go_from_the_returns_and_the_unpacking() -> None:
     assert "experts = self.router(x)" in text  # one name left: no tuple of one
     assert "return weights.argmax(-1)" in text and "aux" in text  # every return, each alone; `aux = ...` is unread's
     assert "first = split(torch.randn(2, 3))" in text and "return x[0]" in text
+    # the annotation says what is returned now: the kept part's type, or nothing where it named the tuple
+    assert "def forward(self, tokens) -> torch.Tensor:" in text and "def split(x):" in text
     # the control: a caller that reads every part, or a call used another way, leaves the function as it is
     for kept in ("print(weights, experts, aux_loss)", "print(self.router(x))"):
         reading = ROUTED.replace("torch.bincount(experts.flatten())", kept)
@@ -446,3 +456,35 @@ def test_a_compile_call_moved_to_another_line_gets_its_keywords_on_that_line() -
     # so the statement still maps to line 5 and the break's call path reads as the original's
     assert {node.lineno for node in ast.walk(kept.keywords[0]) if hasattr(node, "lineno")} == {5}
     assert render(new["m.py"], OriginalIndex(original)).lines == (1, 5)  # type: ignore[arg-type]
+
+
+def test_a_function_left_returning_nothing_loses_its_return_annotation() -> None:
+    """`def forward(...) -> torch.Tensor:` whose returns went with what followed the break says nothing of
+    what it returns; `-> None`, a generator, a stub and a function still returning a value keep theirs."""
+    text = textwrap.dedent(
+        """
+        import torch
+
+        class Pool(torch.nn.Module):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                x.tolist()
+
+            def __init__(self) -> None:
+                super().__init__()
+
+            def rows(self, x) -> list:
+                return x.tolist()
+
+            def each(self, x) -> object:
+                yield x
+
+            def abstract(self) -> int:
+                raise NotImplementedError
+        """
+    )
+    stale = results.without_stale_annotations({"m.py": ast.parse(text)})
+    assert stale is not None
+    out = ast.unparse(stale["m.py"])  # type: ignore[arg-type]
+    assert "def forward(self, x: torch.Tensor):" in out
+    assert "-> None" in out and "-> list" in out and "-> object" in out and "-> int" in out
+    assert results.without_stale_annotations(stale) is None

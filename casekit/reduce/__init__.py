@@ -20,9 +20,9 @@ The pipeline (pipeline.py's PIPELINE, the one list; the reducer picks, the explo
   code      (whole statements, halves first -> what nothing reads -> files) x3 -> single-use
             variables -> (pysource-minimize -> what nothing reads) x2 -> unused parameters ->
             (statements -> unread -> files) x2 -> single-use variables -> shapes, loop counts, sizes
-  tidy      unused parameters left -> unused results left -> what nothing reads left -> stand-in
-            values as their kind -> the compile call as written -> docstrings -> comments of the kept
-            lines, formatted (judged even past the deadline)
+  tidy      unused parameters left -> unused results left -> what nothing reads left (every file) ->
+            included files no import names -> stand-in values as their kind -> the compile call as
+            written -> docstrings -> comments of the kept lines, formatted (judged even past the deadline)
 Every step proposes candidates through one question, judged by the oracle; a kept one is the best so
 far (written to --out at once) and the start of everything after it. Near --max-time the reducing
 steps are refused unrun and the tidy ones still run.

@@ -2,7 +2,8 @@
 run (the standalone run in torch's own log is theirs: it needs torch).
 
 - no unused parameter (`passes/parameters.py`'s rule);
-- no stand-in `0` where the original had a value of another kind (`passes/stand_ins.py`'s rule);
+- no stand-in `0` where the original had a value of another kind (`passes/stand_ins.py`'s rule), and no
+  statement that is a value alone (a `0` left where a statement was);
 - every compile call with the keywords the original's wrote, and a `backend="eager"` it did not
   write explained on its line;
 - every comment of the original's kept statements, and the kept definitions' docstrings;
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from casekit.reduce.passes.compile_call import EAGER_NOTE, compile_calls
 from casekit.reduce.passes.docstrings import DEFINITIONS
 from casekit.reduce.passes.parameters import unused_parameters
-from casekit.reduce.passes.stand_ins import INT, UNKNOWN, stand_ins
+from casekit.reduce.passes.stand_ins import INT, UNKNOWN, bare_values, stand_ins
 from casekit.reduce.source.candidate import Candidate
 from casekit.reduce.source.format import formatted, ruff_available
 from casekit.reduce.source.lines import OriginalIndex
@@ -36,6 +37,8 @@ def checklist(result: Candidate, originals: Mapping[str, str]) -> list[str]:
     for name, tree in trees.items():
         if tree is not None and name in parsed:
             problems.extend(f"{name}: {p}" for p in _docstrings(tree, parsed[name]))
+        for bare in bare_values(tree) if tree is not None else ():
+            problems.append(f"{name}:{getattr(bare, 'lineno', '?')}: a statement that is a value alone")
     for name, rendered in result.files.items():
         if rendered is None or name not in originals:
             continue

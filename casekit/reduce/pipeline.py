@@ -90,6 +90,7 @@ PIPELINE: tuple[Step | Rounds, ...] = (
     # imports, definitions and members nothing reads: a reduction cut short by --max-time ends in the
     # middle of pysource-minimize's round, before the unread bindings step that follows it
     Step("what nothing reads, left", unread.run, tidy=True),
+    Step("included files no import names, left", files.unimported, tidy=True),
     Step("stand-in values written as the kind they stand for", stand_ins.run, tidy=True),
     Step("the compile call as the original wrote it", compile_call.run, tidy=True),
     Step("docstrings of the kept definitions", docstrings.run, tidy=True),

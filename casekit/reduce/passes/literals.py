@@ -24,6 +24,8 @@ Copy = Callable[[Any], Any]
 
 
 def _literal(node: ast.expr | None) -> ast.expr | None:
+    """The literal a field's value is: a constant, a signed number, a list or tuple of literals, or the
+    literal a dataclass `field(default=...)` / `field(default_factory=lambda: ...)` gives each instance."""
     if isinstance(node, ast.Constant) and not isinstance(node.value, bytes):
         return node
     if (
@@ -32,7 +34,27 @@ def _literal(node: ast.expr | None) -> ast.expr | None:
         and isinstance(node.operand, ast.Constant)
     ):
         return node
+    if isinstance(node, ast.List | ast.Tuple) and all(_literal(item) is not None for item in node.elts):
+        return node
+    if isinstance(node, ast.Call) and _names_field(node.func) and not node.args:
+        for keyword in node.keywords:
+            if keyword.arg == "default":
+                return _literal(keyword.value)
+            factory = keyword.value
+            if keyword.arg == "default_factory" and isinstance(factory, ast.Lambda) and not _takes(factory):
+                return _literal(factory.body)
     return None
+
+
+def _names_field(func: ast.expr) -> bool:
+    return (isinstance(func, ast.Name) and func.id == "field") or (
+        isinstance(func, ast.Attribute) and func.attr == "field"
+    )
+
+
+def _takes(function: ast.Lambda) -> bool:
+    arguments = function.args
+    return bool(arguments.posonlyargs or arguments.args or arguments.kwonlyargs or arguments.vararg or arguments.kwarg)
 
 
 def class_literals(trees: Mapping[str, ast.Module | None]) -> dict[str, ast.expr]:

@@ -151,7 +151,28 @@ def without_results(trees: Trees, chosen: UnusedResults, search: Search) -> Tree
     for returned in _own_returns(function):
         assert isinstance(returned.value, ast.Tuple)
         returned.value = _kept(returned.value.elts, chosen.unread, returned.value)
+    function.returns = _kept_annotation(function.returns, chosen)
     return new
+
+
+def _kept_annotation(returns: ast.expr | None, chosen: UnusedResults) -> ast.expr | None:
+    """`-> tuple[A, B, C]` says what is returned now: `-> B` where B alone is left, `-> tuple[A, C]` for
+    more; an annotation written another way (a name for the tuple's type) no longer tells, and goes."""
+    if returns is None:
+        return None
+    if (
+        isinstance(returns, ast.Subscript)
+        and isinstance(returns.value, ast.Name)
+        and returns.value.id in ("tuple", "Tuple")
+        and isinstance(returns.slice, ast.Tuple)
+        and len(returns.slice.elts) == chosen.size
+    ):
+        left = [item for position, item in enumerate(returns.slice.elts) if position not in chosen.unread]
+        if len(left) == 1:
+            return left[0]
+        returns.slice = ast.copy_location(ast.Tuple(elts=left, ctx=ast.Load()), returns.slice)
+        return returns
+    return None
 
 
 def _each(search: Search) -> Iterator[UnusedResults]:
@@ -164,10 +185,53 @@ def _each(search: Search) -> Iterator[UnusedResults]:
         yield pending[0]
 
 
+def without_stale_annotations(trees: Trees) -> Trees | None:
+    """A copy of the trees where a function that returns no value any more (its returns went with what
+    followed the break) says nothing of what it returns: `-> torch.Tensor` over a body that ends in a
+    call would mislead the reader (None: there is no such function)."""
+    new: Trees = {name: copy_tree(tree) for name, tree in trees.items()}
+    changed = False
+    for tree in new.values():
+        for function in (n for n in ast.walk(tree) if isinstance(n, FUNCTIONS)) if tree is not None else ():
+            if function.returns is None or _yields(function) or _is_none(function.returns):
+                continue
+            if not any(r.value is not None for r in _own_returns(function)) and not _abstract(function):
+                function.returns = None
+                changed = True
+    return new if changed else None
+
+
+def _yields(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    pending: list[ast.AST] = list(function.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Yield | ast.YieldFrom):
+            return True
+        if not isinstance(node, SCOPES):
+            pending.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _is_none(annotation: ast.expr) -> bool:
+    return isinstance(annotation, ast.Constant) and annotation.value is None
+
+
+def _abstract(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A body that only raises or is `...`/`pass` (a stub, an abstract method): its annotation is the point."""
+    return all(
+        isinstance(s, ast.Raise | ast.Pass) or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+        for s in function.body
+    )
+
+
 def run(search: Search) -> None:
     """Each function's unread results out, one function at a time (a caller's own results may then be
-    unread in turn: the pipeline repeats the step with the unread bindings)."""
+    unread in turn: the pipeline repeats the step with the unread bindings); then the return annotations
+    of functions left returning nothing."""
     for chosen in _each(search):
         candidate = without_results(search.trees, chosen, search)
         if candidate is not None:
             search.ask(candidate)
+    stale = without_stale_annotations(search.trees)
+    if stale is not None:
+        search.ask(stale)

@@ -242,19 +242,43 @@ def replaced(trees: Trees, stand_in: StandIn, value: ast.expr) -> Trees | None:
     return None
 
 
+def bare_values(tree: ast.Module) -> list[ast.Expr]:
+    """The statements that are a value alone and do nothing: a library `0`, or any constant a pass left
+    as a statement (`0` where `batch, seq, dim = x.shape` was); a docstring and a `...` body stay."""
+    found = []
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(node, field, None)
+            for position, statement in enumerate(body if isinstance(body, list) else ()):
+                if _bare(statement, docstring=position == 0 and field == "body" and isinstance(node, DEFINED)):
+                    found.append(statement)
+    return found
+
+
+DEFINED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _bare(statement: ast.AST, docstring: bool) -> bool:
+    if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)):
+        return False
+    value = statement.value.value
+    return is_stand_in(statement.value) or not (value is Ellipsis or (docstring and isinstance(value, str)))
+
+
 def without_bare_stand_ins(trees: Trees) -> Trees | None:
-    """A copy of the trees without the statements that are a library `0` alone (None: there is none)."""
+    """A copy of the trees without the statements that are a value alone (None: there is none)."""
     out = dict(trees)
     changed = False
     for file, tree in trees.items():
         if tree is None:
             continue
         new = copy_tree(tree)
+        bare = {id(statement) for statement in bare_values(new)}
         for node in ast.walk(new):
             for field in ("body", "orelse", "finalbody"):
                 body = getattr(node, field, None)
-                if isinstance(body, list) and any(isinstance(s, ast.Expr) and is_stand_in(s.value) for s in body):
-                    body[:] = [s for s in body if not (isinstance(s, ast.Expr) and is_stand_in(s.value))]
+                if isinstance(body, list) and any(id(s) in bare for s in body):
+                    body[:] = [s for s in body if id(s) not in bare]
                     if not body and field == "body" and not isinstance(node, ast.Module):
                         body.append(ast.Pass(lineno=0, col_offset=0, end_lineno=0, end_col_offset=0))
                     changed = True
@@ -265,7 +289,7 @@ def without_bare_stand_ins(trees: Trees) -> Trees | None:
 def run(search: Search) -> None:
     bare = without_bare_stand_ins(search.trees)
     if bare is not None:
-        search.ask(bare)  # a `0` alone does nothing: a statement the library emptied
+        search.ask(bare)  # a value alone does nothing: a statement the library or a pass emptied
     originals = {name: ast.parse(text) for name, text in search.facts.originals.items()}
     for stand_in in stand_ins(search.trees, originals):
         if stand_in.kind == INT:

@@ -75,7 +75,9 @@ def _reads(tree: ast.Module) -> dict[int, set[str]]:
     module_reads = _loads(_own_nodes(tree))
     out: dict[int, set[str]] = {}
     for function in functions:
-        inside = _loads(list(ast.walk(function)))  # its own code and nested code (conservative)
+        # its own code and nested code: the plain names it loads (a local is never read as `obj.name`, so
+        # `capacity = self.capacity(n)` left unread goes although the method's name is taken)
+        inside = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store)}
         out[id(function)] = inside
         module_reads |= _loads(_own_nodes(function)) - _locals(function)
     out[id(tree)] = module_reads
@@ -87,7 +89,7 @@ def _bound(statement: ast.stmt) -> list[str] | None:
     if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
         return [statement.name]
     if isinstance(statement, ast.Import | ast.ImportFrom):
-        names = [(a.asname or a.name).split(".")[0] for a in statement.names]
+        names = [_alias_binds(a) for a in statement.names]
         return None if "*" in names else names
     if isinstance(statement, ast.Assign):
         groups = [_names_of(t) for t in statement.targets]
@@ -95,6 +97,11 @@ def _bound(statement: ast.stmt) -> list[str] | None:
     if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
         return [statement.target.id]
     return None
+
+
+def _alias_binds(alias: ast.alias) -> str:
+    """The name an import binds: `import a.b` binds `a`, `from m import x as y` binds `y`."""
+    return (alias.asname or alias.name).split(".")[0]
 
 
 def _names_of(target: ast.expr) -> list[str] | None:
@@ -139,6 +146,12 @@ def _prune(
         dunder = names is not None and any(n.startswith("__") and n.endswith("__") for n in names)
         # a class body's defs are methods and fields: `self.name` reads them, and protocols (forward,
         # __init__) call them unread, so only module and function bodies lose their unread bindings
+        if isinstance(statement, ast.Import | ast.ImportFrom) and names is not None and not in_class:
+            # `from layers import Conv, Pool` where only Pool is read: the import keeps Pool alone
+            used = [alias for alias in statement.names if _alias_binds(alias) in read]
+            if used and len(used) < len(statement.names):
+                statement.names = used
+                changed = True
         if names is not None and not in_class and not dunder and not set(names) & read:
             changed = True
             value = getattr(statement, "value", None)
@@ -170,20 +183,54 @@ def without_unread(
     drop_calls: bool,
     compiled_calls: frozenset[tuple[int, int | None]] = frozenset(),
 ) -> dict[str, ast.Module | None]:
-    """A copy of the trees without the bindings nothing reads, to a fixed point. Only the script: an
-    included module's top-level names are read by the files importing them."""
-    out = dict(trees)
-    tree = trees.get(script)
-    if tree is None:
-        return out
-    pruned = copy.deepcopy(tree)
-    while _prune(pruned.body, _reads(pruned), pruned, False, drop_calls, compiled_calls):
-        pass
-    if not pruned.body:
-        pruned.body = [ast.Pass()]
-    place_made_up_passes(pruned)
-    out[script] = pruned
-    return out
+    """A copy of the trees without the bindings nothing reads, to a fixed point over every file. An included
+    module's top-level names are read where its own code reads them or another file could reach them (see
+    `_read_from_outside`); the script's unread calls beside the compiled call (`drop_calls`) are judged in
+    the script alone, whose lines `compiled_calls` are in."""
+    if trees.get(script) is None:
+        return dict(trees)
+    out = {name: copy.deepcopy(tree) for name, tree in trees.items()}
+    pruned_any = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, tree in out.items():
+            outside = _read_from_outside(out, name) if name != script else set()
+            if tree is None or outside is None:
+                continue  # a star import elsewhere may read any of its names
+            own = name == script
+            reads = _reads(tree)
+            reads[id(tree)] |= outside
+            if _prune(tree.body, reads, tree, False, drop_calls and own, compiled_calls if own else frozenset()):
+                changed = True
+                pruned_any.add(name)
+    for name in pruned_any | {script}:
+        tree = out[name]
+        if tree is not None:
+            if not tree.body:
+                tree.body = [ast.Pass()]
+            place_made_up_passes(tree)
+    return {name: out[name] if name in pruned_any | {script} else trees[name] for name in trees}
+
+
+def _read_from_outside(trees: Mapping[str, ast.Module | None], name: str) -> set[str] | None:
+    """The names of module `name` that other files could reach: imported by name (`from m import x`), read
+    as an attribute (`m.x`, any attribute of that name: conservative), or named in a string (getattr).
+    None where another file star-imports: then anything may be read."""
+    read: set[str] = set()
+    for other, tree in trees.items():
+        if other == name or tree is None:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                if any(alias.name == "*" for alias in node.names):
+                    return None
+                read.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.Attribute):
+                read.add(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+                read.add(node.value)
+    return read
 
 
 PROTOCOL_METHODS = frozenset({"forward", "extra_repr", "reset_parameters"})  # called by the library, unread
