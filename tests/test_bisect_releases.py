@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from casekit.scrub import portable_paths
 from tests.conftest import ROOT, run_casekit
 
 CASE = "cond-identity-branch"
@@ -120,7 +121,8 @@ def test_real_bisection_over_torch_releases_names_the_release_and_resumes_from_c
     ), changes
     assert "post-fix: 1 -> 0 graph(s)" in changes
     reproduce = f"casekit replay --case {CASE} --torch {MIDDLE} --archive {archive} --no-record"
-    assert report["reproduce"] == reproduce
+    # the document is shared: its command names the archive as a label does (~/..., or …/its last parts)
+    assert report["reproduce"] == portable_paths(reproduce)
     assert report["compare_url"] == f"https://github.com/pytorch/pytorch/compare/v{GOOD}...v{MIDDLE}"
     assert report["cache"] == str(cache) and cache.exists()
 

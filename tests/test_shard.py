@@ -226,8 +226,14 @@ def test_sharded_replay_merged_equals_the_unsharded_replay(tmp_path: Path) -> No
     archive.mkdir()
     for case_id in ("item-branch", "print-in-forward"):
         shutil.copy(FIXTURE_ARCHIVE / f"{case_id}.toml", archive / f"{case_id}.toml")
-    alias = tmp_path / "python-alias"  # the same interpreter under a second label: two targets, one torch
-    alias.symlink_to(Path(sys.executable).resolve())
+    # the same interpreter under a second label: two targets, one torch. A venv's interpreter finds its
+    # packages from where it is started, so the alias is the venv's folder, not its (resolved) binary
+    if sys.prefix != sys.base_prefix:
+        (tmp_path / "venv-alias").symlink_to(sys.prefix, target_is_directory=True)
+        alias = tmp_path / "venv-alias" / Path(sys.executable).relative_to(sys.prefix)
+    else:
+        alias = tmp_path / "python-alias"
+        alias.symlink_to(Path(sys.executable).resolve())
     targets = ["--python", sys.executable, "--python", str(alias)]
     common = ["--archive", str(archive), "--no-record", "--fail-on", "never", *targets]
     runner = CliRunner()

@@ -60,7 +60,6 @@ RESOLVE_TIMEOUT_S = 120.0
 ISOLATING_ENV = {"PYTHONPATH": "", "PYTHONHOME": ""}
 
 
-
 # --------------------------------------------------------------- installers
 
 
@@ -144,7 +143,9 @@ def _uv_index_flags(request: EnvRequest) -> list[str]:
     if request.index_url:
         flags += ["--index-url", request.index_url]
     elif request.torch_index:
-        variant_backend = request.channel == "release" and request.cuda and settings.is_pytorch_index(request.torch_index)
+        variant_backend = (
+            request.channel == "release" and request.cuda and settings.is_pytorch_index(request.torch_index)
+        )
         if variant_backend and "--torch-backend" in _uv_help("pip", "install"):
             flags += ["--torch-backend", str(request.cuda)]  # torch & co. from PyTorch's index, the rest from PyPI
         else:
@@ -270,10 +271,13 @@ def request_for(spec: TargetSpec, torch_version: str, **found: str | None) -> En
     """The env request for `spec` once its torch version is known; `found`: the variant and build
     the channel's listing gave (cuda, torch_index, torch_file, torch_url)."""
     extra = tuple(spec.extra_packages)
-    if not any(re.split(r"[=<>!~ ]", p, maxsplit=1)[0].lower() == "numpy" for p in extra):
-        extra += (
-            "numpy",
-        )  # torch wheels do not depend on it, yet most repro scripts (and torch's own numpy interop) need it
+    # numpy: torch wheels do not depend on it, yet most repro scripts (and torch's own numpy interop) need it.
+    # setuptools: torch.utils.cpp_extension imports it, and older releases' Inductor imports that (2.5.1's
+    # compile fails "No module named 'setuptools'"); torch requires it only on Python >= 3.12, and a venv uv
+    # makes has none (a venv pip made on 3.11 had it by chance)
+    for needed in ("numpy", "setuptools"):
+        if not any(re.split(r"[=<>!~ \[]", p, maxsplit=1)[0].lower() == needed for p in extra):
+            extra += (needed,)
     fields: dict[str, str | None] = {"cuda": spec.cuda, **found}
     return EnvRequest(
         python=spec.python,
