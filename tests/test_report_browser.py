@@ -231,4 +231,12 @@ def test_bisect_page_renders_its_steps(tmp_path: Path) -> None:
     page.write_text(render_bisect_html(doc), encoding="utf-8")
     _, _, rows = png_pixels(screenshot(tmp_path, page.as_uri(), "bisect-logging-in-forward.png", "1280,640"))
     assert colour_count(rows, "#aceebb") > 400 and colour_count(rows, "#ff8182") > 400  # good and bad steps
-    assert colour_count(rows, "#cf222e") > 50  # the dashed line where the outcome changes
+    from casekit.report.pictures import sides_of
+
+    # the dashed line where the outcome changes, in the bad side's ink (its steps' words use it too: the same
+    # page without a first bad release is the control)
+    changed_to = sides_of(doc)[1][1][1]
+    unmarked = tmp_path / "unmarked.html"
+    unmarked.write_text(render_bisect_html({**doc, "first_bad": None}), encoding="utf-8")
+    _, _, plain = png_pixels(screenshot(tmp_path, unmarked.as_uri(), "unmarked.png", "1280,640"))
+    assert colour_count(rows, changed_to) - colour_count(plain, changed_to) > 50
