@@ -204,13 +204,14 @@ def without_unread(
             if _prune(tree.body, reads, tree, False, drop_calls and own, compiled_calls if own else frozenset()):
                 changed = True
                 pruned_any.add(name)
-    for name in pruned_any | {script}:
+    rewritten = pruned_any | {script}  # the rest stay the caller's own trees
+    for name in rewritten:
         tree = out[name]
         if tree is not None:
             if not tree.body:
                 tree.body = [ast.Pass()]
             place_made_up_passes(tree)
-    return {name: out[name] if name in pruned_any | {script} else trees[name] for name in trees}
+    return {name: out[name] if name in rewritten else trees[name] for name in trees}
 
 
 def _read_from_outside(trees: Mapping[str, ast.Module | None], name: str) -> set[str] | None:
