@@ -18,7 +18,7 @@ from casekit.reduce.judge.oracle import Oracle, OracleOptions
 from casekit.reduce.judge.probe import CandidateProbe, Layout
 from casekit.reduce.source.candidate import Candidate
 from casekit.reduce.source.lines import OriginalIndex, Rendered, identity_map
-from casekit.runners.interface import ScriptEntry
+from casekit.runners.interface import ProbeBatchResult, ProbeJob, ProbeSession, ProgressFn, ScriptEntry
 from casekit.runners.sandbox import Sandbox
 from casekit.runners.warm import WarmSession
 
@@ -174,3 +174,42 @@ def _map_like(text: str, original: OriginalIndex) -> tuple[int, ...]:
     for number, line in enumerate(original.lines, 1):
         where.setdefault(line, original.canonical(number) or 0)
     return tuple(where.get(line, 0) for line in text.splitlines())
+
+
+class _LostBesideOthers(ProbeSession):
+    """The real warm probe, except that in a batch of more than one run the job whose script says
+    "# lost beside others" comes back empty, as a run past its bound or a worker lost on a loaded host does."""
+
+    def __init__(self, real: ProbeSession) -> None:
+        self.real, self.batches = real, list[int]()
+
+    def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
+        batch = self.real.run_probe(jobs, progress)
+        self.batches.append(len(jobs))
+        for job in jobs:
+            if len(jobs) > 1 and "# lost beside others" in job.script.read_text():
+                batch.results.pop(job.id, None)
+                batch.failed[job.id] = "stopped after 10 s, past its runs' timeouts"
+        return batch
+
+
+@pytest.mark.process
+def test_a_candidate_lost_beside_others_is_judged_on_a_run_alone(tmp_path: Path) -> None:
+    index = OriginalIndex(ORIGINAL_SCRIPT)
+    layout = Layout("script.py", (), {"script.py": index})
+    original = Candidate({"script.py": Rendered(ORIGINAL_SCRIPT, identity_map(index))})
+    lost = VARIANTS["same"] + "# lost beside others\n"
+    with WarmSession(sys.executable, ScriptEntry.REDUCE, Sandbox.from_options()) as real:
+        observed = CandidateProbe(real, layout, ORACLE, 120, lambda m: None, "eager").observe([original])[0]
+        oracle = Oracle(
+            observed, choose_break(observed, BreakChoice(), frozenset({"script.py"})), frozenset({"script.py"})
+        )
+        probe = _LostBesideOthers(real)
+        said: list[str] = []
+        candidates = CandidateProbe(probe, layout, oracle, 120, said.append, "eager")
+        batch = [Candidate({"script.py": Rendered(t, _map_like(t, index))}) for t in (lost, VARIANTS["new break"])]
+        verdicts = candidates.judge(batch)
+    assert verdicts[0].kept, verdicts[0].why  # what it is alone: the same break, kept
+    assert not verdicts[1].kept and "a new break" in verdicts[1].why  # a real refusal is not run again
+    assert probe.batches == [2, 1] and candidates.stats.alone == 1
+    assert said == ["a candidate's run ended env_failed beside others: running it alone"]

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from casekit.model import IncludedFile, ScriptObservation, ScriptSource
+from casekit.model import IncludedFile, ScriptObservation, ScriptSource, ScriptStatus
 from casekit.observe.batch import observe_batch
 from casekit.reduce.judge.oracle import Judgement, Oracle, Placement
 from casekit.reduce.source.candidate import Candidate
@@ -73,6 +73,7 @@ class CandidateStats:
     run: int = 0  # candidates run in the probe
     cached: int = 0  # answered from an earlier run of the same text
     kept: int = 0
+    alone: int = 0  # run again alone after a timeout or a crash beside others
     batches: int = 0
     seconds: float = 0.0  # in the probe
     recent: float = 0.0  # a batch's seconds lately (a moving average: candidates shrink as the search goes)
@@ -150,7 +151,10 @@ class CandidateProbe:
                 fresh[candidate.key] = candidate
         self.stats.cached += len(candidates) - len(fresh)
         if fresh:
-            for candidate, observation in zip(fresh.values(), self.observe(list(fresh.values())), strict=True):
+            observations = self.observe(list(fresh.values()))
+            if len(fresh) > 1:
+                observations = self._alone_again(list(fresh.values()), observations)
+            for candidate, observation in zip(fresh.values(), observations, strict=True):
                 judgement = self.oracle.judge(observation)
                 self.cache[candidate.key] = judgement
                 if not judgement.kept:
@@ -160,6 +164,22 @@ class CandidateProbe:
         answers = [self.cache[c.key] for c in candidates]
         self.stats.kept += sum(1 for a in answers if a.kept)
         return answers
+
+    def _alone_again(
+        self, candidates: list[Candidate], observations: list[ScriptObservation]
+    ) -> list[ScriptObservation]:
+        """A candidate that timed out, crashed or came back empty beside others runs again alone: its bound is
+        the original's pace, which runs side by side on a loaded host can pass, and a worker lost for memory
+        is lost for its neighbours' too. Its answer must not depend on `--jobs` or on what ran beside it; one
+        that loops or crashes alone too is refused as before (one run more)."""
+        again = []
+        for candidate, observation in zip(candidates, observations, strict=True):
+            if observation.status in (ScriptStatus.TIMEOUT, ScriptStatus.CRASHED, ScriptStatus.ENV_FAILED):
+                self.stats.alone += 1
+                self.progress(f"a candidate's run ended {observation.status.value} beside others: running it alone")
+                observation = self.observe([candidate])[0]
+            again.append(observation)
+        return again
 
     def answers(self, candidates: Sequence[Candidate]) -> list[bool]:
         return [j.kept for j in self.judge(candidates)]
