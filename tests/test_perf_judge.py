@@ -40,23 +40,10 @@ def test_tight_alike_samples_are_same() -> None:
     assert result.verdict is PerfVerdict.SAME and "within ±5%" in result.why
 
 
-def test_a_noise_floor_past_the_threshold_leaves_a_change_under_it_inconclusive_never_slower() -> None:
-    base, slow = around(1.0, 0.01, 10, 7), around(1.08, 0.01, 5, 8)  # significant, past 5 %, under the 9 % floor
-    result = judge(PerfAxis.STEADY, Sample(base), Sample(slow), STEADY, floor=0.09)
-    assert result.p is not None and result.p < 0.01
-    assert result.verdict is PerfVerdict.INCONCLUSIVE and result.why.startswith("noise floor 9.0% > 5%")
-    alike = judge(PerfAxis.STEADY, Sample(base), Sample(around(1.0, 0.01, 5, 8)), STEADY, floor=0.09)
-    assert alike.verdict is PerfVerdict.INCONCLUSIVE  # nor can it call two sides alike within 5 %
-
-
-def test_a_change_well_past_a_high_noise_floor_is_still_called() -> None:
+def test_a_noise_floor_past_the_threshold_is_inconclusive_never_slower() -> None:
     base, slow = around(1.0, 0.01, 10, 7), around(1.5, 0.01, 5, 8)
     result = judge(PerfAxis.STEADY, Sample(base), Sample(slow), STEADY, floor=0.09)
-    assert result.verdict is PerfVerdict.SLOWER and "noise floor 9.0%" in result.why
-    # the same change, not significant (three values a side that overlap), stays open and says the floor
-    unsure = judge(PerfAxis.STEADY, Sample((1.0, 1.2, 1.1)), Sample((1.65, 1.0, 1.7)), STEADY, floor=0.09)
-    assert unsure.change == pytest.approx(0.5)
-    assert unsure.verdict is PerfVerdict.INCONCLUSIVE and unsure.why.startswith("noise floor 9.0% > 5%, and +50.0%")
+    assert result.verdict is PerfVerdict.INCONCLUSIVE and result.why.startswith("noise floor 9.0% > 5%")
 
 
 def test_too_few_processes_are_inconclusive_and_say_how_to_get_more() -> None:
@@ -159,13 +146,3 @@ def test_the_protocol_adds_rounds_only_while_the_rounds_left_could_settle_an_axi
     alike_soon = {"a": base, "b": _warm_processes(around(1.0, 0.1, 5, 18))}
     assert wants_more(alike_soon, halves, PerfSettings(warm=5, max_warm=40), "a")
     assert not wants_more(alike_soon, halves, settings, "a")
-
-
-def test_a_high_noise_floor_stops_the_rounds_unless_the_change_is_past_it() -> None:
-    noisy = around(1.0, 0.15, 5, 21) + around(1.3, 0.15, 5, 22)  # halves apart: a floor far past 5 %
-    base = _warm_processes(noisy)
-    halves = (base[:5], base[5:])
-    under_the_floor = {"a": base, "b": _warm_processes((1.15, 1.17, 1.2, 1.1, 1.18))}  # +8 %, floor 18 %
-    assert not wants_more(under_the_floor, halves, PerfSettings(warm=5, max_warm=2000), "a")
-    past_the_floor = {"a": base, "b": _warm_processes((1.05, 1.6, 1.7))}  # +40 %, not yet significant
-    assert wants_more(past_the_floor, halves, PerfSettings(warm=5, max_warm=2000), "a")

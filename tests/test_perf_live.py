@@ -1,8 +1,8 @@
 """replay --perf on real torch and real Inductor (CPU): what each process measures, and the verdicts on real
 changes. The verdicts asserted here are ones a loaded 2-core host cannot blur: a break that goes away, a
-library op half again as heavy (one 20 % heavier measured +15-17 % here, inside a noise between fresh
-processes of 10-20 %: inconclusive, rightly, in 2 of 3 runs); `make bench` measures how often a verdict on
-smaller changes is wrong (bench/perf_bench.py)."""
+library op 20 % heavier (measured with 8 warm rounds, up to 16: fresh processes differ by 10-20 % here, and
+with the default 5 the A/A floor or p left it inconclusive in 2 of 3 runs); `make bench` measures how often
+a verdict is wrong (bench/perf_bench.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from casekit.runners.sandbox import runtime_of
 
 from .conftest import ROOT, run_casekit
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 ITEM_IN_ARITHMETIC = """\
 import torch
@@ -154,7 +154,7 @@ def test_capture_scalar_outputs_takes_the_break_away_and_perf_names_it_beside_a_
 
 LIBRARY = {
     "1.0": "def heavy(x, w):\n    for _ in range(10):\n        x = torch.tanh(x @ w)\n    return x\n",
-    "2.0": "def heavy(x, w):\n    for _ in range(15):  # 2.0: half again the work\n        x = torch.tanh(x @ w)\n    return x\n",
+    "2.0": "def heavy(x, w):\n    for _ in range(12):  # 2.0: 20 % more work\n        x = torch.tanh(x @ w)\n    return x\n",
 }
 USES_LIBRARY = """\
 import torch
@@ -211,7 +211,7 @@ def torch_folders() -> list[str]:
     return [folder for folder in runtime_of(sys.executable).import_path if Path(folder).is_dir()]
 
 
-def test_a_library_op_half_again_as_heavy_is_slower_and_named_as_the_librarys(tmp_path: Path) -> None:
+def test_a_library_op_20_percent_heavier_is_slower_and_named_as_the_librarys(tmp_path: Path) -> None:
     old, new = env_with_library(tmp_path, "1.0"), env_with_library(tmp_path, "2.0")
     allow = [flag for folder in torch_folders() for flag in ("--allow", f"read={folder}")]
     script = tmp_path / "src" / "uses_library.py"
@@ -225,7 +225,7 @@ def test_a_library_op_half_again_as_heavy_is_slower_and_named_as_the_librarys(tm
     document = tmp_path / "replay.json"
     replayed = run_casekit(
         "replay", "--archive", str(archive), "--python", old, "--python", new, *allow, "--perf",
-        "--json", str(document),
+        "--perf-repeats", "warm=8,max=16", "--json", str(document),
     )  # fmt: skip
     assert replayed.returncode in (0, 1), replayed.stderr[-3000:]
     data = json.loads(document.read_text())

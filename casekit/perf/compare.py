@@ -166,7 +166,7 @@ def wants_more(
     """Whether another warm round may settle a verdict: some warm axis is inconclusive, its noise floor
     under the threshold, and the rounds still allowed (up to `max_warm`) could settle it (judge.could_settle:
     not when its interval would still straddle the threshold with every round run). An axis with nothing
-    to measure, or whose change is under a floor past the threshold, is not helped by more of the same."""
+    to measure, or with a floor past the threshold, is not helped by more of the same."""
     base = measured_samples[baseline]
     for label, samples in measured_samples.items():
         if label == baseline:
@@ -175,10 +175,8 @@ def wants_more(
         growth = max(settings.max_warm, warm) / warm if warm else 1.0  # the processes a side it may reach
         for result in compare(samples, base, halves, settings, baseline).axes:
             open_ = result.verdict is PerfVerdict.INCONCLUSIVE and result.axis is not PerfAxis.COMPILE_COLD
-            floor = result.floor
-            # a floor past the threshold: only a change past the floor may still be called (judge)
-            floored = floor is not None and floor > settings.rule(result.axis).threshold
-            if not open_ or result.p is None or (floored and abs(result.change or 0.0) <= (floor or 0.0)):
+            floored = result.floor is not None and result.floor > settings.rule(result.axis).threshold
+            if not open_ or result.p is None or floored:
                 continue
             cache, value, _ = AXIS_VALUES[result.axis]
             a, b = _values(base, cache, value), _values(samples, cache, value)

@@ -1,7 +1,6 @@
 """Three-state verdicts on timings: `slower` / `faster` only when the change is significant, at least its
-threshold and above the noise floor measured in the same run (a floor past the threshold rules out `same`
-and changes under the floor, not a change well past it); `same` when it is clearly within the threshold;
-`inconclusive` otherwise (more processes would tell). Pure: values in, verdict out.
+threshold and above the noise floor measured in the same run; `same` when it is clearly within the
+threshold; `inconclusive` otherwise (more processes would tell). Pure: values in, verdict out.
 
 The test is Chromium Pinpoint's, p = min(Mann-Whitney U, Kolmogorov-Smirnov), from scipy.stats. Timings
 taken in blocks inside one process are not independent samples (a process has its own speed), so an axis
@@ -93,22 +92,15 @@ def judge(axis: PerfAxis, baseline: Sample, target: Sample, rule: AxisRule, floo
     if baseline.blocks and target.blocks:
         p = max(p, p_value(baseline.blocks, target.blocks))  # both levels must agree: the weaker one counts
     shown = f"{change:+.1%} (p={p:.3g})"
+    if floor is not None and floor > rule.threshold:
+        why = f"noise floor {floor:.1%} > {rule.threshold:.0%}: this machine cannot tell a change this small (measured {shown})"
+        return PerfAxisResult(axis, PerfVerdict.INCONCLUSIVE, change, p, floor, why)
     absolute = abs(statistics.median(b) - statistics.median(a))
     large = abs(change) >= rule.threshold and (floor is None or abs(change) > floor) and absolute >= rule.floor_abs
     if p <= rule.alpha and large:
         worse = change < 0 if rule.higher_is_better else change > 0
         verdict = PerfVerdict.SLOWER if worse else PerfVerdict.FASTER
-        past = f"past {rule.threshold:.0%}" + (
-            f" and the noise floor {floor:.1%}" if floor and floor > rule.threshold else ""
-        )
-        return PerfAxisResult(axis, verdict, change, p, floor, f"{shown}, {past}")
-    # A floor past the threshold: this machine cannot tell a change the threshold's size, nor call two sides
-    # alike within it. A change well past the floor was still called above; what is left is open.
-    if floor is not None and floor > rule.threshold:
-        why = f"noise floor {floor:.1%} > {rule.threshold:.0%}: this machine cannot tell a change this small (measured {shown})"
-        if abs(change) > floor and abs(change) >= rule.threshold:
-            why = f"noise floor {floor:.1%} > {rule.threshold:.0%}, and {shown} past it is not significant: more processes would tell"
-        return PerfAxisResult(axis, PerfVerdict.INCONCLUSIVE, change, p, floor, why)
+        return PerfAxisResult(axis, verdict, change, p, floor, f"{shown}, past {rule.threshold:.0%}")
     low, high = bootstrap_interval(a, b)
     if -rule.threshold < low and high < rule.threshold:
         why = f"{shown}; within ±{rule.threshold:.0%} ({low:+.1%} … {high:+.1%})"
