@@ -35,9 +35,17 @@ export NOTHING_RAN := import json, sys; from pathlib import Path; p = Path(sys.a
     d = json.loads(p.read_text()) if p.is_file() else {}; \
     sys.exit(0 if all(t.get("error") for t in d.get("targets", [])) else 1)
 
-# Every test: real torch, real subprocesses, real git, real Docker (when an engine runs).
+# Every test: real torch, real subprocesses, real git, real Docker (when an engine runs). Two at a time
+# (pytest-xdist, a file's tests on one worker: most of a test's time is a subprocess's), then those whose
+# verdict rests on timings (marker `serial`) alone, on a machine nothing else of ours loads. TEST_WORKERS=1:
+# one at a time. Exit 5 (no test) only when neither pass collected one.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PYTHON) -m pytest -q -ra $(PYTEST_ARGS)
+	@$(PYTHON) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --durations 15 -m "not serial" $(PYTEST_ARGS); \
+	side=$$?; echo "make test: the timing tests (marker serial), alone"; \
+	$(PYTHON) -m pytest -q -ra -p no:xdist -m serial $(PYTEST_ARGS); alone=$$?; \
+	if [ $$side -eq 5 ] && [ $$alone -eq 5 ]; then exit 5; fi; \
+	for code in $$side $$alone; do [ $$code -eq 0 ] || [ $$code -eq 5 ] || exit $$code; done
 
 # The fast tier: no process, no git, no torch (a spawn outside it fails the test; see tests/conftest.py).
 test-fast: $(STAMP)

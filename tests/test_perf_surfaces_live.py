@@ -24,7 +24,7 @@ from casekit.model import PerfAxis, PerfVerdict, ScriptRole
 from tests.conftest import run_casekit
 from tests.wheels import build_wheel, env_over, install_wheel
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 ROUNDS = {"1.0": 1, "2.0": 12}  # matrix products per call of heavylib.op
 STEP = """import torch

@@ -226,13 +226,13 @@ if os.fork() == 0:
     if os.fork() == 0:
         os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(600)", "{token}"])
     os._exit(0)
-time.sleep(1)
+time.sleep(3)  # the other run, started beside it, is under way by then even on a loaded host
 print("left a daemon behind")
 """
 
 WATCHER = """
 import time
-time.sleep(4)
+time.sleep(10)
 print("this run went on after the other run ended")
 """
 
