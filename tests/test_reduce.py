@@ -465,7 +465,7 @@ def _reduce_in_process(tmp_path: Path, jobs: int):  # type: ignore[no-untyped-de
 
     script = tmp_path / "tiny.py"
     script.write_text(TIDY)
-    request = ReduceRequest(script=script, out=tmp_path / f"out{jobs}", jobs=jobs, max_seconds=400)
+    request = ReduceRequest(script=script, out=tmp_path / f"out{jobs}", jobs=jobs, max_seconds=1200)
     return reduce_script(request, PythonRunner(interpreter_target()), lambda message: None)
 
 
@@ -473,12 +473,13 @@ def _reduce_in_process(tmp_path: Path, jobs: int):  # type: ignore[no-untyped-de
 def test_the_result_passes_the_checklist_and_is_the_same_whatever_the_jobs(tmp_path: Path) -> None:
     from casekit.reduce.checklist import checklist
 
-    texts = {}
+    texts, refused = {}, {}
     for jobs in (1, 2, 4):
         result = _reduce_in_process(tmp_path, jobs)
         assert result.confirmed is not None and result.confirmed.kept and result.stopped is None
         texts[jobs] = (tmp_path / f"out{jobs}" / "tiny.py").read_text()
-    assert texts[1] == texts[2] == texts[4], texts
+        refused[jobs] = (round(result.seconds), result.timeout, result.candidates, result.refusals)
+    assert texts[1] == texts[2] == texts[4], (texts, refused)  # refused: why candidates were refused, per jobs
     reduced = texts[1]
     assert result.best is not None
     assert checklist(result.best, {"tiny.py": TIDY}) == [], reduced
@@ -490,3 +491,22 @@ def test_the_result_passes_the_checklist_and_is_the_same_whatever_the_jobs(tmp_p
     assert code_lines(reduced) < code_lines(TIDY)
     shown = run_alone(tmp_path / "out1" / "tiny.py", tmp_path)
     assert shown.returncode == 0 and "Graph break" in shown.stderr and "item()" in shown.stderr, shown.stderr[-2000:]
+
+
+@pytest.mark.process
+def test_a_deadline_past_before_the_tidy_steps_is_said_as_the_time_limit(tmp_path: Path) -> None:
+    """Past --max-time the search skips to its last step, tidy steps included: the result then differs from an
+    unhurried one, and says why (it said nothing when only tidy steps were left to skip)."""
+    from casekit.reduce.run import ReduceRequest, reduce_script
+    from casekit.runners.python import PythonRunner
+    from casekit.runners.registry import interpreter_target
+
+    script = tmp_path / "small.py"
+    script.write_text(
+        "import torch\n\n\ndef f(x, unused):\n    n = x.sum().item()\n    return x * n\n\n\n"
+        'torch.compile(f, backend="eager")(torch.ones(3), 1)\n'
+    )
+    request = ReduceRequest(script=script, out=tmp_path / "out", jobs=1, max_seconds=1)
+    result = reduce_script(request, PythonRunner(interpreter_target()), lambda message: None)
+    assert result.stopped == "time limit"
+    assert "item()" in (tmp_path / "out" / "small.py").read_text()  # the last step still wrote what was kept
