@@ -1297,8 +1297,9 @@ def keep_temp_folder(cache):
         base = default_cache_dir()
     except Exception:
         base = os.path.join(temp, "torchinductor")
-    codecache._HEADER_DIR = os.path.join(base, "precompiled_headers")
-    codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
+    headers = os.path.join(base, "precompiled_headers")
+    setattr(codecache, "_HEADER_DIR", headers)  # noqa: B010 - a private module global, set as torch reads it
+    setattr(codecache, "_HEADER_LOCK_DIR", os.path.join(headers, "locks"))  # noqa: B010
 
 
 def instruction_counter(torch):
