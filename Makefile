@@ -37,8 +37,8 @@ export NOTHING_RAN := import json, sys; from pathlib import Path; p = Path(sys.a
 
 # Every test: real torch, real subprocesses, real git, real Docker (when an engine runs). Two at a time
 # (pytest-xdist, a file's tests on one worker: most of a test's time is a subprocess's), then those whose
-# verdict rests on timings or on wall-clock bounds (marker `serial`) alone, on a machine nothing else of ours loads. TEST_WORKERS=1:
-# one at a time. Exit 5 (no test) only when neither pass collected one.
+# verdict rests on timings or on wall-clock bounds (marker `serial`) alone, on a machine nothing else of
+# ours loads. TEST_WORKERS=1: one at a time. Exit 5 (no test) only when neither pass collected one.
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	@$(PYTHON) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --durations 15 -m "not serial" $(PYTEST_ARGS); \

@@ -73,7 +73,7 @@ class CandidateStats:
     run: int = 0  # candidates run in the probe
     cached: int = 0  # answered from an earlier run of the same text
     kept: int = 0
-    alone: int = 0  # run again alone after a timeout or a crash beside others
+    alone: int = 0  # run again alone after a timeout, a crash or a lost probe beside others
     batches: int = 0
     seconds: float = 0.0  # in the probe
     recent: float = 0.0  # a batch's seconds lately (a moving average: candidates shrink as the search goes)
