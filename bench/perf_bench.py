@@ -38,7 +38,7 @@ from casekit.model import PerfAxis, PerfVerdict, ScriptRole
 from casekit.perf.compare import compare, wants_more
 from casekit.perf.measure import PerfSubject, PerfTarget, load_average, measure_subject
 from casekit.perf.phase import PRELOAD
-from casekit.perf.settings import PerfSettings
+from casekit.perf.settings import PerfSettings, parse_repeats
 from casekit.runners.interface import ProbeScheduling, ScriptEntry
 from casekit.runners.sandbox import Sandbox
 from casekit.runners.warm import WarmSession
@@ -92,6 +92,15 @@ def compare_once(subject: PerfSubject, a: PerfTarget, b: PerfTarget, settings: P
         "blocks": blocks,
         "seconds": round(measured.seconds, 1),
         "load": load_average(),
+        # every process's figures in the order it ran, so another rule can be tried on what was measured
+        "raw": {
+            label: [
+                {"steady": s.steady(), "eager": s.eager(), "speedup": s.speedup(), "compile": s.compile_s,
+                 "blocks": [[block.eager, block.compiled] for block in s.blocks]}
+                for s in samples
+            ]
+            for label, samples in measured.samples.items()
+        },
     }
 
 
@@ -151,9 +160,12 @@ def main() -> int:
     parser.add_argument("--aa", type=int, default=100, help="A/A comparisons [100]")
     parser.add_argument("--injected", type=int, default=10, help="comparisons with a 10 %% heavier side [10]")
     parser.add_argument("--cold", type=int, default=0, help="cold processes a side per comparison [0]")
-    parser.add_argument("--json", type=Path, help="write every comparison and the summary here")
+    parser.add_argument("--repeats", help="as replay's --perf-repeats, e.g. warm=8,max=8 [the defaults]")
+    parser.add_argument("--json", type=Path, help="write every comparison (each process's figures too) here")
     args = parser.parse_args()
     settings = replace(PerfSettings(), cold=args.cold)
+    if args.repeats:
+        settings = parse_repeats(args.repeats, settings)
     folder = Path(tempfile.mkdtemp(prefix="perf-bench-"))
     started = time.monotonic()
     results: dict[str, list[dict]] = {"aa": [], "injected": []}
