@@ -95,8 +95,13 @@ def compare_once(subject: PerfSubject, a: PerfTarget, b: PerfTarget, settings: P
         # every process's figures in the order it ran, so another rule can be tried on what was measured
         "raw": {
             label: [
-                {"steady": s.steady(), "eager": s.eager(), "speedup": s.speedup(), "compile": s.compile_s,
-                 "blocks": [[block.eager, block.compiled] for block in s.blocks]}
+                {
+                    "steady": s.steady(),
+                    "eager": s.eager(),
+                    "speedup": s.speedup(),
+                    "compile": s.compile_s,
+                    "blocks": [[block.eager, block.compiled] for block in s.blocks],
+                }
                 for s in samples
             ]
             for label, samples in measured.samples.items()

@@ -128,11 +128,11 @@ def test_the_flags_parse_into_settings_and_bad_ones_are_one_line() -> None:
             parse(bad)
 
 
-def _warm_processes(values: tuple[float, ...], speedup: float = 1.5) -> list[ProcessSample]:
-    """Warm processes whose steady time is `values` (one block each) and whose compile and speed-up agree."""
+def _warm_processes(values: tuple[float, ...], eager: float = 1.5) -> list[ProcessSample]:
+    """Warm processes whose steady time is `values` (one block each, beside an undisturbed eager arm) and
+    whose compile agrees."""
     return [
-        ProcessSample("warm", ScriptStatus.OK, compile_s=1.0, blocks=[Block(eager=v * speedup, compiled=v)])
-        for v in values
+        ProcessSample("warm", ScriptStatus.OK, compile_s=1.0, blocks=[Block(eager=eager, compiled=v)]) for v in values
     ]
 
 
@@ -146,3 +146,56 @@ def test_the_protocol_adds_rounds_only_while_the_rounds_left_could_settle_an_axi
     alike_soon = {"a": base, "b": _warm_processes(around(1.0, 0.1, 5, 18))}
     assert wants_more(alike_soon, halves, PerfSettings(warm=5, max_warm=40), "a")
     assert not wants_more(alike_soon, halves, settings, "a")
+
+
+# ------------------------------------------------------------------ the steady axis on a machine whose speed comes and goes
+
+
+def _episodic(compiled: float, eager: float, n: int, rng: random.Random) -> list[ProcessSample]:
+    """`n` processes of one build on a host like this one: a process runs in a slow episode (both arms 20-45 %
+    slower for its whole life) two times in five, and every block has a little jitter of its own."""
+    processes = []
+    for _ in range(n):
+        episode = 1 + rng.uniform(0.20, 0.45) if rng.random() < 0.4 else 1.0
+        blocks = [
+            Block(
+                eager=eager * episode * (1 + rng.uniform(0, 0.02)),
+                compiled=compiled * episode * (1 + rng.uniform(0, 0.02)),
+            )
+            for _ in range(10)
+        ]
+        processes.append(ProcessSample("warm", ScriptStatus.OK, compile_s=1.0, blocks=blocks))
+    return processes
+
+
+def _steady(baseline: list[ProcessSample], target: list[ProcessSample]):  # type: ignore[no-untyped-def]
+    from casekit.perf.compare import compare
+
+    comparison = compare(target, baseline, (baseline[0::2], baseline[1::2]), PerfSettings(), "base")
+    return next(axis for axis in comparison.axes if axis.axis is PerfAxis.STEADY)
+
+
+def _raw_steady(baseline: list[ProcessSample], target: list[ProcessSample]):  # type: ignore[no-untyped-def]
+    """The control: each process's fastest compiled block judged as it is (the rule before the eager reference)."""
+    raw = lambda samples: tuple(s.steady() for s in samples)  # noqa: E731
+    floor = noise_floor(raw(baseline[0::2]), raw(baseline[1::2]))
+    return judge(PerfAxis.STEADY, Sample(raw(baseline)), Sample(raw(target)), STEADY, floor)
+
+
+def test_a_10_percent_slower_compiled_path_is_told_through_slow_episodes_and_raw_times_could_not() -> None:
+    called, control = 0, 0
+    for seed in range(20):
+        rng = random.Random(seed)
+        baseline, target = _episodic(1.0, 1.2, 16, rng), _episodic(1.1, 1.32, 8, rng)  # eager +10 % too
+        called += _steady(baseline, target).verdict is PerfVerdict.SLOWER
+        control += _raw_steady(baseline, target).verdict is PerfVerdict.SLOWER
+    assert called == 20
+    assert control <= 14, control  # what the episodes did to the raw times: many left inconclusive
+
+
+def test_an_eager_change_alone_is_not_a_steady_change_and_a_a_is_not_called() -> None:
+    for seed in range(20):
+        rng = random.Random(100 + seed)
+        baseline = _episodic(1.0, 1.2, 16, rng)
+        assert _steady(baseline, _episodic(1.0, 1.32, 8, rng)).verdict is not PerfVerdict.SLOWER  # eager +10 % only
+        assert _steady(baseline, _episodic(1.0, 1.2, 8, rng)).verdict not in (PerfVerdict.SLOWER, PerfVerdict.FASTER)

@@ -24,12 +24,48 @@ from casekit.perf.settings import PerfSettings
 Value = Callable[[ProcessSample], float | None]
 
 AXIS_VALUES: dict[PerfAxis, tuple[str | None, Value, Callable[[ProcessSample], list[float]] | None]] = {
-    # axis: (the processes it takes: cold, warm or every one), the value per process, its blocks
+    # axis: (the processes it takes: cold, warm or every one), the value per process, its blocks; the steady
+    # axis is judged on these values set to its side's undisturbed speed (steady_values)
     PerfAxis.COMPILE_COLD: ("cold", lambda s: s.compile_s, None),
     PerfAxis.COMPILE_WARM: ("warm", lambda s: s.compile_s, None),
-    PerfAxis.STEADY: (None, lambda s: s.steady(), lambda s: [b.compiled for b in s.blocks]),
+    PerfAxis.STEADY: (None, lambda s: s.steady_ratio(), lambda s: [b.ratio for b in s.blocks]),
     PerfAxis.SPEEDUP: (None, lambda s: s.speedup(), lambda s: [b.speedup for b in s.blocks]),
 }
+
+
+# Why the steady axis is judged this way. On a shared host the speed of the whole machine comes and goes in
+# episodes of a quarter second and more (measured here: a plain matmul loop at 0.26 ms a call, 0.35 ms for
+# seconds at a time, in any process). A process's compiled time then says as much about when it ran as about
+# the build, and fresh processes of one build differed by 10-40 %. Within a block, eager and compiled run
+# side by side, so their ratio cancels the episode (the speed-up's A/A floor here: 0.1-2 %). A process's
+# steady value is therefore its compiled/eager ratio times its side's eager reference: the fastest eager time
+# of any of its processes (other work only ever adds time), taken over as many processes on both sides (the
+# baseline's from each of its halves, then their geometric mean: a minimum over more processes is lower).
+def eager_reference(samples: Sequence[ProcessSample]) -> float | None:
+    """The side's undisturbed eager time per call: the fastest eager block of any of its processes."""
+    found = _values(samples, None, lambda s: s.eager())
+    return min(found) if found else None
+
+
+def steady_values(samples: Sequence[ProcessSample], reference: float | None) -> tuple[list[float], list[float]]:
+    """(one value per process, every block) on the steady axis: compiled/eager ratios times `reference`."""
+    if reference is None:
+        return [], []
+    ok = [s for s in samples if s.ok]
+    values = [v * reference for v in _values(ok, None, lambda s: s.steady_ratio())]
+    blocks = [b.ratio * reference for s in ok for b in s.blocks if b.ratio > 0]
+    return values, blocks
+
+
+def baseline_reference(
+    samples: Sequence[ProcessSample], halves: tuple[Sequence[ProcessSample], Sequence[ProcessSample]]
+) -> float | None:
+    """The baseline's eager reference over as many processes as a target has: the geometric mean of its two
+    halves' (each as many processes as the target), or over all of them where a half has none."""
+    first, second = (eager_reference(half) for half in halves)
+    if first is None or second is None:
+        return eager_reference(samples)
+    return (first * second) ** 0.5
 
 
 def spread(values: Sequence[float]) -> Spread | None:
@@ -97,23 +133,16 @@ def compare(
     """The target against the baseline, axis by axis (casekit.perf.judge), the eager arm's own change, and
     the structural difference that explains a verdict."""
     found = PerfComparison(baseline=baseline)
-    for axis, (cache, value, blocks) in AXIS_VALUES.items():
-        a, b = _values(baseline_samples, cache, value), _values(target_samples, cache, value)
+    for axis in AXIS_VALUES:
+        (a, a_blocks), (b, b_blocks) = (
+            _axis_values(axis, baseline_samples, halves),
+            _axis_values(axis, target_samples),
+        )
         if not a or not b:
             found.axes.append(PerfAxisResult(axis, PerfVerdict.INCONCLUSIVE, why=_missing(axis, a, b)))
             continue
-        first, second = (_values(half, cache, value) for half in halves)
+        first, second = (_axis_values(axis, half)[0] for half in halves)
         floor = noise_floor(first, second)
-        a_blocks = (
-            [v for s in baseline_samples if s.ok and (cache is None or s.cache == cache) for v in blocks(s)]
-            if blocks
-            else []
-        )
-        b_blocks = (
-            [v for s in target_samples if s.ok and (cache is None or s.cache == cache) for v in blocks(s)]
-            if blocks
-            else []
-        )
         found.axes.append(
             judge(
                 axis, Sample(tuple(a), tuple(a_blocks)), Sample(tuple(b), tuple(b_blocks)), settings.rule(axis), floor
@@ -127,6 +156,22 @@ def compare(
     if ok_a and ok_b:
         found.explanation = structural_diff(ok_a[0].structure, ok_b[0].structure)
     return found
+
+
+def _axis_values(
+    axis: PerfAxis,
+    samples: Sequence[ProcessSample],
+    halves: tuple[Sequence[ProcessSample], Sequence[ProcessSample]] | None = None,
+) -> tuple[list[float], list[float]]:
+    """(one value per process, every block) of one side on `axis`; `halves`: the side is the baseline, whose
+    steady reference is taken over as many processes as a target's (baseline_reference)."""
+    if axis is PerfAxis.STEADY:
+        reference = baseline_reference(samples, halves) if halves else eager_reference(samples)
+        return steady_values(samples, reference)
+    cache, value, blocks = AXIS_VALUES[axis]
+    values = _values(samples, cache, value)
+    taken = [s for s in samples if s.ok and (cache is None or s.cache == cache)]
+    return values, [v for s in taken for v in blocks(s)] if blocks else []
 
 
 def _missing(axis: PerfAxis, a: list[float], b: list[float]) -> str:
@@ -178,8 +223,7 @@ def wants_more(
             floored = result.floor is not None and result.floor > settings.rule(result.axis).threshold
             if not open_ or result.p is None or floored:
                 continue
-            cache, value, _ = AXIS_VALUES[result.axis]
-            a, b = _values(base, cache, value), _values(samples, cache, value)
+            a, b = _axis_values(result.axis, base, halves)[0], _axis_values(result.axis, samples)[0]
             if could_settle(Sample(tuple(a)), Sample(tuple(b)), settings.rule(result.axis), growth):
                 return True
     return False

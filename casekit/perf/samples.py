@@ -44,6 +44,11 @@ class Block:
     def speedup(self) -> float:
         return self.eager / self.compiled if self.compiled > 0 else 0.0
 
+    @property
+    def ratio(self) -> float:
+        """Compiled time over eager time in this block: what the machine's speed at the moment cancels from."""
+        return self.compiled / self.eager if self.eager > 0 else 0.0
+
 
 @dataclass
 class ProcessSample:
@@ -69,7 +74,8 @@ class ProcessSample:
 
     # A process's time per call is its fastest block: on a shared host other work only ever adds time, so the
     # minimum is the least disturbed figure (the interleaved arms, min per arm, of the benchmarks this follows).
-    # The speed-up is taken block by block, eager and compiled adjacent: the machine's drift cancels there.
+    # The speed-up and the steady ratio are taken block by block, eager and compiled adjacent: the machine's
+    # drift cancels there (the steady verdict is judged on the ratio: casekit.perf.compare.eager_reference).
     def steady(self) -> float | None:
         return min(b.compiled for b in self.blocks) if self.blocks else None
 
@@ -78,6 +84,12 @@ class ProcessSample:
 
     def speedup(self) -> float | None:
         return statistics.median(b.speedup for b in self.blocks) if self.blocks else None
+
+    def steady_ratio(self) -> float | None:
+        """The median block's compiled/eager ratio: the steady axis's per-process value before it is set to its
+        side's eager reference (casekit.perf.compare.steady_values)."""
+        ratios = [b.ratio for b in self.blocks if b.ratio > 0]
+        return statistics.median(ratios) if ratios else None
 
 
 def read_sample(
