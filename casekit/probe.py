@@ -3016,9 +3016,12 @@ def _kill_tree(pid):
 
 
 def kill_strays(keep):
-    """Kill the probe's children that are not running workers (a killed worker's orphans), and below."""
+    """Kill the probe's children that are not running workers (a killed worker's orphans), and below; but
+    the PID 1 of the probe's own runs' namespace (see run_namespace: with it gone, no run of the probe's
+    could be made again, and the probe died at its next run alone)."""
+    spare = run_namespace_init_here()
     for _ in range(50):
-        strays = [pid for pid in _child_pids(os.getpid()) if pid not in keep]
+        strays = [pid for pid in _child_pids(os.getpid()) if pid not in keep and pid != spare]
         if not strays:
             return
         for pid in strays:

@@ -19,7 +19,7 @@ from casekit.replay.run import ReplayOptions, run_target
 from casekit.runners.interface import ProbeJob, ProbeScheduling, TargetSpec
 from casekit.runners.registry import make_runner
 
-from .security.procs import marked_processes, wait_unmarked
+from .security.procs import marked_processes, wait_marked, wait_unmarked
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STARTER = REPO_ROOT / "cases"
@@ -441,3 +441,73 @@ def test_runs_are_forked_from_a_heap_on_huge_pages(tmp_path: Path) -> None:
     if thp.exists() and "[never]" not in thp.read_text():
         huge_kb = int(run["stdout_tail"].split("anon huge kB ")[1].split()[0])
         assert huge_kb > 10_000, run["stdout_tail"]  # torch's heap: ~100 MB of it here
+
+
+# ------------------------------------------------------------ one warm probe: runs alone, then side by side
+
+
+@pytest.mark.process
+def test_a_warm_probe_runs_alone_and_side_by_side_after_a_worker_is_lost(tmp_path: Path) -> None:
+    """A warm probe that ran a script alone owns a PID namespace for its runs, and its init; the workers it
+    forks later live in that namespace. When a worker is lost (killed here from outside, as the OOM killer
+    or a hung run would), its orphans are killed: the probe's init must not be, else the kernel ends every
+    process of that namespace (the other workers) and every later run failed, the probe's own included."""
+    import signal
+    import sys
+
+    from casekit.runners.interface import ScriptEntry
+    from casekit.runners.sandbox import Sandbox
+    from casekit.runners.warm import WarmSession
+
+    token = f"casekit-lost-worker-{uuid.uuid4().hex}"
+
+    def job(name: str, body: str) -> ProbeJob:
+        return ProbeJob(id=name, script=write(tmp_path, f"{name}.py", body), modes=("eager",), timeout=120)
+
+    quick = "print('ran')\n"
+    held = (
+        f"import os, sys\nos.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(120)', '{token}'])\n"
+    )
+
+    def kill_its_worker() -> None:
+        found = wait_marked(token)
+        assert found, "the held run never started"
+        status = Path(f"/proc/{found[0]}/status").read_text()
+        worker = int(next(line for line in status.splitlines() if line.startswith("PPid:")).split()[1])
+        os.kill(worker, signal.SIGKILL)
+
+    with WarmSession(sys.executable, ScriptEntry.REDUCE, Sandbox.from_options(), {}, ProbeScheduling(2)) as session:
+        assert session.run_probe([job("alone", quick)], lambda m: None).results["alone"]  # its namespace is made
+        killer = threading.Thread(target=kill_its_worker)
+        killer.start()
+        lost = session.run_probe([job("held", held), job("beside", quick)], lambda m: None)
+        killer.join()
+        assert "held" not in lost.results and "beside" in lost.results, lost.failed
+        for jobs in ([job("after", quick)], [job(f"again{i}", quick) for i in range(3)]):
+            batch = session.run_probe(jobs, lambda message: None)
+            for one in jobs:
+                assert one.id in batch.results, (one.id, batch.failed.get(one.id))
+                runs = batch.results[one.id]["runs"]
+                assert isinstance(runs, dict) and runs["eager"]["status"] == "ok", batch.results[one.id]
+    assert wait_unmarked(token) == []
+
+
+@pytest.mark.process
+def test_killing_a_lost_workers_orphans_spares_the_probes_own_runs_init() -> None:
+    """kill_strays (after a worker is lost) kills the probe's children that are not workers; the init of the
+    PID namespace the probe forks its runs into is one of its children and must live on: a process makes one
+    such namespace, and with its init gone every later run of the probe failed, and the probe with it."""
+    import subprocess
+    import sys
+
+    check = (
+        "from casekit import probe\n"
+        "probe.enter_probe_user_namespace()\n"
+        "init = probe.run_namespace()\n"
+        "probe.kill_strays(set())\n"
+        "print('same init' if probe.run_namespace() == init else 'another init', flush=True)\n"
+        "import os, signal\n"
+        "os.kill(init, signal.SIGKILL)  # it holds this process's pipes: the test would wait on it\n"
+    )
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    assert done.returncode == 0 and done.stdout.strip() == "same init", done.stderr[-2000:]
