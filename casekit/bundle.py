@@ -98,11 +98,18 @@ def sha256_text(text: str) -> str:
 def case_to_toml(case: Case) -> str:
     plain = to_plain(case)
     plain["scripts"] = {role.value: plain.pop(role.value) for role in ScriptRole if role.value in plain}
-    ordered = {key: plain[key] for key in FIELD_ORDER if key in plain and plain[key] not in ({}, [])}
-    ordered.update({k: v for k, v in plain.items() if k not in ordered and v not in ({}, [])})
+    written = {key: value for key, value in plain.items() if _written(case, key, value)}
+    ordered = {key: written[key] for key in FIELD_ORDER if key in written}
+    ordered.update({k: v for k, v in written.items() if k not in ordered})
     # A multi-line string reads its line breaks back as "\n": one holding "\r" is written escaped, whole
     # (a script's CRLF would otherwise be lost, and its hash with it).
     return tomli_w.dumps(ordered, multiline_strings=not _holds_carriage_return(ordered))
+
+
+def _written(case: Case, key: str, plain: Any) -> bool:
+    """An empty list or table of the case's is left out (it reads back empty); a table that stands for a
+    value with nothing known in it (an empty [provenance]) is written, or it would read back as no value."""
+    return plain not in ({}, []) or dataclasses.is_dataclass(getattr(case, key, None))
 
 
 def _holds_carriage_return(value: Any) -> bool:

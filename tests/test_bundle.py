@@ -14,6 +14,7 @@ from casekit.model import (
     CaptureRecord,
     Case,
     FullgraphStatus,
+    Provenance,
     Gate,
     ReplayRecord,
     ScriptRole,
@@ -32,6 +33,18 @@ def test_round_trip_keeps_every_field():
     case = make_case()
     again = parse_case(case_to_toml(case))
     assert again == case
+
+
+def test_a_table_with_nothing_known_in_it_reads_back_as_it_was_written():
+    """Found by the bundle fuzzer: an empty [provenance] read as a Provenance with every field unknown, was
+    written as nothing, and read back as no provenance at all (a replay's history write changed the case)."""
+    case = make_case()
+    case.provenance = Provenance()
+    assert parse_case(case_to_toml(case)) == case
+    case.provenance = None
+    assert "provenance" not in case_to_toml(case) and parse_case(case_to_toml(case)) == case
+    case.tags = []  # an empty list is still left out: it reads back empty
+    assert "tags" not in case_to_toml(case) and parse_case(case_to_toml(case)) == case
 
 
 def test_bundle_is_reviewable_toml_with_the_script_embedded():
