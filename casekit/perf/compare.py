@@ -25,7 +25,7 @@ Value = Callable[[ProcessSample], float | None]
 
 AXIS_VALUES: dict[PerfAxis, tuple[str | None, Value, Callable[[ProcessSample], list[float]] | None]] = {
     # axis: (the processes it takes: cold, warm or every one), the value per process, its blocks; the steady
-    # axis is judged on these values set to its side's undisturbed speed (steady_values)
+    # axis's values are compiled/eager ratios, set to its side's eager reference (_axis_values)
     PerfAxis.COMPILE_COLD: ("cold", lambda s: s.compile_s, None),
     PerfAxis.COMPILE_WARM: ("warm", lambda s: s.compile_s, None),
     PerfAxis.STEADY: (None, lambda s: s.steady_ratio(), lambda s: [b.ratio for b in s.blocks]),
@@ -45,16 +45,6 @@ def eager_reference(samples: Sequence[ProcessSample]) -> float | None:
     """The side's undisturbed eager time per call: the fastest eager block of any of its processes."""
     found = _values(samples, None, lambda s: s.eager())
     return min(found) if found else None
-
-
-def steady_values(samples: Sequence[ProcessSample], reference: float | None) -> tuple[list[float], list[float]]:
-    """(one value per process, every block) on the steady axis: compiled/eager ratios times `reference`."""
-    if reference is None:
-        return [], []
-    ok = [s for s in samples if s.ok]
-    values = [v * reference for v in _values(ok, None, lambda s: s.steady_ratio())]
-    blocks = [b.ratio * reference for s in ok for b in s.blocks if b.ratio > 0]
-    return values, blocks
 
 
 def baseline_reference(
@@ -165,13 +155,16 @@ def _axis_values(
 ) -> tuple[list[float], list[float]]:
     """(one value per process, every block) of one side on `axis`; `halves`: the side is the baseline, whose
     steady reference is taken over as many processes as a target's (baseline_reference)."""
-    if axis is PerfAxis.STEADY:
-        reference = baseline_reference(samples, halves) if halves else eager_reference(samples)
-        return steady_values(samples, reference)
     cache, value, blocks = AXIS_VALUES[axis]
     values = _values(samples, cache, value)
     taken = [s for s in samples if s.ok and (cache is None or s.cache == cache)]
-    return values, [v for s in taken for v in blocks(s)] if blocks else []
+    block_values = [v for s in taken for v in blocks(s)] if blocks else []
+    if axis is PerfAxis.STEADY:  # compiled/eager ratios, set to the side's eager reference
+        reference = baseline_reference(samples, halves) if halves else eager_reference(samples)
+        if reference is None:
+            return [], []
+        return [v * reference for v in values], [v * reference for v in block_values if v > 0]
+    return values, block_values
 
 
 def _missing(axis: PerfAxis, a: list[float], b: list[float]) -> str:

@@ -87,7 +87,7 @@ class ProcessSample:
 
     def steady_ratio(self) -> float | None:
         """The median block's compiled/eager ratio: the steady axis's per-process value before it is set to its
-        side's eager reference (casekit.perf.compare.steady_values)."""
+        side's eager reference (casekit.perf.compare._axis_values)."""
         ratios = [b.ratio for b in self.blocks if b.ratio > 0]
         return statistics.median(ratios) if ratios else None
 
