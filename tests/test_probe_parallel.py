@@ -493,6 +493,65 @@ def test_a_warm_probe_runs_alone_and_side_by_side_after_a_worker_is_lost(tmp_pat
 
 
 @pytest.mark.process
+def test_a_probe_that_dies_with_runs_side_by_side_blames_none_of_them_before_running_them_alone(
+    tmp_path: Path,
+) -> None:
+    """The warm probe killed from outside (as the OOM killer would) while two scripts run side by side: it
+    did not die in either, and which one it was running when it died is not known. Both run again, one at a
+    time, in a new probe and come back; before, the first was said to be the script the probe died in and got
+    no result."""
+    import signal
+    import sys
+
+    from casekit.runners.interface import ScriptEntry
+    from casekit.runners.sandbox import Sandbox
+    from casekit.runners.warm import WarmSession
+
+    def child_of(parent: int) -> int:
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                status = (entry / "status").read_text()
+                if f"\nPPid:\t{parent}\n" in status:
+                    return int(entry.name)
+        raise AssertionError(f"no child of {parent}")
+
+    token = f"casekit-probe-dies-{uuid.uuid4().hex}"
+    said: list[str] = []
+
+    def job(name: str) -> ProbeJob:
+        # a child that carries the token for 3 s, while the script waits for it (and then ends as any script)
+        body = (
+            f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'import time; time.sleep(3)', '{token}'])\n"
+        )
+        return ProbeJob(id=name, script=write(tmp_path, f"{name}.py", body), modes=("eager",), timeout=120)
+
+    with WarmSession(sys.executable, ScriptEntry.REDUCE, Sandbox.from_options(), {}, ProbeScheduling(2)) as session:
+
+        def kill_the_probe_when_both_run() -> None:
+            deadline = time.monotonic() + 120
+            while len(marked_processes(token)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert session.process is not None  # bwrap; the probe is its child, in a process group of its own
+            os.kill(child_of(session.process.pid), signal.SIGKILL)
+
+        # a first request: its eager runs go ahead one by one while torch imports; the next ones are scheduled
+        quick = ProbeJob(
+            id="quick", script=write(tmp_path, "quick.py", "print('ran')\n"), modes=("eager",), timeout=120
+        )
+        assert "quick" in session.run_probe([quick], lambda message: None).results
+        killer = threading.Thread(target=kill_the_probe_when_both_run)
+        killer.start()
+        batch = session.run_probe([job("first"), job("second")], said.append)
+        killer.join()
+        assert set(batch.results) == {"first", "second"} and batch.failed == {}, batch.failed
+        for name in ("first", "second"):
+            runs = batch.results[name]["runs"]
+            assert isinstance(runs, dict) and runs["eager"]["status"] == "ok", batch.results[name]
+        assert any("running them again one at a time" in line for line in said), said
+    assert wait_unmarked(token) == []
+
+
+@pytest.mark.process
 def test_killing_a_lost_workers_orphans_spares_the_probes_own_runs_init() -> None:
     """kill_strays (after a worker is lost) kills the probe's children that are not workers; the init of the
     PID namespace the probe forks its runs into is one of its children and must live on: a process makes one

@@ -261,6 +261,9 @@ def results_folder(parent: Path, *names: str) -> Iterator[SafeFolder | None]:
         yield folder
 
 
+NOT_REACHED = "the probe stopped before this script: "  # no result and no word of why: the probe ended first
+
+
 def read_batch(out: SafeFolder | None, jobs: list[ProbeJob], probe_log: str = "") -> ProbeBatchResult:
     """Collect what the probe wrote in `out` (see `results_folder`); a job without a usable result says why."""
     env_record = read_env_record(out) or {}
@@ -289,7 +292,7 @@ def read_batch(out: SafeFolder | None, jobs: list[ProbeJob], probe_log: str = ""
         elif not env_record.get("ok"):
             failed[job.id] = f"torch could not be imported: {env_record.get('error')}"
         else:
-            failed[job.id] = "the probe stopped before this script: " + last_line
+            failed[job.id] = NOT_REACHED + last_line
     wall: Any = None
     try:
         done = read_json_file(out, "done.json", MAX_ENV_BYTES) if out is not None else None

@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from casekit.errors import RunnerError, Stopped
 from casekit.fsutil import FreshTree, SafeFolder, UnreadableFile
 from casekit.runners.batch import (
     MAX_ENV_BYTES,
+    NOT_REACHED,
     RequestPlaces,
     ResultUnreadable,
     copy_probe,
@@ -265,39 +267,58 @@ class WarmSession(ProbeSession):
 
     def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
         """Run one batch of jobs in the warm interpreter; what came back, as a runner's run_probe returns it.
-        A probe that dies in a script is restarted for the scripts after it, as a batch's is."""
+        A probe that dies in a script is restarted for the scripts after it, as a batch's is; one that dies
+        with several scripts running side by side first runs them again one at a time, so that the script
+        blamed is the one it died in."""
         self._said = progress
         remaining = list(jobs)
         merged: ProbeBatchResult | None = None
         deadline = time.monotonic() + overall_timeout(jobs)
+        scheduling = self.scheduling
         while remaining:
-            result, died, timed_out = self._request(remaining, progress, max(1.0, deadline - time.monotonic()))
+            left = max(1.0, deadline - time.monotonic())
+            result, died, timed_out = self._request(remaining, progress, left, scheduling)
             if merged is None:
                 merged = result
             else:
                 merged.results.update(result.results)
                 merged.failed.update(result.failed)
+                for job_id in result.results:  # a script run again, which came back this time
+                    merged.failed.pop(job_id, None)
             if timed_out:
                 limit = overall_timeout(jobs)
                 for job_id in result.failed:
                     merged.failed[job_id] = f"the probe was stopped after its overall limit of {limit:g} s"
                 break
-            missing = [job for job in remaining if job.id in result.failed]
-            died_in = next((job for job in missing if "tampered" not in result.failed[job.id]), None)
-            if not died or died_in is None:
+            # the scripts the probe ended before: no result, no record of a lost worker, nothing tampered with
+            unfinished = [job for job in remaining if result.failed.get(job.id, "").startswith(NOT_REACHED)]
+            if not died or not unfinished:
                 break  # nothing died mid-script: a restart would not help
+            if scheduling is not None and scheduling.parallel_runs != 1 and len(unfinished) > 1:
+                # several scripts may have been running when it died, and which one it died in is not known:
+                # they run again one at a time, where the first without a result is the one it died in
+                scheduling, remaining = replace(scheduling, parallel_runs=1), unfinished
+                progress(
+                    f"the probe died ({died}) with {len(unfinished)} scripts unfinished; running them again one "
+                    "at a time in a new probe, to tell which one it died in"
+                )
+                continue
+            died_in = unfinished[0]
             merged.failed[died_in.id] = (
                 f"the probe died while running this script ({died}); the scripts after it ran in a new probe"
             )
-            remaining = [job for job in remaining[remaining.index(died_in) + 1 :] if job.id in result.failed]
+            remaining = unfinished[1:]
             if remaining:
                 progress(f"the probe died in {died_in.id}; restarting it for the {len(remaining)} script(s) after it")
         assert merged is not None
         merged.environment["sandbox"] = self.sandbox.summary()
         return merged
 
-    def _request(self, jobs: list[ProbeJob], progress: ProgressFn, limit: float) -> tuple[ProbeBatchResult, str, bool]:
-        """One request to the probe: (what came back, how the probe died or "", whether it overran)."""
+    def _request(
+        self, jobs: list[ProbeJob], progress: ProgressFn, limit: float, scheduling: ProbeScheduling | None
+    ) -> tuple[ProbeBatchResult, str, bool]:
+        """One request to the probe: (what came back, how the probe died or "", whether it overran);
+        `scheduling`: how its runs share the cores (the session's, or one at a time after a death)."""
         self._requests += 1
         number = str(self._requests)
         places = RequestPlaces(
@@ -310,11 +331,11 @@ class WarmSession(ProbeSession):
         )
         folder = self.root / "in" / "requests" / number
         extra: dict[str, object] = {"preload": self.preload} if self.preload else {}
-        if self.scheduling is not None:  # runs side by side as a batch's are (else one at a time)
+        if scheduling is not None:  # runs side by side as a batch's are (else one at a time)
             extra["schedule_runs"] = True
         try:
             with FreshTree(folder) as tree:
-                lay_out_request(tree, jobs, places, self.sandbox.run_isolation(self.python), self.scheduling, extra)
+                lay_out_request(tree, jobs, places, self.sandbox.run_isolation(self.python), scheduling, extra)
             request = f"{places.folder}/request.json"
             begun = time.monotonic()
             if self._running():
