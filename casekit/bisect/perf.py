@@ -55,7 +55,8 @@ RULES = {
     "compile-slower": PerfAxis.COMPILE_WARM,
     "cold-compile-slower": PerfAxis.COMPILE_COLD,
 }
-# The fewest fresh processes a side that can ever be told apart at the judge's alpha (0.01): the cold rounds
+# The fewest fresh processes a side that can ever be told apart at the judge's alpha (0.01: a bisection reads one
+# axis, so it is not shared with the others as in a replay, casekit.perf.settings): the cold rounds
 # give each side one process a round; the warm rounds give the good end two (its A/A halves), the candidate one.
 FEWEST = {PerfAxis.COMPILE_COLD: ("cold", 5), PerfAxis.COMPILE_WARM: ("warm", 4), PerfAxis.STEADY: ("warm", 4)}
 NOT_CACHED = "perf steps are not cached: a timing from another run is not comparable, so every bisection measures again"
@@ -81,7 +82,7 @@ class PerfRule:
             )
         axis, threshold = RULES[name], float(match[1]) / 100
         group = "compile" if axis in (PerfAxis.COMPILE_COLD, PerfAxis.COMPILE_WARM) else "steady"
-        settings = PerfSettings(thresholds={**PerfSettings().thresholds, group: threshold})
+        settings = PerfSettings(thresholds={**PerfSettings().thresholds, group: threshold}, axes_read=1)
         if axis is PerfAxis.STEADY:
             settings = replace(settings, cold=0)  # no compile is judged: an empty-cache one is not paid for
         elif axis is PerfAxis.COMPILE_COLD:

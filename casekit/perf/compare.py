@@ -4,6 +4,7 @@ Pure: samples in, figures and comparisons out."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 
@@ -17,7 +18,7 @@ from casekit.model import (
     ScriptRole,
     Spread,
 )
-from casekit.perf.judge import Sample, could_settle, judge, noise_floor, relative_change
+from casekit.perf.judge import Sample, could_settle, judge, noise_floor
 from casekit.perf.samples import ProcessSample
 from casekit.perf.settings import PerfSettings
 
@@ -138,9 +139,10 @@ def compare(
                 axis, Sample(tuple(a), tuple(a_blocks)), Sample(tuple(b), tuple(b_blocks)), settings.rule(axis), floor
             )
         )
-    eager_a = _values(baseline_samples, None, lambda s: s.eager())
-    eager_b = _values(target_samples, None, lambda s: s.eager())
-    found.eager_change = relative_change(eager_a, eager_b) if eager_a and eager_b else None
+    # eager's own change, as the steady axis sees it: its reference on each side (the median process's eager
+    # time moved with how many of a side's processes ran in a slow episode: 30-50 % of them on a noisy day)
+    eager_a, eager_b = baseline_reference(baseline_samples, halves), eager_reference(target_samples)
+    found.eager_change = eager_b / eager_a - 1 if eager_a and eager_b else None
     ok_a = [s for s in baseline_samples if s.ok]
     ok_b = [s for s in target_samples if s.ok]
     if ok_a and ok_b:
@@ -201,10 +203,12 @@ def wants_more(
     settings: PerfSettings,
     baseline: str,
 ) -> bool:
-    """Whether another warm round may settle a verdict: some warm axis is inconclusive, its noise floor
-    under the threshold, and the rounds still allowed (up to `max_warm`) could settle it (judge.could_settle:
-    not when its interval would still straddle the threshold with every round run). An axis with nothing
-    to measure, or with a floor past the threshold, is not helped by more of the same."""
+    """Whether another warm round may settle a verdict: some warm axis is inconclusive, and the rounds still
+    allowed (up to `max_warm`) could settle it (judge.could_settle: not when its interval would still
+    straddle the threshold with every round run) and bring its noise floor under the threshold. A floor is
+    one A/A pair of halves, itself noisy (five processes a half by default): narrowed as 1/sqrt(n) with the
+    rounds left it may fall under the threshold, and then the rounds are worth running. An axis with nothing
+    to measure, or a floor that would stay past the threshold, is not helped by more of the same."""
     base = measured_samples[baseline]
     for label, samples in measured_samples.items():
         if label == baseline:
@@ -213,7 +217,8 @@ def wants_more(
         growth = max(settings.max_warm, warm) / warm if warm else 1.0  # the processes a side it may reach
         for result in compare(samples, base, halves, settings, baseline).axes:
             open_ = result.verdict is PerfVerdict.INCONCLUSIVE and result.axis is not PerfAxis.COMPILE_COLD
-            floored = result.floor is not None and result.floor > settings.rule(result.axis).threshold
+            threshold = settings.rule(result.axis).threshold
+            floored = result.floor is not None and result.floor / math.sqrt(growth) >= threshold
             if not open_ or result.p is None or floored:
                 continue
             a, b = _axis_values(result.axis, base, halves)[0], _axis_values(result.axis, samples)[0]

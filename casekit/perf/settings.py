@@ -12,7 +12,7 @@ from casekit.perf.judge import AxisRule
 
 # The defaults are sized for `replay --perf` of the starter archive on two targets in about 20 minutes on
 # 2 cores: a cold compile of a small case costs 15-30 s here, a warm one 1-5 s (measured on 2.13.0 against
-# 2.14.1 at load 1: 1,184 s of timing, 18 cold and 210 warm processes, 20 min 4 s with the replay).
+# 2.14.1 at load 1.1-1.6: 1,013 s of timing, 18 cold and 144 warm processes, 17 min 19 s with the replay).
 COLD, WARM, MAX_WARM = 1, 5, 8
 THRESHOLDS = {"steady": 0.05, "compile": 0.15}  # PyTorch's HUD marks 5 %; its regression lambda flags compile at 1.15x
 COMPILE_FLOOR_S = 0.05  # a compile change of less than 50 ms is not called, whatever its ratio
@@ -29,15 +29,24 @@ class PerfSettings:
     block_s: float = 0.02  # seconds a block of the slower arm lasts, about
     threads: int = 1  # torch's threads in the timed blocks (CPU)
     thresholds: dict[str, float] = field(default_factory=lambda: dict(THRESHOLDS))
+    # A comparison reads every axis, so its false alarm is any axis called between two identical builds:
+    # alpha bounds that (Bonferroni: each of the axes read is tested at alpha / axes_read). Tested at 0.01
+    # each, the bench's 100 A/A comparisons called 2, one steady and one warm compile (p 0.0047 and 0.0027).
     alpha: float = 0.01
+    axes_read: int = len(PerfAxis)  # bisect reads one axis, and gives it the whole alpha
     scripts: tuple[ScriptRole, ...] = (ScriptRole.PRE,)
     backend: str | None = None  # --backend: every case's, else each case's own (inductor unless it names another)
     budget_s: float | None = None  # the warm rounds a script may add, in seconds
 
     def rule(self, axis: PerfAxis) -> AxisRule:
         if axis in (PerfAxis.COMPILE_COLD, PerfAxis.COMPILE_WARM):
-            return AxisRule(self.thresholds["compile"], self.alpha, floor_abs=COMPILE_FLOOR_S)
-        return AxisRule(self.thresholds["steady"], self.alpha, higher_is_better=axis is PerfAxis.SPEEDUP)
+            return AxisRule(self.thresholds["compile"], self.axis_alpha, floor_abs=COMPILE_FLOOR_S)
+        return AxisRule(self.thresholds["steady"], self.axis_alpha, higher_is_better=axis is PerfAxis.SPEEDUP)
+
+    @property
+    def axis_alpha(self) -> float:
+        """The p-value one axis must be under: the comparison's alpha shared by the axes it reads."""
+        return self.alpha / max(1, self.axes_read)
 
 
 def parse_repeats(text: str, settings: PerfSettings) -> PerfSettings:
