@@ -53,19 +53,26 @@ def as_from_a_terminal() -> None:
         signal.signal(signum, signal.SIG_DFL)
 
 
+CASEKIT_PIDS: list[int] = []  # every casekit run_casekit started in this test process, in order
+
+
 def run_casekit(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 900
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m casekit ARGS` as a user would run it."""
+    """`python -m casekit ARGS` as a user would run it (its pid kept in CASEKIT_PIDS)."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "casekit", *args],
-        cwd=cwd or ROOT,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    command = [sys.executable, "-m", "casekit", *args]
+    with subprocess.Popen(
+        command, cwd=cwd or ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        CASEKIT_PIDS.append(process.pid)
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:  # as subprocess.run: killed, reaped, raised
+            process.kill()
+            process.communicate()
+            raise
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 # The fast tier is `-m "not process"`: tests that start no process, no git, no torch (under a minute).
