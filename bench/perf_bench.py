@@ -1,8 +1,8 @@
 """Does `--perf` cry wolf, and does it see a real change? (`make bench`)
 
 Two sides, each a warm session of this interpreter (the python runner), timed with replay --perf's own
-protocol and defaults (casekit.perf.measure: fresh processes, baseline-target-baseline rounds, more rounds
-while a verdict is open) and judged by its rule (casekit.perf.judge):
+protocol and defaults (casekit.perf.measure: fresh processes, baseline-target-baseline rounds whose timed
+blocks take turns, more rounds while a verdict is open) and judged by its rule (casekit.perf.judge):
 
 - A/A: both sides the same build and script, --aa times: every `slower`/`faster` is a false alarm (the
   issue's bound: at most 1 in 100 comparisons);
@@ -100,7 +100,9 @@ def compare_once(subject: PerfSubject, a: PerfTarget, b: PerfTarget, settings: P
                     "eager": s.eager(),
                     "speedup": s.speedup(),
                     "compile": s.compile_s,
+                    "round": s.round,
                     "blocks": [[block.eager, block.compiled] for block in s.blocks],
+                    "spans": s.spans,
                 }
                 for s in samples
             ]

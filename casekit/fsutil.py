@@ -320,6 +320,27 @@ class FreshTree:
         finally:
             os.close(parent)
 
+    def fifo(self, relative: str) -> int:
+        """Make a FIFO at `relative` that the sandbox user may open (0666: below casekit's own folders), and
+        return casekit's end of it, opened read-write (so that neither side's open waits for the other,
+        and a reader sees no end of file while casekit holds it); the caller closes it."""
+        *folders, name = _parts(relative)
+        parent = self._folder_fd(tuple(folders), make=True)
+        try:
+            _check_part(name)
+            os.mkfifo(name, 0o600, dir_fd=parent)  # FileExistsError if anything is there
+            fd = os.open(name, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+            try:
+                if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    raise UnreadableFile(f"{relative} is not the FIFO just made")
+                os.fchmod(fd, 0o666)
+            except BaseException:
+                os.close(fd)
+                raise
+            return fd
+        finally:
+            os.close(parent)
+
     def copy_file(self, source: Path, relative: str, limit: int) -> None:
         """Copy a regular file (never through a link, at most `limit` bytes) to `relative`."""
         data, status = read_regular_file(source, limit)

@@ -1345,22 +1345,89 @@ def _synchronizer(torch, values):
     return torch.cuda.synchronize if on_gpu else (lambda: None)
 
 
-def measure_steady(torch, interceptor, perf):
+class Turns:
+    """A perf run's side of the turns casekit gives when it times two targets side by side (casekit.runners.turns):
+    it says it is ready, then waits for casekit's go before its script (its compile), and before each timed
+    block; it ends each turn with a byte. Casekit opened the two FIFOs' ends in the probe (`open_turns`);
+    the run holds only the descriptors. Without turns (None): every wait returns at once."""
+
+    def __init__(self, fds):
+        self.go, self.done = fds
+
+    def ready(self):
+        self._say(b"r")
+
+    def take(self):
+        """Wait for casekit's go; False when casekit gives no more turns (its end closed)."""
+        try:
+            return bool(os.read(self.go, 1))
+        except OSError:
+            return False
+
+    def end(self):
+        self._say(b"e")
+
+    def _say(self, byte):
+        try:
+            os.write(self.done, byte)
+        except OSError:
+            pass  # casekit closed its end: it gives no more turns
+
+
+class NoTurns:
+    def ready(self):
+        pass
+
+    def take(self):
+        return True
+
+    def end(self):
+        pass
+
+
+def open_turns(perf):
+    """The probe's ends of a perf job's turn FIFOs ([go, done], opened before the fork: the run inherits the
+    descriptors and never sees the request folder); None without turns or when they cannot be opened."""
+    paths = perf.get("turns") if isinstance(perf, dict) else None
+    if not isinstance(paths, dict):
+        return None
+    fds = []
+    try:
+        for name, flags in (("go", os.O_RDONLY), ("done", os.O_WRONLY)):
+            fd = os.open(str(paths[name]), flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fds.append(fd)
+            if not stat_module.S_ISFIFO(os.fstat(fd).st_mode):
+                raise OSError("not a FIFO")
+            os.set_blocking(fd, True)
+    except (OSError, KeyError, TypeError):
+        for fd in fds:
+            os.close(fd)
+        return None
+    return fds
+
+
+def measure_steady(torch, interceptor, perf, turns=None):
     """Each compiled entry point's first call made again in timed blocks, eager and compiled in turn (the
     order alternating block by block, so a drift in the machine's speed falls on both): per block, each
     arm's mean time per call over `n` calls, `n` chosen so a block of the slower arm lasts about
-    `block_s`. GC is off during the blocks. An entry whose call cannot be made again says why."""
+    `block_s`. GC is off during the blocks. An entry whose call cannot be made again says why.
+
+    With `turns` (another target's run times its blocks in the same window) the warm-up ends the run's
+    first turn (its compile), each block is a turn of its own, and every block's span (monotonic clock) is
+    kept: the turns of two runs never overlap."""
     import gc
 
+    turns = turns or NoTurns()
     interceptor.quiet = True
     for handle in interceptor.hook_handles:
         handle.remove()
     blocks, block_s = int(perf.get("blocks", 3)), float(perf.get("block_s", 0.02))
     measured = {}
+    ready = {}  # name: (arms, args, kwargs, sync, calls per block)
     for name, (model, compiled, args, kwargs) in interceptor.first_calls.items():
         arms = {"compiled": compiled, "eager": eager_arm(torch, model, compiled)}
-        sync = _synchronizer(torch, list(args) + list(kwargs.values()))
         try:
+            sync = _synchronizer(torch, list(args) + list(kwargs.values()))
             per_call = {}
             for arm, call in arms.items():  # warm-up, and the estimate of a call's time
                 started = time.perf_counter()
@@ -1369,11 +1436,21 @@ def measure_steady(torch, interceptor, perf):
                 sync()
                 per_call[arm] = (time.perf_counter() - started) / 3
             n = max(1, min(100000, int(block_s / max(max(per_call.values()), 1e-7))))
-            rows = []
-            gc.collect()
-            gc.disable()
-            try:
-                for block in range(blocks):
+            ready[name] = (arms, args, kwargs, sync, n)
+        except Exception as error:
+            measured[name] = {"unavailable": clip(f"calling it again raised {type(error).__name__}: {error}", 300)}
+    rows = {name: [] for name in ready}  # type: dict
+    spans = []
+    gc.collect()
+    turns.end()  # the compile's turn
+    gc.disable()
+    try:
+        for block in range(blocks if ready else 0):
+            if not turns.take():
+                break  # casekit gives no more turns: the blocks so far are the run's
+            began = time.monotonic()
+            for name, (arms, args, kwargs, sync, n) in list(ready.items()):
+                try:
                     row = {}
                     for arm in ("eager", "compiled") if block % 2 == 0 else ("compiled", "eager"):
                         call = arms[arm]
@@ -1382,16 +1459,28 @@ def measure_steady(torch, interceptor, perf):
                             call(*args, **kwargs)
                         sync()
                         row[arm] = (time.perf_counter() - started) / n
-                    rows.append(row)
-            finally:
-                gc.enable()
-            measured[name] = {"calls_per_block": n, "blocks": rows}
-        except Exception as error:
-            measured[name] = {"unavailable": clip(f"calling it again raised {type(error).__name__}: {error}", 300)}
+                    rows[name].append(row)
+                except Exception as error:
+                    del ready[name]
+                    measured[name] = {
+                        "unavailable": clip(f"calling it again raised {type(error).__name__}: {error}", 300)
+                    }
+            spans.append([began, time.monotonic()])
+            turns.end()
+    finally:
+        gc.enable()
+    turns.take()  # leave when casekit says (after every run's last block): its result is written untimed
+    for name, (_arms, _args, _kwargs, _sync, n) in ready.items():
+        measured[name] = {"calls_per_block": n, "blocks": rows[name]}
     missing = [name for name in interceptor.observation.data["entries"] if name not in interceptor.first_calls]
     for name in missing:
         measured[name] = {"unavailable": "no call of it returned (nothing to call again)"}
-    return {"threads": torch.get_num_threads(), "entries": measured, "instructions": compile_instructions(torch)}
+    return {
+        "threads": torch.get_num_threads(),
+        "entries": measured,
+        "instructions": compile_instructions(torch),
+        "spans": spans,
+    }
 
 
 # ------------------------------------------------------------------- one run
@@ -1548,6 +1637,10 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
         lines_run = LineTrace(os.path.dirname(os.path.abspath(script)))
         lines_run.start()
     status, code, ended = "ok", 0, None
+    turn_fds = perf.get("turn_fds") if perf else None
+    turns = Turns(turn_fds) if turn_fds else NoTurns()
+    turns.ready()
+    turns.take()  # its compile goes alone: casekit says when (on EOF, casekit gives no turns: it goes on)
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as stop:
@@ -1559,7 +1652,7 @@ def run_script_in_child(torch, job, mode, run_dir, isolation, uid=None):
         status, code = "raised", 1
         observation.data["exception"] = describe_exception(error, script)
     if perf and status == "ok":
-        observation.data["steady"] = measure_steady(torch, interceptor, perf)
+        observation.data["steady"] = measure_steady(torch, interceptor, perf, turns)
     finish(status, code, ended)
     real_exit(0)
 
@@ -1703,9 +1796,13 @@ def describe_exception(error, script):
 def run_one(torch, job, mode, runs_dir, timeout, isolation):
     """Fork a child for one run in a fresh copy of its job folder; turn every way it can end into a status."""
     run_dir = prepare_run_dir(job, runs_dir)
+    turn_fds = None
     if mode == "perf":
         job = dict(job, perf=perf_spec(job.get("perf"), runs_dir))
         prepare_perf_cache(job["perf"])
+        turn_fds = open_turns(job["perf"])
+        if turn_fds:
+            job["perf"]["turn_fds"] = turn_fds
     eager_kept = os.path.join(runs_dir, "{}.{}".format(job["id"], EAGER_OUTPUTS))
     if mode != "eager" and os.path.exists(eager_kept):
         shutil.copyfile(eager_kept, os.path.join(run_dir, EAGER_OUTPUTS))
@@ -1726,6 +1823,8 @@ def run_one(torch, job, mode, runs_dir, timeout, isolation):
             finally:
                 os._exit(PROBE_FAILED_EXIT)
         os._exit(0)
+    for fd in turn_fds or ():
+        os.close(fd)  # the run's now: casekit sees its request end, not a descriptor the probe kept
     deadline = time.monotonic() + timeout
     status = None
     while True:

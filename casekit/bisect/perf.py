@@ -2,9 +2,9 @@
 the case's repro is slower than the good end's by the rule.
 
 Each probed release is timed against the good end in the same time window: the good end's perf session
-(ScriptEntry.PERF, casekit.perf.phase) stays open for the whole search, each candidate's is opened for its
-probe, and the two alternate fresh process by fresh process (casekit.perf.measure): several a side, never
-one run. The candidate's axis is judged against the good end by casekit.perf's rule: `slower` is bad,
+(ScriptEntry.PERF, casekit.perf.phase) stays open for the whole search, each candidate's is
+opened for its probe, and their fresh processes' timed blocks take turns (casekit.perf.measure): several
+processes a side, never one run. The candidate's axis is judged against the good end by casekit.perf's rule: `slower` is bad,
 `same` or `faster` is good, `inconclusive` is unknown, and the search steps around it as around an
 environment that cannot be built. Before the search, the bad end is measured the same way: when it is not
 slower by the rule, one line says so, with both figures, and nothing is searched.

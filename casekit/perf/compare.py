@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from casekit.model import (
     PerfAxis,
@@ -26,7 +26,7 @@ Value = Callable[[ProcessSample], float | None]
 
 AXIS_VALUES: dict[PerfAxis, tuple[str | None, Value, Callable[[ProcessSample], list[float]] | None]] = {
     # axis: (the processes it takes: cold, warm or every one), the value per process, its blocks; the steady
-    # axis's values are compiled/eager ratios, set to its side's eager reference (_axis_values)
+    # axis's values are compiled/eager ratios, a target's times eager's change measured in turns (sides)
     PerfAxis.COMPILE_COLD: ("cold", lambda s: s.compile_s, None),
     PerfAxis.COMPILE_WARM: ("warm", lambda s: s.compile_s, None),
     PerfAxis.STEADY: (None, lambda s: s.steady_ratio(), lambda s: [b.ratio for b in s.blocks]),
@@ -37,26 +37,37 @@ AXIS_VALUES: dict[PerfAxis, tuple[str | None, Value, Callable[[ProcessSample], l
 # Why the steady axis is judged this way. On a shared host the speed of the whole machine comes and goes in
 # episodes of a quarter second and more (measured here: a plain matmul loop at 0.26 ms a call, 0.35 ms for
 # seconds at a time, in any process). A process's compiled time then says as much about when it ran as about
-# the build, and fresh processes of one build differed by 10-40 %. Within a block, eager and compiled run
-# side by side, so their ratio cancels the episode (the speed-up's A/A floor here: 0.1-2 %). A process's
-# steady value is therefore its compiled/eager ratio times its side's eager reference: the fastest eager time
-# of any of its processes (other work only ever adds time), taken over as many processes on both sides (the
-# baseline's from each of its halves, then their geometric mean: a minimum over more processes is lower).
-def eager_reference(samples: Sequence[ProcessSample]) -> float | None:
-    """The side's undisturbed eager time per call: the fastest eager block of any of its processes."""
-    found = _values(samples, None, lambda s: s.eager())
-    return min(found) if found else None
+# the build. Two things cancel the episode. Within a block, eager and compiled run side by side, so their
+# ratio does (the speed-up's A/A floor here: 0.1-2 %): a process's steady value is its compiled/eager ratio.
+# Between the sides, the blocks of one round's processes take turns (casekit.perf.measure), so a target's
+# block and the baseline's blocks around it share their window: the target's eager time over the baseline's,
+# block by block, is eager's own change, and the steady value of a target is its ratio times that change.
+# (Before the turns, each side's fastest eager block stood in for it: when a side's five processes all fell
+# in slow episodes, the reference moved with them, and identical builds differed by up to 26 %.)
+def paired_eager_ratio(target: Sequence[ProcessSample], baseline: Sequence[ProcessSample]) -> float | None:
+    """The target's eager time per call over the baseline's, from the blocks their processes timed in turns:
+    per round, the median over its blocks of the target's eager time against the geometric mean of the
+    baseline's in the same cycle; then the median over rounds. None without a round both sides timed."""
+    per_round = []
+    for number in sorted({s.round for s in target if s.round is not None}):
+        mine = [s for s in target if s.ok and s.round == number and s.blocks]
+        theirs = [s for s in baseline if s.ok and s.round == number and s.blocks and s not in mine]
+        if not mine or not theirs:
+            continue
+        cycles = min(len(s.blocks) for s in mine + theirs)
+        logs = [
+            _mean_log(s.blocks[k].eager for s in mine) - _mean_log(s.blocks[k].eager for s in theirs)
+            for k in range(cycles)
+            if all(s.blocks[k].eager > 0 for s in mine + theirs)
+        ]
+        if logs:
+            per_round.append(statistics.median(logs))
+    return math.exp(statistics.median(per_round)) if per_round else None
 
 
-def baseline_reference(
-    samples: Sequence[ProcessSample], halves: tuple[Sequence[ProcessSample], Sequence[ProcessSample]]
-) -> float | None:
-    """The baseline's eager reference over as many processes as a target has: the geometric mean of its two
-    halves' (each as many processes as the target), or over all of them where a half has none."""
-    first, second = (eager_reference(half) for half in halves)
-    if first is None or second is None:
-        return eager_reference(samples)
-    return (first * second) ** 0.5
+def _mean_log(values: Iterable[float]) -> float:
+    logs = [math.log(v) for v in values]
+    return sum(logs) / len(logs)
 
 
 def spread(values: Sequence[float]) -> Spread | None:
@@ -125,24 +136,18 @@ def compare(
     the structural difference that explains a verdict."""
     found = PerfComparison(baseline=baseline)
     for axis in AXIS_VALUES:
-        (a, a_blocks), (b, b_blocks) = (
-            _axis_values(axis, baseline_samples, halves),
-            _axis_values(axis, target_samples),
-        )
+        (a, a_blocks), (b, b_blocks), floor = sides(axis, target_samples, baseline_samples, halves)
         if not a or not b:
-            found.axes.append(PerfAxisResult(axis, PerfVerdict.INCONCLUSIVE, why=_missing(axis, a, b)))
+            why = _missing(axis, baseline_samples, target_samples)
+            found.axes.append(PerfAxisResult(axis, PerfVerdict.INCONCLUSIVE, why=why))
             continue
-        first, second = (_axis_values(axis, half)[0] for half in halves)
-        floor = noise_floor(first, second)
         found.axes.append(
             judge(
                 axis, Sample(tuple(a), tuple(a_blocks)), Sample(tuple(b), tuple(b_blocks)), settings.rule(axis), floor
             )
         )
-    # eager's own change, as the steady axis sees it: its reference on each side (the median process's eager
-    # time moved with how many of a side's processes ran in a slow episode: 30-50 % of them on a noisy day)
-    eager_a, eager_b = baseline_reference(baseline_samples, halves), eager_reference(target_samples)
-    found.eager_change = eager_b / eager_a - 1 if eager_a and eager_b else None
+    eager = paired_eager_ratio(target_samples, baseline_samples)  # eager's own change, in the same windows
+    found.eager_change = eager - 1 if eager is not None else None
     ok_a = [s for s in baseline_samples if s.ok]
     ok_b = [s for s in target_samples if s.ok]
     if ok_a and ok_b:
@@ -150,29 +155,52 @@ def compare(
     return found
 
 
-def _axis_values(
+Side = tuple[list[float], list[float]]
+
+
+def sides(
     axis: PerfAxis,
-    samples: Sequence[ProcessSample],
-    halves: tuple[Sequence[ProcessSample], Sequence[ProcessSample]] | None = None,
-) -> tuple[list[float], list[float]]:
-    """(one value per process, every block) of one side on `axis`; `halves`: the side is the baseline, whose
-    steady reference is taken over as many processes as a target's (baseline_reference)."""
+    target: Sequence[ProcessSample],
+    baseline: Sequence[ProcessSample],
+    halves: tuple[Sequence[ProcessSample], Sequence[ProcessSample]],
+) -> tuple[Side, Side, float | None]:
+    """The baseline's and the target's values on `axis` (one per process, and every block), and the noise
+    floor: the baseline's second half against its first, taken the same way."""
+    first, second = halves
+    if axis is not PerfAxis.STEADY:
+        floor = noise_floor(_axis_values(axis, first)[0], _axis_values(axis, second)[0])
+        return _axis_values(axis, baseline), _axis_values(axis, target), floor
+    eager = paired_eager_ratio(target, baseline)
+    if eager is None:
+        return ([], []), ([], []), None
+    half_eager = paired_eager_ratio(second, first)
+    floor = None
+    if half_eager is not None:
+        floor = noise_floor(_axis_values(axis, first)[0], _axis_values(axis, second, half_eager)[0])
+    return _axis_values(axis, baseline), _axis_values(axis, target, eager), floor
+
+
+def _axis_values(axis: PerfAxis, samples: Sequence[ProcessSample], scale: float = 1.0) -> Side:
+    """(one value per process, every block) of one side on `axis`. The steady axis takes the processes that
+    timed their blocks in turns, their compiled/eager ratios times `scale` (eager's change against the
+    baseline: 1 on the baseline's side)."""
     cache, value, blocks = AXIS_VALUES[axis]
+    if axis is PerfAxis.STEADY:
+        samples = [s for s in samples if s.round is not None]
     values = _values(samples, cache, value)
     taken = [s for s in samples if s.ok and (cache is None or s.cache == cache)]
     block_values = [v for s in taken for v in blocks(s)] if blocks else []
-    if axis is PerfAxis.STEADY:  # compiled/eager ratios, set to the side's eager reference
-        reference = baseline_reference(samples, halves) if halves else eager_reference(samples)
-        if reference is None:
-            return [], []
-        return [v * reference for v in values], [v * reference for v in block_values if v > 0]
-    return values, block_values
+    return [v * scale for v in values], [v * scale for v in block_values if v > 0]
 
 
-def _missing(axis: PerfAxis, a: list[float], b: list[float]) -> str:
-    side = "the baseline" if not a else "this target"
+def _missing(axis: PerfAxis, baseline: Sequence[ProcessSample], target: Sequence[ProcessSample]) -> str:
+    """Why `axis` has no values on a side."""
     if axis in (PerfAxis.STEADY, PerfAxis.SPEEDUP):
-        return f"no steady state on {side}: its entry points could not be called again"
+        timed = [any(s.ok and s.blocks for s in side) for side in (baseline, target)]
+        if all(timed):
+            return "no round whose blocks both sides timed in turns (the steady axis compares blocks side by side)"
+        return f"no steady state on {'the baseline' if not timed[0] else 'this target'}: its entry points could not be called again"
+    side = "the baseline" if not _axis_values(axis, baseline)[0] else "this target"
     return f"no {axis.value.replace('_', ' ')} figure on {side} (no such process ran the script)"
 
 
@@ -221,7 +249,7 @@ def wants_more(
             floored = result.floor is not None and result.floor / math.sqrt(growth) >= threshold
             if not open_ or result.p is None or floored:
                 continue
-            a, b = _axis_values(result.axis, base, halves)[0], _axis_values(result.axis, samples)[0]
+            (a, _), (b, _), _ = sides(result.axis, samples, base, halves)
             if could_settle(Sample(tuple(a)), Sample(tuple(b)), settings.rule(result.axis), growth):
                 return True
     return False

@@ -1,5 +1,6 @@
 """The perf phase of a replay (or a capture): after every target has replayed, each case's script is timed
-on every target side by side, one process at a time (casekit.perf.measure), and judged against the baseline.
+on every target side by side, their timed blocks in turns (casekit.perf.measure), and judged against the
+baseline.
 
 The baseline is the first target (or the one `baseline` names). With one target there is nothing to
 compare in this run: its figures are reported, and one line says how to get a verdict (a recorded timing
@@ -89,7 +90,7 @@ def run_perf_phase(
         )
     phase.load = load_average()
     progress(
-        f"perf: timing {len(cases)} case(s) on {len(ordered)} target(s), one process at a time "
+        f"perf: timing {len(cases)} case(s) on {len(ordered)} target(s), their blocks in turns "
         f"(cold {settings.cold}, warm {settings.warm} a side; {phase.load})"
     )
     folder = Path(tempfile.mkdtemp(prefix=temp_prefix("replay")))
@@ -122,12 +123,13 @@ def run_perf_phase(
 
 
 def open_perf_target(target: PerfTargetSpec, make_runner: RunnerFactory) -> PerfTarget:
-    """A target's warm perf session (ScriptEntry.PERF: one process at a time, Inductor preloaded before its
-    processes fork); CasekitError in one line for a target that cannot keep a warm probe on this host."""
+    """A target's warm perf session (ScriptEntry.PERF: one process at a time, or a round's in turns;
+    Inductor preloaded before its processes fork); CasekitError in one line for a target that cannot keep
+    a warm probe on this host."""
     runner = make_runner(target.spec)
     runner.prepare(lambda message: None)
     session = runner.open_session(ScriptEntry.PERF, scheduling=ProbeScheduling(parallel_runs=1, serial_timings=True))
-    if not session.warm:
+    if not session.warm or not session.supports_turns:
         session.close()
         raise CasekitError(
             f"--perf times fresh processes in a warm probe on this host: {target.label} cannot "

@@ -67,6 +67,8 @@ class ProcessSample:
     instructions_unavailable: str = ""
     threads: int = 1
     structure: PerfStructure = field(default_factory=PerfStructure)
+    round: int | None = None  # the warm round whose processes took turns (casekit.perf.measure), if any
+    spans: list[tuple[float, float]] = field(default_factory=list)  # each block's start and end (monotonic)
 
     @property
     def ok(self) -> bool:
@@ -75,7 +77,7 @@ class ProcessSample:
     # A process's time per call is its fastest block: on a shared host other work only ever adds time, so the
     # minimum is the least disturbed figure (the interleaved arms, min per arm, of the benchmarks this follows).
     # The speed-up and the steady ratio are taken block by block, eager and compiled adjacent: the machine's
-    # drift cancels there (the steady verdict is judged on the ratio: casekit.perf.compare.eager_reference).
+    # drift cancels there (the steady verdict is judged on the ratio: casekit.perf.compare.paired_eager_ratio).
     def steady(self) -> float | None:
         return min(b.compiled for b in self.blocks) if self.blocks else None
 
@@ -86,8 +88,8 @@ class ProcessSample:
         return statistics.median(b.speedup for b in self.blocks) if self.blocks else None
 
     def steady_ratio(self) -> float | None:
-        """The median block's compiled/eager ratio: the steady axis's per-process value before it is set to its
-        side's eager reference (casekit.perf.compare._axis_values)."""
+        """The median block's compiled/eager ratio: the steady axis's per-process value (a target's is set to
+        eager's change against the baseline: casekit.perf.compare.sides)."""
         ratios = [b.ratio for b in self.blocks if b.ratio > 0]
         return statistics.median(ratios) if ratios else None
 
@@ -112,6 +114,7 @@ def read_sample(
     steady: dict[str, Any] = run["steady"] if isinstance(run.get("steady"), dict) else {}
     sample.threads = int(steady.get("threads") or 1)
     sample.blocks, sample.steady_unavailable = _blocks(steady.get("entries") or {})
+    sample.spans = _spans(steady.get("spans"))
     counted = steady.get("instructions")
     counter: dict[str, Any] = run["instructions"] if isinstance(run.get("instructions"), dict) else {}
     if counter.get("available") and isinstance(counted, int):
@@ -174,6 +177,16 @@ def _blocks(entries: Mapping[str, Any]) -> tuple[list[Block], str]:
         ):
             blocks.append(Block(sum(r["eager"] for r in rows), sum(r["compiled"] for r in rows)))
     return blocks, "; ".join(unavailable)
+
+
+def _spans(raw: Any) -> list[tuple[float, float]]:
+    if not isinstance(raw, list):
+        return []
+    return [
+        (float(span[0]), float(span[1]))
+        for span in raw[:10000]
+        if isinstance(span, list) and len(span) == 2 and all(isinstance(t, (int, float)) for t in span)
+    ]
 
 
 def structure_of(observation: ScriptObservation, run: Mapping[str, Any]) -> PerfStructure:

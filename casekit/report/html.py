@@ -516,7 +516,7 @@ def perf_html(summary: CaseSummary) -> str:
         return ""
     return (
         '<section id="perf"><h2>Performance</h2><p class="small muted">Median over fresh processes '
-        "[lowest&ndash;highest, n], one process at a time; each target judged against the baseline measured in the "
+        "[lowest&ndash;highest, n], compiles one at a time, steady blocks in turns; each target judged against the baseline measured in the "
         "same run. A timing from another run (the capture's, an earlier replay's) is context, never a baseline: "
         "wall times from different machines or days are not compared.</p>"
         '<table class="perf"><thead><tr><th>target</th><th>script</th><th>compile cold</th><th>compile warm</th>'

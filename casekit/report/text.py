@@ -412,7 +412,7 @@ def replay_document_text(document: ReplayDocument, verbose: bool = False, marks:
         blocks.append("\n".join(lines))
     if document.perf is not None:
         summary = document.perf
-        took = f"perf: {summary.seconds:.0f} s of timing, one process at a time"
+        took = f"perf: {summary.seconds:.0f} s of timing, compiles one at a time, steady blocks in turns"
         blocks.append("\n".join([f"{took} ({summary.load})" if summary.load else took, *summary.notes]))
     return "\n\n".join(blocks)
 

@@ -120,6 +120,8 @@ def lay_out_request(
     cgroup CPU quota) unless `scheduling` fixes it; `extra`: more request keys (a warm probe's preload)."""
     for job in jobs:
         lay_out_job(tree, job)
+        if job.turns is not None:  # in the request's folder: hidden from every run, its probe opens them
+            job.turns.make(tree, f"turns/{job.id}", f"{places.folder}/turns/{job.id}")
     document = request_document(jobs, places, isolation, scheduling)
     tree.write("request.json", json.dumps({**document, **(extra or {})}, indent=1).encode())
 
@@ -163,6 +165,8 @@ def request_document(
         job_request["job_dir"] = folder
         if job.tree is not None:
             job_request["tree"] = True
+        if job.turns is not None and job.turns.made and isinstance(job_request.get("perf"), dict):
+            job_request["perf"]["turns"] = dict(job.turns.paths)  # type: ignore[index]
         request_jobs.append(job_request)
     request: dict[str, Any] = {"schema": REQUEST_SCHEMA, "out_dir": places.out_dir, "jobs": request_jobs}
     scheduling = scheduling or ProbeScheduling()

@@ -25,6 +25,7 @@ from casekit.errors import RunnerError
 from casekit.model import IncludedFile
 from casekit.runners.dynamo import config_of, variant_suffix
 from casekit.runners.torch_source.request import Channel, describe, format_torch_request
+from casekit.runners.turns import Turns
 
 PROBE_PATH = Path(__file__).resolve().parent.parent / "probe.py"
 
@@ -74,6 +75,9 @@ class ProbeJob:
     # a fresh copy of it, from its root, as the user's command did); None: the script alone, with `includes`
     tree: Path | None = None
     perf: Mapping[str, object] | None = None  # a perf run's measurement: cache cold/warm, blocks (casekit.perf)
+    # a perf run that takes its blocks in turns with runs on other sessions (casekit.runners.turns); only a
+    # warm session (`supports_turns`) makes its FIFOs
+    turns: Turns | None = field(default=None, compare=False, repr=False)
 
     def to_request(self, script_path: str) -> dict[str, object]:
         request: dict[str, object] = {
@@ -145,6 +149,7 @@ class ProbeSession(abc.ABC):
     own. A session owns its probe and its sandbox: nothing outside runners/ assembles either."""
 
     warm: ClassVar[bool] = False
+    supports_turns: ClassVar[bool] = False  # runs a job's `turns` (casekit.runners.turns)
 
     def __init__(self, entry: ScriptEntry | None) -> None:
         self.entry = entry
@@ -157,6 +162,10 @@ class ProbeSession(abc.ABC):
     @abc.abstractmethod
     def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
         """Run one batch; what came back (a job without a result says why in `failed`)."""
+
+    def start(self, progress: ProgressFn) -> None:  # noqa: B027 - a session without a warm probe starts none
+        """Start the session's warm probe now, in the caller's thread, if it is not running (a caller that then
+        runs batches from threads of its own: a sandboxed probe dies with the thread that started it)."""
 
     def close(self) -> None:  # noqa: B027 - a session that keeps nothing running has nothing to end
         """End whatever the session keeps running and remove its folders."""

@@ -122,6 +122,8 @@ class WarmSession(ProbeSession):
     """A probe process that outlives one batch, in the runner's sandbox; see the module's docstring."""
 
     warm = True
+    supports_turns = True  # a job's FIFOs are made in its request folder, which the probe sees and no run does;
+    # jobs in turns run at once
 
     def __init__(
         self,
@@ -263,6 +265,12 @@ class WarmSession(ProbeSession):
     def _last_log_line(self) -> str:
         return self.log.last_line() if self.log is not None else "no output"
 
+    def start(self, progress: ProgressFn) -> None:
+        """The probe, started in this thread if it is not running: bwrap's --die-with-parent is the parent
+        *thread*'s death (PR_SET_PDEATHSIG), so a probe a short-lived thread started would die with it."""
+        if not self._running():
+            self._start(progress, "", IMPORT_MARGIN_S)
+
     # ------------------------------------------------------------------ requests
 
     def run_probe(self, jobs: list[ProbeJob], progress: ProgressFn) -> ProbeBatchResult:
@@ -275,6 +283,9 @@ class WarmSession(ProbeSession):
         merged: ProbeBatchResult | None = None
         deadline = time.monotonic() + overall_timeout(jobs)
         scheduling = self.scheduling
+        in_turns = any(job.turns is not None for job in jobs)
+        if in_turns:  # their turns keep them apart, not the probe: one at a time, the first would wait forever
+            scheduling = ProbeScheduling(parallel_runs=len(jobs))
         while remaining:
             left = max(1.0, deadline - time.monotonic())
             result, died, timed_out = self._request(remaining, progress, left, scheduling)
@@ -292,8 +303,8 @@ class WarmSession(ProbeSession):
                 break
             # the scripts the probe ended before: no result, no record of a lost worker, nothing tampered with
             unfinished = [job for job in remaining if result.failed.get(job.id, "").startswith(NOT_REACHED)]
-            if not died or not unfinished:
-                break  # nothing died mid-script: a restart would not help
+            if not died or not unfinished or in_turns:
+                break  # nothing died mid-script (a restart would not help), or runs whose turns were this request's
             if scheduling is not None and scheduling.parallel_runs != 1 and len(unfinished) > 1:
                 # several scripts may have been running when it died, and which one it died in is not known:
                 # they run again one at a time, where the first without a result is the one it died in
