@@ -320,16 +320,17 @@ class FreshTree:
         finally:
             os.close(parent)
 
-    def fifo(self, relative: str) -> int:
+    def fifo(self, relative: str, access: int = os.O_RDWR) -> int:
         """Make a FIFO at `relative` that the sandbox user may open (0666: below casekit's own folders), and
-        return casekit's end of it, opened read-write (so that neither side's open waits for the other,
-        and a reader sees no end of file while casekit holds it); the caller closes it."""
+        return casekit's end of it, opened without waiting: `access` O_RDWR for one casekit writes to (a
+        reader then sees no end of file while casekit holds it), O_RDONLY for one it reads (it then sees
+        the end of file once every writer has closed); the caller closes it."""
         *folders, name = _parts(relative)
         parent = self._folder_fd(tuple(folders), make=True)
         try:
             _check_part(name)
             os.mkfifo(name, 0o600, dir_fd=parent)  # FileExistsError if anything is there
-            fd = os.open(name, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+            fd = os.open(name, access | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
             try:
                 if not stat.S_ISFIFO(os.fstat(fd).st_mode):
                     raise UnreadableFile(f"{relative} is not the FIFO just made")

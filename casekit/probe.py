@@ -1399,6 +1399,7 @@ def open_turns(perf):
             if not stat_module.S_ISFIFO(os.fstat(fd).st_mode):
                 raise OSError("not a FIFO")
             os.set_blocking(fd, True)
+        os.write(fds[1], b"o")  # opened: from now on casekit takes the end of the file for the run's end
     except (OSError, KeyError, TypeError):
         for fd in fds:
             os.close(fd)
@@ -1800,9 +1801,6 @@ def run_one(torch, job, mode, runs_dir, timeout, isolation):
     if mode == "perf":
         job = dict(job, perf=perf_spec(job.get("perf"), runs_dir))
         prepare_perf_cache(job["perf"])
-        turn_fds = open_turns(job["perf"])
-        if turn_fds:
-            job["perf"]["turn_fds"] = turn_fds
     eager_kept = os.path.join(runs_dir, "{}.{}".format(job["id"], EAGER_OUTPUTS))
     if mode != "eager" and os.path.exists(eager_kept):
         shutil.copyfile(eager_kept, os.path.join(run_dir, EAGER_OUTPUTS))
@@ -1811,6 +1809,10 @@ def run_one(torch, job, mode, runs_dir, timeout, isolation):
     sys.stderr.flush()
     if uses_run_namespaces(isolation):
         run_namespace()  # the fork below lands in it
+    if mode == "perf":  # after the namespace's init was made: only the run may hold them (casekit sees it end)
+        turn_fds = open_turns(job["perf"])
+        if turn_fds:
+            job["perf"]["turn_fds"] = turn_fds
     pid = os.fork()
     if pid == 0:
         try:

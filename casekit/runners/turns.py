@@ -4,7 +4,10 @@ the same time window (casekit.perf.measure conducts them; the probe takes them: 
 A run given turns gets two FIFOs, made by its session in the request's own folder (casekit's, read-only in
 the sandbox and hidden from every run): `go`, which casekit writes a byte to when the run may go on, and
 `done`, which the run writes a byte to when it is ready (forked, at its first line) and at the end of each
-turn. The probe opens both before it forks the run; the run holds only the two descriptors, never a path.
+turn. The probe opens both before it forks the run (and says so with a byte on `done`); the run holds only
+the two descriptors, never a path. Casekit reads `done` only, so once the run and everything it started have
+ended, casekit reads the end of the file: a run that dies is seen at once, even while another run of the
+same request still waits for its turns.
 
 What a run can do with them: write bytes to `done` (casekit takes any byte as a turn's end and reads at
 most TURN_READ bytes at a time), read the bytes meant for it, close them, or never end a turn (casekit
@@ -33,6 +36,7 @@ class Turns:
         self.go = -1
         self.done = -1
         self.paths: dict[str, str] = {}
+        self.opened = False  # the probe said it opened `done`: an end of file from now on is the run's end
 
     @property
     def made(self) -> bool:
@@ -42,7 +46,7 @@ class Turns:
         """The FIFOs `relative`.go and `relative`.done in the request's `tree`, which the run's probe sees at
         `inside`.go and `inside`.done."""
         self.go = tree.fifo(f"{relative}.go")
-        self.done = tree.fifo(f"{relative}.done")
+        self.done = tree.fifo(f"{relative}.done", os.O_RDONLY)
         self.paths = {"go": f"{inside}.go", "done": f"{inside}.done"}
 
     def give(self) -> bool:
@@ -53,22 +57,30 @@ class Turns:
             return False
 
     def wait(self, limit: float, running: Callable[[], bool]) -> str:
-        """Until the run says its turn ended ("ended"), its request ends ("gone") or `limit` seconds pass
-        ("overran")."""
+        """Until the run says its turn ended ("ended"), it ends or its request does ("gone"), or `limit`
+        seconds pass ("overran"). The probe's byte (`o`, it opened the FIFO) ends no turn."""
         deadline = time.monotonic() + limit
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 return "overran"
             readable, _, _ = select.select([self.done], [], [], min(POLL_S, left))
+            got = None
             if readable:
                 try:
-                    if os.read(self.done, TURN_READ):
-                        return "ended"
+                    got = os.read(self.done, TURN_READ)
                 except BlockingIOError:
                     pass  # woken with nothing to read
+            if got:
+                self.opened = True
+                if got.strip(b"o"):
+                    return "ended"
+            elif got == b"" and self.opened:
+                return "gone"  # every writer closed: the run and what it started have ended
             elif not running():
                 return "gone"
+            elif got == b"":
+                time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))  # not opened yet: no writer
 
     def close(self) -> None:
         """Give no more turns: a run still waiting on `go` then reads its end and goes on untimed."""
