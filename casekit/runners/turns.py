@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import select
+import threading
 import time
 from collections.abc import Callable
 
@@ -37,17 +38,31 @@ class Turns:
         self.done = -1
         self.paths: dict[str, str] = {}
         self.opened = False  # the probe said it opened `done`: an end of file from now on is the run's end
+        self._lock = threading.Lock()  # made in the session's thread, conducted and closed in the caller's
+        self._closed = False
 
     @property
     def made(self) -> bool:
-        return self.go >= 0
+        """Both FIFOs are made (the conductor may wait on them)."""
+        with self._lock:
+            return self.go >= 0 and self.done >= 0
 
     def make(self, tree: FreshTree, relative: str, inside: str) -> None:
         """The FIFOs `relative`.go and `relative`.done in the request's `tree`, which the run's probe sees at
-        `inside`.go and `inside`.done."""
-        self.go = tree.fifo(f"{relative}.go")
-        self.done = tree.fifo(f"{relative}.done", os.O_RDONLY)
-        self.paths = {"go": f"{inside}.go", "done": f"{inside}.done"}
+        `inside`.go and `inside`.done; made after `close`, they are closed at once (the run goes untimed)."""
+        go = tree.fifo(f"{relative}.go")
+        try:
+            done = tree.fifo(f"{relative}.done", os.O_RDONLY)
+        except BaseException:
+            os.close(go)
+            raise
+        with self._lock:
+            if self._closed:
+                os.close(go)
+                os.close(done)
+            else:
+                self.go, self.done = go, done
+            self.paths = {"go": f"{inside}.go", "done": f"{inside}.done"}
 
     def give(self) -> bool:
         """Let the run go on (one byte on `go`); False when it cannot be told (gone, or its FIFO full)."""
@@ -84,7 +99,9 @@ class Turns:
 
     def close(self) -> None:
         """Give no more turns: a run still waiting on `go` then reads its end and goes on untimed."""
-        for fd in (self.go, self.done):
-            if fd >= 0:
-                os.close(fd)
-        self.go = self.done = -1
+        with self._lock:
+            self._closed = True
+            for fd in (self.go, self.done):
+                if fd >= 0:
+                    os.close(fd)
+            self.go = self.done = -1
