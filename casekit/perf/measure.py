@@ -221,7 +221,7 @@ def conduct(
     lies between the baseline's two, every run's blocks are as far apart, and none runs right after its
     own. With the order reversed every other cycle, A B A' | A' B A, the baseline's runs went twice in a
     row at each turn-round and started those blocks with their caches warm: in 11 A/A comparisons the
-    target measured a median 1.6 % slower, 10 of them above zero). A run that ends (its script failed), or
+    target measured a median 2.2 % slower, 10 of them above zero). A run that ends (its script failed), or
     whose turn outlasts its limit, gets no more turns; one whose turn outlasted it is said (it may have run
     beside the next)."""
     live = list(range(len(turns)))
