@@ -26,7 +26,9 @@ from casekit.runners.sandbox import runtime_of
 
 from .conftest import ROOT, run_casekit
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]
+# The verdicts (marked serial) are timed alone; what a process records (phases, blocks, caches hit) is not
+# a verdict and runs beside other tests.
+pytestmark = [pytest.mark.slow]
 
 ITEM_IN_ARITHMETIC = """\
 import torch
@@ -125,6 +127,7 @@ def replay_perf(tmp_path: Path, script_text: str, *flags: str) -> dict:
     return json.loads(document.read_text())
 
 
+@pytest.mark.serial
 def test_capture_scalar_outputs_takes_the_break_away_and_perf_names_it_beside_a_measured_verdict(
     tmp_path: Path,
 ) -> None:
@@ -211,6 +214,7 @@ def torch_folders() -> list[str]:
     return [folder for folder in runtime_of(sys.executable).import_path if Path(folder).is_dir()]
 
 
+@pytest.mark.serial
 def test_a_library_op_20_percent_heavier_is_slower_and_named_as_the_librarys(tmp_path: Path) -> None:
     old, new = env_with_library(tmp_path, "1.0"), env_with_library(tmp_path, "2.0")
     allow = [flag for folder in torch_folders() for flag in ("--allow", f"read={folder}")]

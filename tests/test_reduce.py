@@ -477,12 +477,12 @@ def test_the_result_passes_the_checklist_and_is_the_same_whatever_the_jobs(tmp_p
     from casekit.reduce.checklist import checklist
 
     texts, refused = {}, {}
-    for jobs in (1, 2, 4):
+    for jobs in (1, 4):  # one at a time, and more at once than this host has cores
         result = _reduce_in_process(tmp_path, jobs)
         assert result.confirmed is not None and result.confirmed.kept and result.stopped is None
         texts[jobs] = (tmp_path / f"out{jobs}" / "tiny.py").read_text()
         refused[jobs] = (round(result.seconds), result.timeout, result.candidates, result.refusals)
-    assert texts[1] == texts[2] == texts[4], (texts, refused)  # refused: why candidates were refused, per jobs
+    assert texts[1] == texts[4], (texts, refused)  # refused: why candidates were refused, per jobs
     reduced = texts[1]
     assert result.best is not None
     assert checklist(result.best, {"tiny.py": TIDY}) == [], reduced

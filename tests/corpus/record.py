@@ -30,8 +30,9 @@ def corpus_scripts(names: list[str] | None = None) -> list[Path]:
     return [s for s in scripts if not names or s.parent.name in names]
 
 
-def record(python: str, names: list[str] | None = None, out_root: Path = HERE) -> str:
-    """Run the probe over the corpus with `python`; return the torch version recorded."""
+def record(python: str, names: list[str] | None = None, out_root: Path = HERE, bare: bool = True) -> str:
+    """Run the probe over the corpus with `python`; return the torch version recorded. bare=False: the probe's
+    records only (the bare counts take one fresh interpreter, one torch import, per script)."""
     runner = make_runner(TargetSpec(runner="python", python=python))
     scripts = corpus_scripts(names)
     jobs = [
@@ -52,7 +53,7 @@ def record(python: str, names: list[str] | None = None, out_root: Path = HERE) -
         out = out_root / job.id / "probe"
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{version}.json").write_text(text)
-    for script in scripts:
+    for script in scripts if bare else ():
         counts = bare_counts(python, script)
         (out_root / script.parent.name / "bare").mkdir(parents=True, exist_ok=True)
         (out_root / script.parent.name / "bare" / f"{version}.json").write_text(json.dumps(counts) + "\n")
