@@ -38,9 +38,9 @@ export NOTHING_RAN := import json, sys; from pathlib import Path; p = Path(sys.a
 # Every test: real torch, real subprocesses, real git, real Docker (when an engine runs). Three at a time
 # (pytest-xdist, a file's tests on one worker), then those whose verdict rests on timings or on wall-clock
 # bounds (marker `serial`) alone, on a machine nothing else of ours loads. Three on a 2-core host: the cores
-# stay busy while a worker waits (an env build's download, a timeout, a container), and the last long files
-# end closer together (43 min here, all passing, against 48-51 with two). TEST_WORKERS=1: one at a time.
-# Exit 5 (no test) only when neither pass collected one.
+# are busy with two already (3 % idle with three), but the long files that end the pass end closer together:
+# 43 min here with three against 48-51 with two (CI, and a run here with other work beside: not side by
+# side). TEST_WORKERS=1: one at a time. Exit 5 (no test) only when neither pass collected one.
 TEST_WORKERS ?= 3
 test: $(STAMP)
 	@$(PYTHON) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --durations 15 -m "not serial" $(PYTEST_ARGS); \
