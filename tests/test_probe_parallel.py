@@ -18,6 +18,7 @@ from casekit.archive.store import Archive
 from casekit.replay.run import ReplayOptions, run_target
 from casekit.runners.interface import ProbeJob, ProbeScheduling, TargetSpec
 from casekit.runners.registry import make_runner
+from casekit.runners.warm import WarmSession
 
 from .security.procs import marked_processes, wait_marked, wait_unmarked
 
@@ -32,11 +33,21 @@ def write(folder: Path, name: str, text: str) -> Path:
 
 
 def run_batch(jobs: list[ProbeJob], parallel: int) -> Any:
+    """The jobs as one request to a probe already warm: all of them go to its pool of job workers.
+
+    Not as a runner's run_probe sends them (the first request, given with the start): that request's eager
+    runs are made one at a time while Dynamo warms up (EagerAhead, tested below), and on a loaded host the
+    warm-up outlasts a run's timeout, so runs these tests need side by side would run one after the other."""
     runner = make_runner(
         TargetSpec(runner="python", options=(("env", "CASEKIT_TEST_TOKEN"),))
     )  # the test's marker reaches the scripts
-    runner.scheduling = ProbeScheduling(parallel_runs=parallel)
-    return runner.run_probe(jobs, lambda message: None)
+    quiet = lambda message: None  # noqa: E731
+    runner.prepare(quiet)
+    with WarmSession(
+        runner.python, None, runner.sandbox, scheduling=ProbeScheduling(parallel_runs=parallel)
+    ) as session:
+        session.start(quiet)
+        return session.run_probe(jobs, quiet)
 
 
 def interval(run: dict[str, Any]) -> tuple[float, float]:

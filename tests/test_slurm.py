@@ -163,10 +163,12 @@ def test_a_killed_array_task_is_named_by_the_merge_and_a_resubmitted_one_complet
     array, merge = submit_all(script)
     victim = f"{array}_1"
     deadline = time.monotonic() + 300
-    while job_state(victim) != "RUNNING":  # kill it mid-run, not before it starts
-        assert time.monotonic() < deadline, f"{victim} never ran ({job_state(victim)})"
-        assert job_state(victim) in ("PENDING", "CONFIGURING", "UNKNOWN"), job_state(victim)
+    state = job_state(victim)
+    while state != "RUNNING":  # kill it mid-run, not before it starts (one reading a turn: it changes meanwhile)
+        assert time.monotonic() < deadline, f"{victim} never ran ({state})"
+        assert state in ("PENDING", "CONFIGURING", "UNKNOWN"), state
         time.sleep(0.2)
+        state = job_state(victim)
     time.sleep(1.5)  # casekit is up and replaying
     subprocess.run(["scancel", victim], timeout=30, check=True)
     states = wait_for(array).split(",")
