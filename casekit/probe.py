@@ -1325,6 +1325,36 @@ def compile_instructions(torch):
         return None
 
 
+SETTLE_CALLS = 12  # past Dynamo's default recompile limit (8): a frame then runs eagerly, and stays so
+
+
+def frames_compiled(torch):
+    """How many frames Dynamo has converted in this process (a compile or a recompile each); None where the
+    release keeps no such count."""
+    try:
+        return int(torch._dynamo.utils.counters["frames"]["total"])
+    except Exception:
+        return None
+
+
+def settle(torch, compiled, args, kwargs, sync):
+    """Call the compiled entry point until a call compiles nothing, at most SETTLE_CALLS times: a script
+    whose guards fail on every call (a logging call's record, a counter) recompiles until the limit, and
+    blocks timed meanwhile would time those compiles (C++ builds in the middle of a block), not the steady
+    state. Returns the calls made."""
+    seen = frames_compiled(torch)
+    if seen is None:
+        return 0
+    for made in range(1, SETTLE_CALLS + 1):
+        compiled(*args, **kwargs)
+        sync()
+        now = frames_compiled(torch)
+        if now == seen:
+            return made
+        seen = now
+    return SETTLE_CALLS
+
+
 def eager_arm(torch, model, compiled):
     """What the eager blocks call: the compiled entry point under the force_eager stance (2.6+: nested
     compiled calls run eagerly too), else what the script handed torch.compile."""
@@ -1424,12 +1454,14 @@ def measure_steady(torch, interceptor, perf, turns=None):
         handle.remove()
     blocks, block_s = int(perf.get("blocks", 3)), float(perf.get("block_s", 0.02))
     measured = {}
+    settled = {}  # name: the calls made until one compiled nothing
     ready = {}  # name: (arms, args, kwargs, sync, calls per block)
     for name, (model, compiled, args, kwargs) in interceptor.first_calls.items():
         arms = {"compiled": compiled, "eager": eager_arm(torch, model, compiled)}
         try:
             sync = _synchronizer(torch, list(args) + list(kwargs.values()))
             per_call = {}
+            settled[name] = settle(torch, compiled, args, kwargs, sync)
             for arm, call in arms.items():  # warm-up, and the estimate of a call's time
                 started = time.perf_counter()
                 for _ in range(3):
@@ -1444,6 +1476,7 @@ def measure_steady(torch, interceptor, perf, turns=None):
     spans = []
     gc.collect()
     turns.end()  # the compile's turn
+    compiled_before = frames_compiled(torch)
     gc.disable()
     try:
         for block in range(blocks if ready else 0):
@@ -1470,9 +1503,10 @@ def measure_steady(torch, interceptor, perf, turns=None):
             turns.end()
     finally:
         gc.enable()
+    compiled_after = frames_compiled(torch)
     turns.take()  # leave when casekit says (after every run's last block): its result is written untimed
     for name, (_arms, _args, _kwargs, _sync, n) in ready.items():
-        measured[name] = {"calls_per_block": n, "blocks": rows[name]}
+        measured[name] = {"calls_per_block": n, "blocks": rows[name], "settle_calls": settled.get(name, 0)}
     missing = [name for name in interceptor.observation.data["entries"] if name not in interceptor.first_calls]
     for name in missing:
         measured[name] = {"unavailable": "no call of it returned (nothing to call again)"}
@@ -1481,6 +1515,8 @@ def measure_steady(torch, interceptor, perf, turns=None):
         "entries": measured,
         "instructions": compile_instructions(torch),
         "spans": spans,
+        # frames Dynamo converted while the blocks ran: none once the entry points settled (see settle)
+        "compiled_in_blocks": None if compiled_before is None else compiled_after - compiled_before,
     }
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from casekit.errors import CasekitError
 from casekit.model import PerfAxis, PerfVerdict, ScriptRole, ScriptStatus
-from casekit.perf.compare import wants_more
+from casekit.perf.compare import compare, floor_stays_past, wants_more
 from casekit.perf.judge import AxisRule, Sample, could_settle, judge, noise_floor, p_value
 from casekit.perf.samples import Block, ProcessSample
 from casekit.perf.settings import PerfSettings, parse_repeats, parse_scripts, parse_thresholds, settings_from_flags
@@ -121,6 +121,17 @@ def test_more_processes_are_asked_for_only_where_the_rounds_left_could_settle_th
     assert not could_settle(Sample(base), Sample(alike), STEADY, growth=1)  # no round left
     far = around(1.3, 0.3, 5, 14)  # past the threshold, noisy: narrowing leaves zero out
     assert could_settle(Sample(base), Sample(far), STEADY, growth=8 / 5)
+    # past the threshold, the interval still across zero, but the rank test saw it: its p carried to the
+    # processes max allows passes alpha (0.0193 at 5 a side: 0.0031 at 8, 0.0009 at 10; a comparison's axis
+    # is tested at 0.0025)
+    axis_rule = AxisRule(threshold=0.05, alpha=0.0025)
+    wide = (1.0, 1.02, 0.97, 1.01, 0.99, 1.0, 0.98, 1.03, 1.01, 0.99)
+    past = (1.12, 1.10, 1.14, 0.93, 1.11)  # +11 %, one process in a slow round
+    assert p_value(wide, past) == pytest.approx(0.0193, abs=0.0001)
+    assert not could_settle(Sample(wide), Sample(past), axis_rule, growth=10 / 5)
+    assert could_settle(Sample(wide), Sample(past), axis_rule, growth=10 / 5, p=0.0193)
+    assert not could_settle(Sample(wide), Sample(past), axis_rule, growth=8 / 5, p=0.0193)
+    assert not could_settle(Sample(base), Sample(near_the_threshold), axis_rule, growth=10 / 5, p=0.0193)
 
 
 def test_p_value_is_one_when_the_values_cannot_tell() -> None:
@@ -130,7 +141,7 @@ def test_p_value_is_one_when_the_values_cannot_tell() -> None:
 
 def test_the_flags_parse_into_settings_and_bad_ones_are_one_line() -> None:
     settings = settings_from_flags("cold=3,warm=6", "steady=3%,compile=20%", "both", "inductor")
-    assert (settings.cold, settings.warm, settings.max_warm) == (3, 6, 8)
+    assert (settings.cold, settings.warm, settings.max_warm) == (3, 6, 10)
     assert parse_repeats("warm=2,max=2", PerfSettings()).max_warm == 2
     assert settings.thresholds == {"steady": 0.03, "compile": 0.20} and settings.backend == "inductor"
     assert settings.scripts == (ScriptRole.PRE, ScriptRole.POST)
@@ -168,12 +179,18 @@ def test_the_protocol_adds_rounds_only_while_the_rounds_left_could_settle_an_axi
     assert wants_more(alike_soon, halves, PerfSettings(warm=5, max_warm=40), "a")
     assert not wants_more(alike_soon, halves, settings, "a")
 
-    # the floor: one pair of halves of five processes, noisy itself; rounds are run while, narrowed as 1/sqrt(n)
-    # to the processes max allows, it could fall under the threshold (5.5 % / sqrt(8/5) < 5 %), not past that
-    for second_half, wanted in ((1.055, True), (1.20, False)):
-        noisy = _warm_processes(around(1.0, 0.002, 5, 21) + around(second_half, 0.002, 5, 22))
+    # the floor: one pair of halves of five processes, itself one draw of the noise. Past the threshold, rounds
+    # are run while its own interval, narrowed with the rounds max allows, reaches under the threshold: a
+    # floor of 5.7 % from halves that spread ±6 % may be one slow process; 5.5 % or 20 % from halves that
+    # agree within ±0.2 % is a difference between them that more of the same rounds would keep
+    for second_half, spread, wanted in ((1.10, 0.06, True), (1.055, 0.002, False), (1.20, 0.002, False)):
+        noisy = _warm_processes(around(1.0, spread, 5, 21) + around(second_half, spread, 5, 22))
         slower = {"a": noisy, "b": _warm_processes(around(1.3, 0.002, 5, 23))}
-        assert wants_more(slower, (noisy[:5], noisy[5:]), settings, "a") is wanted, second_half
+        halves = (noisy[:5], noisy[5:])
+        speedup = compare(slower["b"], noisy, halves, settings, "a").axes[3]
+        assert speedup.verdict is PerfVerdict.INCONCLUSIVE and speedup.floor is not None and speedup.floor > 0.05
+        assert wants_more(slower, halves, settings, "a") is wanted, second_half
+        assert floor_stays_past(PerfAxis.SPEEDUP, halves, 0.05, growth=8 / 5) is not wanted
 
 
 # ------------------------------------------------------------------ the steady axis on a machine whose speed comes and goes
@@ -256,3 +273,19 @@ def test_the_steady_axis_takes_only_processes_that_timed_their_blocks_in_turns()
     steady = _steady((baseline, target, halves))
     assert steady.verdict is PerfVerdict.INCONCLUSIVE
     assert "in turns" in steady.why
+
+
+def test_a_steady_floor_past_the_threshold_asks_for_rounds_unless_the_rounds_agree_on_it() -> None:
+    """The steady floor's interval is taken over rounds (a round's halves are paired in turns). A second half
+    whose eager arm ran +3, -13, +6, -10, -10 % against the first, round by round (a +10 % comparison of the
+    bench, whose floor stopped it at 7.9 %), gives a floor past 5 % that another draw of rounds could put
+    under it: the rounds left are run. A second half 8 % apart in every round is a difference the rounds
+    agree on, and more of them would keep it."""
+    for seed in range(10):
+        for offsets, stays in (((1.03, 0.87, 1.06, 0.90, 0.90), False), ((0.92,) * 5, True)):
+            baseline, target, halves = _rounds(5, (1.0, 1.1), (1.2, 1.32), random.Random(500 + seed))
+            for sample, offset in zip(halves[1], offsets, strict=True):
+                sample.blocks = [Block(eager=b.eager * offset, compiled=b.compiled * offset) for b in sample.blocks]
+            floor = _steady((baseline, target, halves)).floor
+            assert floor is not None and floor > 0.05, (seed, offsets)
+            assert floor_stays_past(PerfAxis.STEADY, halves, 0.05, growth=8 / 5) is stays, (seed, offsets)

@@ -241,3 +241,33 @@ def test_a_library_op_20_percent_heavier_is_slower_and_named_as_the_librarys(tmp
     assert comparison["eager_change"] > 0.1  # eager is heavier too: reported apart, not the compiler's doing
     assert result["severity"] == "warn" and any("steady slower" in reason for reason in result["reasons"])
     assert ROOT.exists()
+
+
+RECOMPILES_EVERY_CALL = """\
+import torch
+
+step = 0
+
+
+def scale(x):
+    global step
+    step += 1  # a global int the graph reads: its guard fails on every call, a recompile each, up to the limit
+    return torch.sin(x) * step
+
+
+compiled = torch.compile(scale)
+x = torch.randn(64, 64)
+for _ in range(3):
+    compiled(x)
+"""
+
+
+def test_the_blocks_start_once_recompiles_have_settled(tmp_path: Path) -> None:
+    # a script whose entry point recompiles on every call: the steady blocks must time the state it settles
+    # in (past the recompile limit, the frame runs eagerly), not C++ builds in the middle of a block
+    script = tmp_path / "recompiles.py"
+    script.write_text(RECOMPILES_EVERY_CALL)
+    (sample,) = time_one(sys.executable, script, PerfSettings(cold=0, warm=1))
+    assert sample.ok and sample.blocks, sample.detail
+    assert sample.structure.recompiles >= 5, sample.structure  # the 3 warm-up calls alone left compiles to the blocks
+    assert sample.settle_calls > 3 and sample.compiled_in_blocks == 0, (sample.settle_calls, sample.compiled_in_blocks)

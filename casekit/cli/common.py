@@ -40,7 +40,7 @@ PerfRepeats = Annotated[
         "--perf-repeats",
         metavar="cold=N,warm=N,max=N",
         help="Fresh processes a side: cold ones, warm rounds, and the most warm rounds added while a verdict is "
-        "open [default: cold=1,warm=5,max=8].",
+        "open [default: cold=1,warm=5,max=10].",
     ),
 ]
 PerfThreshold = Annotated[

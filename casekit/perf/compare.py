@@ -5,8 +5,10 @@ Pure: samples in, figures and comparisons out."""
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 
 from casekit.model import (
     PerfAxis,
@@ -18,7 +20,7 @@ from casekit.model import (
     ScriptRole,
     Spread,
 )
-from casekit.perf.judge import Sample, could_settle, judge, noise_floor
+from casekit.perf.judge import BOOTSTRAP_LEVEL, Sample, could_settle, judge, noise_floor, relative_change
 from casekit.perf.samples import ProcessSample
 from casekit.perf.settings import PerfSettings
 
@@ -26,10 +28,9 @@ Value = Callable[[ProcessSample], float | None]
 
 AXIS_VALUES: dict[PerfAxis, tuple[str | None, Value, Callable[[ProcessSample], list[float]] | None]] = {
     # axis: (the processes it takes: cold, warm or every one), the value per process, its blocks; the steady
-    # axis's values are compiled/eager ratios, a target's times eager's change measured in turns (sides)
+    # axis is not here: its values are compiled blocks against the baseline's beside them in turns (in_turns)
     PerfAxis.COMPILE_COLD: ("cold", lambda s: s.compile_s, None),
     PerfAxis.COMPILE_WARM: ("warm", lambda s: s.compile_s, None),
-    PerfAxis.STEADY: (None, lambda s: s.steady_ratio(), lambda s: [b.ratio for b in s.blocks]),
     PerfAxis.SPEEDUP: (None, lambda s: s.speedup(), lambda s: [b.speedup for b in s.blocks]),
 }
 
@@ -37,13 +38,14 @@ AXIS_VALUES: dict[PerfAxis, tuple[str | None, Value, Callable[[ProcessSample], l
 # Why the steady axis is judged this way. On a shared host the speed of the whole machine comes and goes in
 # episodes of a quarter second and more (measured here: a plain matmul loop at 0.26 ms a call, 0.35 ms for
 # seconds at a time, in any process). A process's compiled time then says as much about when it ran as about
-# the build. Two things cancel the episode. Within a block, eager and compiled run side by side, so their
-# ratio does (the speed-up's A/A floor here: 0.1-2 %): a process's steady value is its compiled/eager ratio.
-# Between the sides, the blocks of one round's processes take turns (casekit.perf.measure), so a target's
-# block and the baseline's blocks around it share their window: the target's eager time over the baseline's,
-# block by block, is eager's own change, and the steady value of a target is its ratio times that change.
-# (Before the turns, each side's fastest eager block stood in for it: when a side's five processes all fell
-# in slow episodes, the reference moved with them, and identical builds differed by up to 26 %.)
+# the build. The blocks of one round's processes take turns (casekit.perf.measure), so a target's block and
+# the baseline's blocks just before and after it share their window: the target's compiled time over theirs,
+# block by block, is the steady change (in_turns), and eager's own change is taken the same way (below).
+# (Before the turns, each side's fastest eager block stood in for the window: when a side's five processes
+# all fell in slow episodes, the reference moved with them, and identical builds differed by up to 26 %.
+# Then, for a while, a target's steady value was its compiled/eager ratio times eager's change in turns: two
+# noisy figures multiplied, whose A/A floor passed 5 % in 4 of 20 bench comparisons, against 0 of 20 for the
+# compiled blocks taken directly, re-judged on the same blocks.)
 def paired_eager_ratio(target: Sequence[ProcessSample], baseline: Sequence[ProcessSample]) -> float | None:
     """The target's eager time per call over the baseline's, from the blocks their processes timed in turns:
     per round, the median over its blocks of the target's eager time against the geometric mean of the
@@ -135,7 +137,7 @@ def compare(
     """The target against the baseline, axis by axis (casekit.perf.judge), the eager arm's own change, and
     the structural difference that explains a verdict."""
     found = PerfComparison(baseline=baseline)
-    for axis in AXIS_VALUES:
+    for axis in PerfAxis:
         (a, a_blocks), (b, b_blocks), floor = sides(axis, target_samples, baseline_samples, halves)
         if not a or not b:
             why = _missing(axis, baseline_samples, target_samples)
@@ -166,31 +168,113 @@ def sides(
 ) -> tuple[Side, Side, float | None]:
     """The baseline's and the target's values on `axis` (one per process, and every block), and the noise
     floor: the baseline's second half against its first, taken the same way."""
-    first, second = halves
+    floor = noise_floor(*_half_values(axis, *halves))
     if axis is not PerfAxis.STEADY:
-        floor = noise_floor(_axis_values(axis, first)[0], _axis_values(axis, second)[0])
         return _axis_values(axis, baseline), _axis_values(axis, target), floor
-    eager = paired_eager_ratio(target, baseline)
-    if eager is None:
+    mine, theirs = in_turns(baseline, baseline), in_turns(target, baseline)
+    if not mine[0] or not theirs[0]:
         return ([], []), ([], []), None
-    half_eager = paired_eager_ratio(second, first)
-    floor = None
-    if half_eager is not None:
-        floor = noise_floor(_axis_values(axis, first)[0], _axis_values(axis, second, half_eager)[0])
-    return _axis_values(axis, baseline), _axis_values(axis, target, eager), floor
+    return mine, theirs, floor
 
 
-def _axis_values(axis: PerfAxis, samples: Sequence[ProcessSample], scale: float = 1.0) -> Side:
-    """(one value per process, every block) of one side on `axis`. The steady axis takes the processes that
-    timed their blocks in turns, their compiled/eager ratios times `scale` (eager's change against the
-    baseline: 1 on the baseline's side)."""
-    cache, value, blocks = AXIS_VALUES[axis]
+def _half_values(axis: PerfAxis, first: Sequence[ProcessSample], second: Sequence[ProcessSample]) -> Side:
+    """The baseline's halves on `axis`, one value per process, taken as a baseline and a target are: the second
+    half is the 'target' (on the steady axis, its compiled blocks against the first half's beside them)."""
+    if axis is not PerfAxis.STEADY:
+        return _axis_values(axis, first)[0], _axis_values(axis, second)[0]
+    return in_turns(first, first)[0], in_turns(second, first)[0]
+
+
+def in_turns(side: Sequence[ProcessSample], reference: Sequence[ProcessSample]) -> Side:
+    """The steady values of `side`'s processes that timed their blocks in turns: each block's compiled time
+    against the geometric mean of the `reference` processes' compiled blocks of the same round and cycle
+    (timed just before and after it, in the same window of the host's speed); a process's value is its
+    median block's. The baseline against itself: its two processes a round sit either side of 1."""
+    values: list[float] = []
+    blocks: list[float] = []
+    for sample in side:
+        if not sample.ok or sample.round is None or not sample.blocks:
+            continue
+        around = [s for s in reference if s.ok and s.round == sample.round and s.blocks]
+        if not around:
+            continue
+        cycles = min(len(s.blocks) for s in [sample, *around])
+        logs = [
+            math.log(sample.blocks[k].compiled) - _mean_log(s.blocks[k].compiled for s in around)
+            for k in range(cycles)
+            if all(s.blocks[k].compiled > 0 for s in [sample, *around])
+        ]
+        if logs:
+            values.append(math.exp(statistics.median(logs)))
+            blocks.extend(math.exp(v) for v in logs)
+    return values, blocks
+
+
+FLOOR_RESAMPLES = 400
+
+
+def floor_interval(
+    axis: PerfAxis, halves: tuple[Sequence[ProcessSample], Sequence[ProcessSample]], seed: int = 0
+) -> tuple[float, float] | None:
+    """The BOOTSTRAP_LEVEL interval of the A/A change itself (signed: the second half against the first): the
+    floor is one draw of the machine's noise, and this says how far another draw could land. Resampled by
+    round on the steady axis (a round's two halves were timed in turns, their blocks paired cycle by
+    cycle), else by process within each half. None with fewer than 2 rounds or processes a half."""
+    first, second = halves
+    rng = random.Random(seed)
+    changes: list[float] = []
     if axis is PerfAxis.STEADY:
-        samples = [s for s in samples if s.round is not None]
+        rounds = sorted({s.round for s in first if s.round is not None} & {s.round for s in second})
+        if len(rounds) < 2:
+            return None
+        for _ in range(FLOOR_RESAMPLES):
+            picked = [rng.choice(rounds) for _ in rounds]  # a round drawn twice counts twice: renumbered
+            drawn_first = [replace(s, round=k) for k, r in enumerate(picked) for s in first if s.round == r]
+            drawn_second = [replace(s, round=k) for k, r in enumerate(picked) for s in second if s.round == r]
+            values = _half_values(axis, drawn_first, drawn_second)
+            if len(values[0]) and len(values[1]):
+                changes.append(relative_change(*values))
+    else:
+        a, b = _half_values(axis, first, second)
+        if len(a) < 2 or len(b) < 2:
+            return None
+        for _ in range(FLOOR_RESAMPLES):
+            changes.append(relative_change([rng.choice(a) for _ in a], [rng.choice(b) for _ in b]))
+    if not changes:
+        return None
+    changes.sort()
+    tail = (1 - BOOTSTRAP_LEVEL) / 2
+    return changes[int(tail * len(changes))], changes[min(len(changes) - 1, int((1 - tail) * len(changes)))]
+
+
+def floor_stays_past(
+    axis: PerfAxis,
+    halves: tuple[Sequence[ProcessSample], Sequence[ProcessSample]],
+    threshold: float,
+    growth: float,
+) -> bool:
+    """Whether a noise floor past the threshold would stay past it with the rounds still allowed: its interval
+    (floor_interval), narrowed as 1/sqrt(growth) around the floor measured, lies wholly past the threshold
+    (a difference between the halves that the rounds' own noise does not explain). A floor that one unlucky
+    round pushed past the threshold is not: more rounds are worth running there."""
+    measured = _half_values(axis, *halves)
+    interval = floor_interval(axis, halves)
+    if not measured[0] or not measured[1] or interval is None:
+        return True  # nothing to narrow: as measured
+    change = relative_change(*measured)
+    shrink = 1 / math.sqrt(max(1.0, growth))
+    low, high = change - (change - interval[0]) * shrink, change + (interval[1] - change) * shrink
+    nearest = 0.0 if low < 0 < high else min(abs(low), abs(high))
+    return nearest >= threshold
+
+
+def _axis_values(axis: PerfAxis, samples: Sequence[ProcessSample]) -> Side:
+    """(one value per process, every block) of one side on `axis` (not the steady axis: in_turns)."""
+    cache, value, blocks = AXIS_VALUES[axis]
     values = _values(samples, cache, value)
     taken = [s for s in samples if s.ok and (cache is None or s.cache == cache)]
     block_values = [v for s in taken for v in blocks(s)] if blocks else []
-    return [v * scale for v in values], [v * scale for v in block_values if v > 0]
+    return values, [v for v in block_values if v > 0]
 
 
 def _missing(axis: PerfAxis, baseline: Sequence[ProcessSample], target: Sequence[ProcessSample]) -> str:
@@ -234,9 +318,11 @@ def wants_more(
     """Whether another warm round may settle a verdict: some warm axis is inconclusive, and the rounds still
     allowed (up to `max_warm`) could settle it (judge.could_settle: not when its interval would still
     straddle the threshold with every round run) and bring its noise floor under the threshold. A floor is
-    one A/A pair of halves, itself noisy (five processes a half by default): narrowed as 1/sqrt(n) with the
-    rounds left it may fall under the threshold, and then the rounds are worth running. An axis with nothing
-    to measure, or a floor that would stay past the threshold, is not helped by more of the same."""
+    one A/A pair of halves, itself noisy (five processes a half by default): past the threshold, rounds are
+    run unless its own interval, narrowed with the rounds left, stays past it (floor_stays_past). Judged on
+    the floor measured alone, as the single value it is, one slow process in a round of five stopped 3 of 10
+    +10 % comparisons at a floor of 6.5-13 %. An axis with nothing to measure, or a floor that would stay
+    past the threshold, is not helped by more of the same."""
     base = measured_samples[baseline]
     for label, samples in measured_samples.items():
         if label == baseline:
@@ -246,10 +332,11 @@ def wants_more(
         for result in compare(samples, base, halves, settings, baseline).axes:
             open_ = result.verdict is PerfVerdict.INCONCLUSIVE and result.axis is not PerfAxis.COMPILE_COLD
             threshold = settings.rule(result.axis).threshold
-            floored = result.floor is not None and result.floor / math.sqrt(growth) >= threshold
+            floored = result.floor is not None and result.floor > threshold
+            floored = floored and floor_stays_past(result.axis, halves, threshold, growth)
             if not open_ or result.p is None or floored:
                 continue
             (a, _), (b, _), _ = sides(result.axis, samples, base, halves)
-            if could_settle(Sample(tuple(a)), Sample(tuple(b)), settings.rule(result.axis), growth):
+            if could_settle(Sample(tuple(a)), Sample(tuple(b)), settings.rule(result.axis), growth, result.p):
                 return True
     return False

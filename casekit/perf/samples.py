@@ -44,11 +44,6 @@ class Block:
     def speedup(self) -> float:
         return self.eager / self.compiled if self.compiled > 0 else 0.0
 
-    @property
-    def ratio(self) -> float:
-        """Compiled time over eager time in this block: what the machine's speed at the moment cancels from."""
-        return self.compiled / self.eager if self.eager > 0 else 0.0
-
 
 @dataclass
 class ProcessSample:
@@ -69,6 +64,8 @@ class ProcessSample:
     structure: PerfStructure = field(default_factory=PerfStructure)
     round: int | None = None  # the warm round whose processes took turns (casekit.perf.measure), if any
     spans: list[tuple[float, float]] = field(default_factory=list)  # each block's start and end (monotonic)
+    settle_calls: int = 0  # calls made before the blocks until one compiled nothing (probe.settle)
+    compiled_in_blocks: int | None = None  # frames Dynamo converted while the blocks ran (None: not counted)
 
     @property
     def ok(self) -> bool:
@@ -76,8 +73,8 @@ class ProcessSample:
 
     # A process's time per call is its fastest block: on a shared host other work only ever adds time, so the
     # minimum is the least disturbed figure (the interleaved arms, min per arm, of the benchmarks this follows).
-    # The speed-up and the steady ratio are taken block by block, eager and compiled adjacent: the machine's
-    # drift cancels there (the steady verdict is judged on the ratio: casekit.perf.compare.paired_eager_ratio).
+    # The speed-up is taken block by block, eager and compiled adjacent: the machine's drift cancels there (the
+    # steady verdict is judged on compiled blocks against the baseline's beside them: casekit.perf.compare).
     def steady(self) -> float | None:
         return min(b.compiled for b in self.blocks) if self.blocks else None
 
@@ -86,12 +83,6 @@ class ProcessSample:
 
     def speedup(self) -> float | None:
         return statistics.median(b.speedup for b in self.blocks) if self.blocks else None
-
-    def steady_ratio(self) -> float | None:
-        """The median block's compiled/eager ratio: the steady axis's per-process value (a target's is set to
-        eager's change against the baseline: casekit.perf.compare.sides)."""
-        ratios = [b.ratio for b in self.blocks if b.ratio > 0]
-        return statistics.median(ratios) if ratios else None
 
 
 def read_sample(
@@ -115,6 +106,11 @@ def read_sample(
     sample.threads = int(steady.get("threads") or 1)
     sample.blocks, sample.steady_unavailable = _blocks(steady.get("entries") or {})
     sample.spans = _spans(steady.get("spans"))
+    entries: dict[str, Any] = steady["entries"] if isinstance(steady.get("entries"), dict) else {}
+    settled = [e.get("settle_calls") for e in entries.values() if isinstance(e, dict)]
+    sample.settle_calls = max([n for n in settled if isinstance(n, int) and not isinstance(n, bool)], default=0)
+    in_blocks = steady.get("compiled_in_blocks")
+    sample.compiled_in_blocks = in_blocks if isinstance(in_blocks, int) and not isinstance(in_blocks, bool) else None
     counted = steady.get("instructions")
     counter: dict[str, Any] = run["instructions"] if isinstance(run.get("instructions"), dict) else {}
     if counter.get("available") and isinstance(counted, int):

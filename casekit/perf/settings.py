@@ -13,7 +13,7 @@ from casekit.perf.judge import AxisRule
 # The defaults are sized for `replay --perf` of the starter archive on two targets in about 20 minutes on
 # 2 cores: a cold compile of a small case costs 15-30 s here, a warm one 1-5 s (measured on 2.13.0 against
 # 2.14.1 at load 1.1-1.6: 1,013 s of timing, 18 cold and 144 warm processes, 17 min 19 s with the replay).
-COLD, WARM, MAX_WARM = 1, 5, 8
+COLD, WARM, MAX_WARM = 1, 5, 10
 THRESHOLDS = {"steady": 0.05, "compile": 0.15}  # PyTorch's HUD marks 5 %; its regression lambda flags compile at 1.15x
 COMPILE_FLOOR_S = 0.05  # a compile change of less than 50 ms is not called, whatever its ratio
 
@@ -25,8 +25,14 @@ class PerfSettings:
     cold: int = COLD
     warm: int = WARM
     max_warm: int = MAX_WARM
-    blocks: int = 10  # timed blocks per process (its steady time is the fastest: see casekit.perf.samples)
-    block_s: float = 0.02  # seconds a block of the slower arm lasts, about
+    # Timed blocks per process, and about how long a block of the slower arm lasts. Their noise is the blocks'
+    # own: in the +10 % bench (10 blocks of 20 ms), a process's even blocks and odd blocks disagreed as much
+    # as processes did (its compiled/eager ratio: 3.1 % against 3.5 % between processes; a round's eager
+    # change: 5.4 % against 5.2 %), so more blocks narrow a verdict where more processes (2 s of compile
+    # each) cost more. Shorter blocks keep eager and compiled, and one target's block and the next, closer
+    # in time, inside the host's slow episodes.
+    blocks: int = 20
+    block_s: float = 0.015
     threads: int = 1  # torch's threads in the timed blocks (CPU)
     thresholds: dict[str, float] = field(default_factory=lambda: dict(THRESHOLDS))
     # A comparison reads every axis, so its false alarm is any axis called between two identical builds:
