@@ -11,8 +11,12 @@ from casekit.model import PerfAxis, ScriptRole
 from casekit.perf.judge import AxisRule
 
 # The defaults are sized for `replay --perf` of the starter archive on two targets in about 20 minutes on
-# 2 cores: a cold compile of a small case costs 15-30 s here, a warm one 1-5 s (measured on 2.13.0 against
-# 2.14.1 at load 1.1-1.6: 1,013 s of timing, 18 cold and 144 warm processes, 17 min 19 s with the replay).
+# 2 cores: a cold compile of a small case costs 15-30 s here, a warm one 1-5 s (2.13.0 against 2.14.1, at
+# most 8 rounds of 10 blocks: 1,235 s of timing, 18 cold processes and 57 rounds, 20 min 57 s with the
+# replay). Five rounds is the least a verdict can come from: a rank test of 5 processes against the
+# baseline's 10 reaches p = 0.00067 at best, 4 against 8 only 0.004, past an axis's alpha of 0.0025. Up
+# to 10 where an axis could still settle (compare.wants_more): at 8, a +10 % change seen at p = 0.019
+# after 5 rounds would reach 0.003 at best.
 COLD, WARM, MAX_WARM = 1, 5, 10
 THRESHOLDS = {"steady": 0.05, "compile": 0.15}  # PyTorch's HUD marks 5 %; its regression lambda flags compile at 1.15x
 COMPILE_FLOOR_S = 0.05  # a compile change of less than 50 ms is not called, whatever its ratio
